@@ -1,0 +1,179 @@
+//go:build linux && !noiouring
+
+// transport.go owns the ring pool, the lazy probe and the counters.
+//
+// Invariants:
+//   - A ring is either idle (in t.mu.idle), held by exactly one worker, or
+//     abandoned (kept, never reused, closed only by Close).
+//   - Forget* reaches every ring: idle rings unregister at once, held
+//     rings at their next Release.
+
+package iouring
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+	"github.com/pawelgaczynski/giouring"
+)
+
+// Transport is the io_uring file transport. Safe for concurrent use.
+type Transport struct {
+	cfg   config.IOUring
+	probe func() error
+
+	mu struct {
+		sync.Mutex
+		cond      *sync.Cond
+		idle      []*ring
+		held      map[*ring]struct{}
+		abandoned []*ring
+		total     int
+		closed    bool
+	}
+
+	st struct {
+		submitted, completed, fixedOps, fixedFileOps, vectored atomic.Uint64
+		bufRegs, fileRegs, bytesRead, bytesWritten            atomic.Uint64
+	}
+}
+
+var _ engine.FileTransport = (*Transport)(nil)
+
+// New returns an idle transport: no ring exists until the first Acquire.
+func New(cfg config.IOUring) *Transport {
+	t := &Transport{cfg: cfg}
+	t.mu.cond = sync.NewCond(&t.mu.Mutex)
+	t.mu.held = make(map[*ring]struct{})
+	t.probe = sync.OnceValue(probe)
+	return t
+}
+
+// Kind implements engine.Transport.
+func (t *Transport) Kind() engine.TransportKind { return engine.TransportIOUring }
+
+// Probe reports whether this kernel lets the process create a ring.
+// The answer is cached for the process.
+func (t *Transport) Probe() error { return t.probe() }
+
+// Probe reports whether io_uring is usable, without a Transport.
+func Probe() error { return probeOnce() }
+
+var probeOnce = sync.OnceValue(probe)
+
+func probe() error {
+	r, err := giouring.CreateRing(2)
+	if err != nil {
+		return fmt.Errorf("%w: io_uring_setup: %v (kernel without io_uring, or disabled by kernel.io_uring_disabled)", engine.ErrUnavailable, err)
+	}
+	r.QueueExit()
+	return nil
+}
+
+// Acquire returns an idle ring or creates one; at max_rings it waits for
+// a release.
+func (t *Transport) Acquire() (engine.Queue, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for {
+		if t.mu.closed {
+			return nil, fmt.Errorf("io_uring transport is closed")
+		}
+		if n := len(t.mu.idle); n > 0 {
+			r := t.mu.idle[n-1]
+			t.mu.idle = t.mu.idle[:n-1]
+			t.mu.held[r] = struct{}{}
+			return r, nil
+		}
+		if t.mu.total < t.cfg.MaxRings {
+			t.mu.total++
+			t.mu.Unlock()
+			r, err := newRing(t)
+			t.mu.Lock()
+			if err != nil {
+				t.mu.total--
+				t.mu.cond.Signal()
+				return nil, err
+			}
+			t.mu.held[r] = struct{}{}
+			return r, nil
+		}
+		t.mu.cond.Wait()
+	}
+}
+
+func (t *Transport) release(r *ring) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.mu.held, r)
+	r.applyForgets()
+	if t.mu.closed {
+		r.close()
+		t.mu.total--
+		return
+	}
+	t.mu.idle = append(t.mu.idle, r)
+	t.mu.cond.Signal()
+}
+
+func (t *Transport) abandon(r *ring) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.mu.held, r)
+	t.mu.abandoned = append(t.mu.abandoned, r)
+	t.mu.total--
+	t.mu.cond.Signal()
+}
+
+// ForgetBuffer implements engine.FileTransport.
+func (t *Transport) ForgetBuffer(key uint64) { t.forget(key, true) }
+
+// ForgetFile implements engine.FileTransport.
+func (t *Transport) ForgetFile(key uint64) { t.forget(key, false) }
+
+func (t *Transport) forget(key uint64, buf bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, r := range t.mu.idle {
+		r.queueForget(key, buf)
+		r.applyForgets()
+	}
+	for r := range t.mu.held {
+		r.queueForget(key, buf)
+	}
+}
+
+// FileStats implements engine.FileTransport.
+func (t *Transport) FileStats() engine.FileStats {
+	s := engine.FileStats{
+		Submitted: t.st.submitted.Load(), Completed: t.st.completed.Load(),
+		FixedOps: t.st.fixedOps.Load(), FixedFileOps: t.st.fixedFileOps.Load(),
+		VectoredOps: t.st.vectored.Load(), BufferRegs: t.st.bufRegs.Load(),
+		FileRegs: t.st.fileRegs.Load(), BytesRead: t.st.bytesRead.Load(),
+		BytesWritten: t.st.bytesWritten.Load(),
+	}
+	t.mu.Lock()
+	s.Rings, s.RingsIdle, s.RingsAbandon = t.mu.total, len(t.mu.idle), len(t.mu.abandoned)
+	t.mu.Unlock()
+	// Stats never probe: an unprobed transport reports available=false
+	// with no error until the first submission decides.
+	return s
+}
+
+// Close tears down idle rings; held rings close when released, abandoned
+// rings stay mapped (their ops never completed).
+func (t *Transport) Close() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.mu.closed = true
+	for _, r := range t.mu.idle {
+		r.close()
+		t.mu.total--
+	}
+	t.mu.idle = nil
+	t.mu.cond.Broadcast()
+	return nil
+}

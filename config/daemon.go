@@ -1,0 +1,169 @@
+// daemon.go owns the daemon's TOML file: the [mount] section, the
+// [engine] section (Engine) and loading with defaults.
+//
+// Invariants:
+//   - Load starts from the embedded default.toml, so a key left out keeps
+//     its documented default and an empty file is a valid config.
+//   - Unknown keys are errors (a typo never silently falls back to a default).
+//   - Relative allowed roots resolve against the working directory at load.
+
+package config
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+//go:embed default.toml
+var defaultTOML string
+
+// DefaultTOML returns the embedded default config text.
+func DefaultTOML() string { return defaultTOML }
+
+// Daemon is the whole daemon config file.
+type Daemon struct {
+	Mount  Mount  `toml:"mount"`
+	Engine Engine `toml:"engine"`
+}
+
+// Mount configures the FUSE front end.
+type Mount struct {
+	// AllowedRoots confines file segments (see Engine.AllowedRoots).
+	AllowedRoots []string `toml:"allowed_roots"`
+	// AllowOther lets users other than the mount owner use the mount.
+	AllowOther bool `toml:"allow_other"`
+	// DefaultBatchCapacity is what /ctl/batches/clone reserves.
+	DefaultBatchCapacity int `toml:"default_batch_capacity"`
+	// MaxDocumentBytes bounds one JSON document written to a control file.
+	MaxDocumentBytes Size `toml:"max_document_bytes"`
+	// CloseTimeout bounds rmdir of a segment (drain of admitted users).
+	CloseTimeout Duration `toml:"close_timeout"`
+	// ShutdownTimeout bounds the drain on SIGINT/SIGTERM.
+	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	// MaxWrite is the largest FUSE write request the kernel sends.
+	MaxWrite Size `toml:"max_write"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+}
+
+// Load parses the embedded defaults, then the file at path (if path is
+// not empty) on top, resolves relative roots, and validates.
+func Load(path string) (*Daemon, error) {
+	var d Daemon
+	d.Engine = DefaultEngine()
+	if err := decode(defaultTOML, "embedded default.toml", &d); err != nil {
+		return nil, err
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		// A file that sets allowed_roots replaces the list, not appends.
+		d.Mount.AllowedRoots = nil
+		if err := decode(string(b), path, &d); err != nil {
+			return nil, err
+		}
+		if d.Mount.AllowedRoots == nil {
+			var def Daemon
+			_ = decode(defaultTOML, "embedded default.toml", &def)
+			d.Mount.AllowedRoots = def.Mount.AllowedRoots
+		}
+	}
+	roots, err := resolveRoots(d.Mount.AllowedRoots)
+	if err != nil {
+		return nil, err
+	}
+	d.Mount.AllowedRoots = roots
+	d.Engine.AllowedRoots = roots
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Parse is Load for config text instead of a path (tests, embedding).
+func Parse(text string) (*Daemon, error) {
+	f, err := os.CreateTemp("", "orbitefs-config-*.toml")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return nil, err
+	}
+	f.Close()
+	return Load(f.Name())
+}
+
+func decode(text, name string, d *Daemon) error {
+	md, err := toml.Decode(text, d)
+	if err != nil {
+		return fmt.Errorf("config %s: %w", name, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		sort.Strings(keys)
+		return fmt.Errorf("config %s: unknown keys: %s", name, strings.Join(keys, ", "))
+	}
+	return nil
+}
+
+func resolveRoots(roots []string) ([]string, error) {
+	out := make([]string, 0, len(roots))
+	for _, r := range roots {
+		if r == "" {
+			return nil, errors.New("invalid config: mount.allowed_roots: empty entry")
+		}
+		abs, err := filepath.Abs(r)
+		if err != nil {
+			return nil, fmt.Errorf("invalid config: mount.allowed_roots %q: %w", r, err)
+		}
+		out = append(out, filepath.Clean(abs))
+	}
+	return out, nil
+}
+
+// Validate checks both sections and reports every problem at once.
+func (d *Daemon) Validate() error {
+	var p problems
+	m := d.Mount
+	if len(m.AllowedRoots) == 0 {
+		p.addf("mount.allowed_roots is empty: no file could be opened")
+	}
+	p.between("mount.default_batch_capacity", m.DefaultBatchCapacity, 1, d.Engine.MaxBatchRequests)
+	if m.MaxDocumentBytes < 64 || m.MaxDocumentBytes > 64<<20 {
+		p.addf("mount.max_document_bytes (%d) must be in [64, 64MiB]", m.MaxDocumentBytes)
+	}
+	p.positiveDur("mount.close_timeout", m.CloseTimeout)
+	p.positiveDur("mount.shutdown_timeout", m.ShutdownTimeout)
+	if m.MaxWrite < 4096 || m.MaxWrite > 1<<20 {
+		p.addf("mount.max_write (%d) must be in [4KiB, 1MiB]", m.MaxWrite)
+	}
+	if _, err := ParseLevel(m.LogLevel); err != nil {
+		p.addf("mount.log_level: %v", err)
+	}
+	d.Engine.validate(&p, "engine.")
+	return p.err("invalid config")
+}
+
+// ParseLevel maps debug|info|warn|error to a slog level.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}

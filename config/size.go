@@ -1,0 +1,183 @@
+// size.go owns the two scalar value types shared by the TOML daemon config
+// and the JSON control documents: byte sizes and durations.
+//
+// Both accept either a bare integer or a string with a unit, so that
+// "bytes": 1048576 and "bytes": "1MiB" mean the same thing everywhere.
+// KB/MB/GB/TB multiply by 1024, as the spec (and TENT) do: there is no
+// decimal unit, so a value never silently means two things.
+
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Size is a byte count. Its zero value is zero bytes.
+type Size uint64
+
+var sizeUnits = []struct {
+	suffix string
+	shift  uint
+}{
+	// Longest suffixes first so "KiB" is not read as "B".
+	{"kib", 10}, {"mib", 20}, {"gib", 30}, {"tib", 40},
+	{"kb", 10}, {"mb", 20}, {"gb", 30}, {"tb", 40},
+	{"k", 10}, {"m", 20}, {"g", 30}, {"t", 40},
+	{"b", 0},
+}
+
+// ParseSize reads "4096", "64KiB", "1 MiB", "2GB" (binary multiples).
+// It rejects negative numbers, fractions, unknown units and overflow, and
+// names the offending text in the error.
+func ParseSize(s string) (Size, error) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	if t == "" {
+		return 0, fmt.Errorf("size %q: empty", s)
+	}
+	shift := uint(0)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(t, u.suffix) {
+			t = strings.TrimSpace(strings.TrimSuffix(t, u.suffix))
+			shift = u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: want an integer with an optional unit B, KiB, MiB, GiB or TiB", s)
+	}
+	if shift > 0 && n > math.MaxUint64>>shift {
+		return 0, fmt.Errorf("size %q: overflows 64 bits", s)
+	}
+	return Size(n << shift), nil
+}
+
+// String renders the largest exact binary unit: 1048576 -> "1MiB".
+func (s Size) String() string {
+	units := []string{"B", "KiB", "MiB", "GiB", "TiB"}
+	v, i := uint64(s), 0
+	for v != 0 && v%1024 == 0 && i < len(units)-1 {
+		v /= 1024
+		i++
+	}
+	return strconv.FormatUint(v, 10) + units[i]
+}
+
+// UnmarshalText accepts the ParseSize grammar.
+func (s *Size) UnmarshalText(b []byte) error {
+	v, err := ParseSize(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// MarshalText renders String, so round trips are exact.
+func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// UnmarshalJSON accepts a nonnegative integer or a size string.
+func (s *Size) UnmarshalJSON(b []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err == nil {
+		v, err := strconv.ParseUint(n.String(), 10, 64)
+		if err != nil {
+			return fmt.Errorf("size %s: want a nonnegative integer or a string like \"64MiB\"", n)
+		}
+		*s = Size(v)
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return fmt.Errorf("size %s: want a nonnegative integer or a string like \"64MiB\"", b)
+	}
+	return s.UnmarshalText([]byte(str))
+}
+
+// UnmarshalTOML accepts a TOML integer or string (BurntSushi/toml's hook).
+func (s *Size) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("size %d: must not be negative", x)
+		}
+		*s = Size(x)
+		return nil
+	case string:
+		return s.UnmarshalText([]byte(x))
+	}
+	return fmt.Errorf("size %v: want an integer or a string like \"64MiB\"", v)
+}
+
+// Duration is a time.Duration that reads "250ms", "5s" or an integer
+// count of nanoseconds.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// ParseDuration reads Go duration syntax ("250ms", "1m30s"); negative
+// values are rejected.
+func ParseDuration(s string) (Duration, error) {
+	v, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("duration %q: want a value like \"250ms\" or \"5s\"", s)
+	}
+	if v < 0 {
+		return 0, fmt.Errorf("duration %q: must not be negative", s)
+	}
+	return Duration(v), nil
+}
+
+// UnmarshalText accepts the ParseDuration grammar.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// MarshalText renders Go duration syntax.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// UnmarshalJSON accepts a duration string or an integer of nanoseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err == nil {
+		v, err := strconv.ParseInt(n.String(), 10, 64)
+		if err != nil || v < 0 {
+			return fmt.Errorf("duration %s: want a string like \"5s\" or nonnegative nanoseconds", n)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var str string
+	if err := json.Unmarshal(b, &str); err != nil {
+		return fmt.Errorf("duration %s: want a string like \"5s\" or nonnegative nanoseconds", b)
+	}
+	return d.UnmarshalText([]byte(str))
+}
+
+// UnmarshalTOML accepts a TOML string or integer nanoseconds.
+func (d *Duration) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case int64:
+		if x < 0 {
+			return fmt.Errorf("duration %d: must not be negative", x)
+		}
+		*d = Duration(x)
+		return nil
+	case string:
+		return d.UnmarshalText([]byte(x))
+	}
+	return fmt.Errorf("duration %v: want a string like \"5s\"", v)
+}

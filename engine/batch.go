@@ -1,0 +1,546 @@
+// batch.go owns batches: allocation against the engine's reservation
+// limits, submission (validation and admission of a group), seal, status,
+// wait, cancel and free.
+//
+// A batch is a FIFO of groups (one group per Submit). Each group's
+// requests become consecutive public tasks. One worker per batch (worker.go)
+// dispatches groups in order; different batches run concurrently.
+//
+// Invariants:
+//   - A rejected Submit adds no task and changes no counter but
+//     groups_rejected; an accepted group is never replayed or rolled back.
+//   - Task i belongs to exactly one group and its state only moves forward:
+//     pending -> running -> completed|failed, or pending -> cancelled.
+//   - Before seal the state is open; after seal it becomes terminal once
+//     every group has finished, and a terminal state never changes.
+//   - b.mu guards everything in mu; b.mu.changed is closed and replaced on
+//     every published change, so waiters never miss one.
+
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// State is a batch's overall state.
+type State uint8
+
+const (
+	StateOpen State = iota
+	StateCompleted
+	StateFailed
+	StateCancelled
+)
+
+func (s State) String() string {
+	return [...]string{"open", "completed", "failed", "cancelled"}[s]
+}
+
+// Terminal reports whether the state can no longer change.
+func (s State) Terminal() bool { return s != StateOpen }
+
+// TaskState is one task's state.
+type TaskState uint8
+
+const (
+	TaskPending TaskState = iota
+	TaskRunning
+	TaskCompleted
+	TaskFailed
+	TaskCancelled
+)
+
+func (s TaskState) String() string {
+	return [...]string{"pending", "running", "completed", "failed", "cancelled"}[s]
+}
+
+func (s TaskState) terminal() bool { return s >= TaskCompleted }
+
+// TaskRange is the public task indices a Submit appended.
+type TaskRange struct {
+	First int `json:"first"`
+	Count int `json:"count"`
+}
+
+// TaskStatus is one task's published state.
+type TaskStatus struct {
+	Index         int           `json:"index"`
+	State         TaskState     `json:"-"`
+	Length        uint64        `json:"length"`
+	Transferred   uint64        `json:"transferred_bytes"`
+	Transport     TransportKind `json:"-"`
+	PhysicalOwner int           `json:"physical_owner"`
+	Err           error         `json:"-"`
+	RemoteEffect  RemoteEffect  `json:"-"`
+}
+
+// Report describes one group (one Submit).
+type Report struct {
+	Tasks  TaskRange `json:"tasks"`
+	Op     Op        `json:"-"`
+	Target string    `json:"target"`
+	Done   bool      `json:"done"`
+	// CompletedRequests is the consecutive fully successful prefix;
+	// CompletedBytes sums only that prefix.
+	CompletedRequests int    `json:"completed_requests"`
+	CompletedBytes    uint64 `json:"completed_bytes"`
+	// RequestIndex is the first unsuccessful request (group-relative),
+	// or -1.
+	RequestIndex int `json:"request_index"`
+	// AffectedRequests counts requests from RequestIndex through the last
+	// one handed to the kernel: the span that may have executed.
+	AffectedRequests int `json:"affected_requests"`
+	// LocallyDrained is false when the group ended unquiesced: the engine
+	// could not prove the kernel is done with its memory.
+	LocallyDrained bool  `json:"locally_drained"`
+	Err            error `json:"-"`
+}
+
+type task struct {
+	state       TaskState
+	length      uint64
+	transferred uint64
+	err         error
+	effect      RemoteEffect
+	submitted   bool
+	g           *group
+}
+
+// Batch is an asynchronous batch. Safe for concurrent use.
+type Batch struct {
+	e        *Engine
+	id       uint64
+	capacity int
+
+	mu struct {
+		sync.Mutex
+		sealed   bool
+		freed    bool
+		tasks    []task
+		groups   []*group // every accepted group, in order
+		queue    []*group // accepted, not yet dispatched
+		inflight []*group // dispatched, not finished (worker-owned order)
+		active   int      // groups accepted and not finished
+		worker   bool
+		changed  chan struct{}
+		state    State
+	}
+}
+
+// ID is the engine-scoped, increasing batch ID.
+func (b *Batch) ID() uint64 { return b.id }
+
+// Capacity is the number of task slots reserved.
+func (b *Batch) Capacity() int { return b.capacity }
+
+func (b *Batch) name() string { return fmt.Sprintf("batches/%d", b.id) }
+
+// AllocateBatch reserves capacity task slots and returns a new batch with
+// the next ID. Capacity must be in [1, max_batch_requests]; the engine's
+// max_allocated_batches and max_allocated_requests bound all live batches.
+func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
+	const op = "allocate"
+	if capacity < 1 || capacity > e.cfg.MaxBatchRequests {
+		return nil, errorf(KindInvalid, op, "batches", "capacity %d: must be in [1, max_batch_requests (%d)]", capacity, e.cfg.MaxBatchRequests)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.closed {
+		return nil, errorf(KindClosed, op, "batches", "engine is closed")
+	}
+	if n := len(e.mu.batches); n >= e.cfg.MaxAllocatedBatches {
+		return nil, errorf(KindExhausted, op, "batches", "%d live batches reach max_allocated_batches (%d); free some", n, e.cfg.MaxAllocatedBatches)
+	}
+	if e.mu.reserved+capacity > e.cfg.MaxAllocatedRequests {
+		return nil, errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests)
+	}
+	e.mu.nextBatch++
+	b := &Batch{e: e, id: e.mu.nextBatch, capacity: capacity}
+	b.mu.changed = make(chan struct{})
+	e.mu.batches[b.id] = b
+	e.mu.reserved += capacity
+	return b, nil
+}
+
+// Batch returns the live batch with id, or ErrNotFound.
+func (e *Engine) Batch(id uint64) (*Batch, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if b, ok := e.mu.batches[id]; ok {
+		return b, nil
+	}
+	return nil, errorf(KindNotFound, "lookup", fmt.Sprintf("batches/%d", id), "no such batch")
+}
+
+// Batches returns the live batches in ID order.
+func (e *Engine) Batches() []*Batch {
+	e.mu.RLock()
+	out := make([]*Batch, 0, len(e.mu.batches))
+	for _, b := range e.mu.batches {
+		out = append(out, b)
+	}
+	e.mu.RUnlock()
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].id < out[j-1].id; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+// Target is what a submission addresses. *Segment is the only target in
+// this build; network peers will be the next.
+type Target interface{ isTarget() }
+
+// Submit validates requests, admits them as one group and queues it.
+// It returns the group's task range. A rejected group adds no task and
+// the error names the first bad request and value. timeout <= 0 uses
+// default_timeout; the deadline starts now and covers queueing and I/O.
+func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (TaskRange, error) {
+	g, err := b.e.prepare(b, op, target, reqs, note, timeout)
+	if err != nil {
+		b.e.st.groupsRejected.Add(1)
+		return TaskRange{}, err
+	}
+	b.mu.Lock()
+	if err := b.checkLocked("submit"); err != nil {
+		b.mu.Unlock()
+		g.release()
+		b.e.st.groupsRejected.Add(1)
+		return TaskRange{}, err
+	}
+	if b.mu.sealed {
+		b.mu.Unlock()
+		g.release()
+		b.e.st.groupsRejected.Add(1)
+		return TaskRange{}, errorf(KindInvalid, "submit", b.name(), "batch is sealed")
+	}
+	if used := len(b.mu.tasks); used+len(reqs) > b.capacity {
+		b.mu.Unlock()
+		g.release()
+		b.e.st.groupsRejected.Add(1)
+		return TaskRange{}, errorf(KindExhausted, "submit", b.name(), "%d requests do not fit: %d of %d task slots used", len(reqs), used, b.capacity)
+	}
+	g.first = len(b.mu.tasks)
+	for i := range reqs {
+		b.mu.tasks = append(b.mu.tasks, task{length: reqs[i].extent(), g: g})
+	}
+	b.mu.groups = append(b.mu.groups, g)
+	b.mu.queue = append(b.mu.queue, g)
+	b.mu.active++
+	start := !b.mu.worker
+	fast := start && len(b.mu.queue) == 1 && len(b.mu.inflight) == 0 && g.fastPathEligible()
+	if start {
+		b.mu.worker = true
+	}
+	b.changedLocked()
+	b.mu.Unlock()
+	b.e.st.groupsSubmitted.Add(1)
+
+	if start {
+		w := &worker{b: b}
+		if fast {
+			w.fastPath()
+		} else {
+			w.start()
+		}
+	}
+	return TaskRange{First: g.first, Count: len(reqs)}, nil
+}
+
+func (b *Batch) checkLocked(op string) error {
+	if b.mu.freed {
+		return errorf(KindNotFound, op, b.name(), "batch was freed")
+	}
+	return nil
+}
+
+// changedLocked wakes every waiter. REQUIRES: b.mu.
+func (b *Batch) changedLocked() {
+	close(b.mu.changed)
+	b.mu.changed = make(chan struct{})
+	if b.mu.sealed && b.mu.active == 0 && b.mu.state == StateOpen {
+		b.mu.state = b.terminalStateLocked()
+	}
+}
+
+func (b *Batch) terminalStateLocked() State {
+	cancelled := false
+	for i := range b.mu.tasks {
+		switch b.mu.tasks[i].state {
+		case TaskFailed:
+			return StateFailed
+		case TaskCancelled:
+			cancelled = true
+		}
+	}
+	if cancelled {
+		return StateCancelled
+	}
+	return StateCompleted
+}
+
+// Seal stops appends. Sealing twice is harmless.
+func (b *Batch) Seal() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkLocked("seal"); err != nil {
+		return err
+	}
+	b.mu.sealed = true
+	b.changedLocked()
+	return nil
+}
+
+// Sealed reports whether Seal was called.
+func (b *Batch) Sealed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mu.sealed
+}
+
+// Status returns the overall state: open until sealed, then terminal once
+// every group has finished.
+func (b *Batch) Status() State {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mu.state
+}
+
+// TaskStatus returns task i's published state.
+func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkLocked("status"); err != nil {
+		return TaskStatus{}, err
+	}
+	if i < 0 || i >= len(b.mu.tasks) {
+		return TaskStatus{}, errorf(KindNotFound, "status", b.name(), "task %d: batch has %d tasks", i, len(b.mu.tasks))
+	}
+	return b.taskStatusLocked(i), nil
+}
+
+func (b *Batch) taskStatusLocked(i int) TaskStatus {
+	t := &b.mu.tasks[i]
+	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
+		Transport: t.g.transport, PhysicalOwner: i, Err: t.err, RemoteEffect: t.effect}
+}
+
+// TaskStatuses returns every task's state, in index order.
+func (b *Batch) TaskStatuses() []TaskStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]TaskStatus, len(b.mu.tasks))
+	for i := range out {
+		out[i] = b.taskStatusLocked(i)
+	}
+	return out
+}
+
+// TaskCount is the number of tasks appended so far.
+func (b *Batch) TaskCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.mu.tasks)
+}
+
+// Submissions returns one report per accepted group, in order.
+func (b *Batch) Submissions() []Report {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]Report, len(b.mu.groups))
+	for i, g := range b.mu.groups {
+		out[i] = g.reportLocked()
+	}
+	return out
+}
+
+// Wait blocks until the sealed batch is terminal or timeout passes
+// (ErrTimeout; the work is neither cancelled nor released). It fails with
+// ErrInvalid before Seal.
+func (b *Batch) Wait(timeout time.Duration) (State, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	st, err := b.WaitContext(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return st, errorf(KindTimeout, "wait", b.name(), "not terminal after %s", timeout)
+	}
+	return st, err
+}
+
+// WaitContext is Wait bounded by ctx; on ctx's end it returns ctx.Err()
+// wrapped, changing nothing.
+func (b *Batch) WaitContext(ctx context.Context) (State, error) {
+	for {
+		b.mu.Lock()
+		if err := b.checkLocked("wait"); err != nil {
+			b.mu.Unlock()
+			return StateOpen, err
+		}
+		if !b.mu.sealed {
+			b.mu.Unlock()
+			return StateOpen, errorf(KindInvalid, "wait", b.name(), "batch is not sealed; seal it first")
+		}
+		st, ch := b.mu.state, b.mu.changed
+		b.mu.Unlock()
+		if st.Terminal() {
+			return st, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return st, fmt.Errorf("wait %s: %w", b.name(), ctx.Err())
+		}
+	}
+}
+
+// drain waits until no group is queued or running (sealed or not).
+func (b *Batch) drain(ctx context.Context) error {
+	for {
+		b.mu.Lock()
+		active, ch := b.mu.active, b.mu.changed
+		b.mu.Unlock()
+		if active == 0 {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Cancel stops task i if it has not started. A running file task cannot
+// be recalled: ErrBusy. Cancelling a finished task does nothing.
+func (b *Batch) Cancel(i int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkLocked("cancel"); err != nil {
+		return err
+	}
+	if i < 0 || i >= len(b.mu.tasks) {
+		return errorf(KindNotFound, "cancel", b.name(), "task %d: batch has %d tasks", i, len(b.mu.tasks))
+	}
+	t := &b.mu.tasks[i]
+	switch {
+	case t.state == TaskRunning:
+		return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
+	case t.state.terminal():
+		return nil
+	}
+	b.cancelTaskLocked(i)
+	b.changedLocked()
+	return nil
+}
+
+// CancelAll cancels every task that has not started.
+func (b *Batch) CancelAll() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.checkLocked("cancel"); err != nil {
+		return err
+	}
+	for i := range b.mu.tasks {
+		if b.mu.tasks[i].state == TaskPending {
+			b.cancelTaskLocked(i)
+		}
+	}
+	b.changedLocked()
+	return nil
+}
+
+// cancelTaskLocked marks a pending task cancelled; a queued group whose
+// tasks are all terminal finishes at once. REQUIRES: b.mu.
+func (b *Batch) cancelTaskLocked(i int) {
+	t := &b.mu.tasks[i]
+	t.state = TaskCancelled
+	t.err = errCancelled
+	b.e.st.tasksCancelled.Add(1)
+	g := t.g
+	if g.dispatched {
+		return // the worker skips it and finishes the group
+	}
+	for j := g.first; j < g.first+g.n; j++ {
+		if !b.mu.tasks[j].state.terminal() {
+			return
+		}
+	}
+	for k, q := range b.mu.queue {
+		if q == g {
+			b.mu.queue = append(b.mu.queue[:k], b.mu.queue[k+1:]...)
+			break
+		}
+	}
+	g.finishLocked(false)
+}
+
+var errCancelled = errors.New("cancelled before it started")
+
+// Free releases the batch's reservation. A batch with queued or running
+// groups returns ErrBusy and stays valid. After Free every method returns
+// ErrNotFound.
+func (b *Batch) Free() error {
+	b.mu.Lock()
+	if err := b.checkLocked("free"); err != nil {
+		b.mu.Unlock()
+		return err
+	}
+	if b.mu.active > 0 {
+		n := b.mu.active
+		b.mu.Unlock()
+		return errorf(KindBusy, "free", b.name(), "%d group(s) still queued or running; wait or cancel first", n)
+	}
+	b.mu.freed = true
+	b.changedLocked()
+	b.mu.Unlock()
+	e := b.e
+	e.mu.Lock()
+	delete(e.mu.batches, b.id)
+	e.mu.reserved -= b.capacity
+	e.mu.Unlock()
+	return nil
+}
+
+// SubmitAsync allocates a batch sized for reqs, submits them as one group
+// and seals it. The caller owns the batch and must Free it.
+func (e *Engine) SubmitAsync(op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (*Batch, error) {
+	n := len(reqs)
+	if n == 0 {
+		n = 1 // let Submit report the empty request list
+	}
+	b, err := e.AllocateBatch(n)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := b.Submit(op, target, reqs, note, timeout); err != nil {
+		b.Free()
+		return nil, err
+	}
+	b.Seal()
+	return b, nil
+}
+
+// SubmitAndWait transfers reqs synchronously and returns the group report.
+// The error is nil only when every request completed; otherwise it is the
+// first failure, and the report tells the completed prefix.
+func (e *Engine) SubmitAndWait(op Op, target Target, reqs []Request, timeout time.Duration) (Report, error) {
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout.D()
+	}
+	b, err := e.SubmitAsync(op, target, reqs, nil, timeout)
+	if err != nil {
+		return Report{RequestIndex: 0}, err
+	}
+	// The worker's own cutoff is deadline + quiesce grace; wait that long.
+	if _, err := b.Wait(timeout + e.cfg.QuiesceGrace.D() + time.Second); err != nil {
+		return b.Submissions()[0], err
+	}
+	rep := b.Submissions()[0]
+	b.Free()
+	return rep, rep.Err
+}

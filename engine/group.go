@@ -1,0 +1,358 @@
+// group.go owns a group: the requests of one Submit after validation,
+// their admission charges, prebuilt file ops, and the group's report.
+//
+// Invariants:
+//   - prepare either returns a fully admitted group (inflight charge taken,
+//     segment user counted, scratch mapped) or takes nothing.
+//   - A group finishes exactly once (finishLocked). A drained finish
+//     returns every charge, loan and scratch mapping; an unquiesced finish
+//     returns none of them, because the kernel may still use that memory.
+
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/orbitefs/orbitefs/internal/hostmem"
+)
+
+type group struct {
+	b         *Batch
+	first, n  int
+	op        Op
+	seg       *Segment
+	ent       *segEntry
+	deadline  time.Time
+	charge    uint64
+	transport TransportKind
+
+	ops     []FileOp
+	iovs    []IOVec // backing store for scalar requests' one-element Iov
+	scratch []*hostmem.Mapping
+	ranges  []hostRange // every local range, for loans
+	bounds  []hostRange // per-region bounding box, for same-batch fences
+	fileLo  uint64
+	fileHi  uint64
+
+	// Guarded by b.mu.
+	dispatched    bool
+	finished      bool
+	unquiesced    bool
+	next          int // next request to hand to the ring
+	outstanding   int // ops handed to the ring and not completed
+	lastSubmitted int // highest request index consumed by the kernel, or -1
+	final         *Report
+}
+
+type hostRange struct {
+	region *Region
+	lo, hi uint64
+	req    int
+}
+
+// prepare validates a submission and admits it. Nothing is queued yet.
+func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (*group, error) {
+	const verb = "submit"
+	name := b.name()
+	if err := e.checkOpen(verb); err != nil {
+		return nil, err
+	}
+	seg, ok := target.(*Segment)
+	if !ok || seg == nil {
+		return nil, errorf(KindInvalid, verb, name, "target %T is not a file segment", target)
+	}
+	if err := seg.check(verb); err != nil {
+		return nil, err
+	}
+	if op != OpRead && op != OpWrite {
+		return nil, errorf(KindInvalid, verb, name, "op %d: want read or write", op)
+	}
+	if note != nil {
+		return nil, errorf(KindInvalid, verb, name, "local file targets reject attached notifications")
+	}
+	if len(reqs) == 0 {
+		return nil, errorf(KindInvalid, verb, name, "no requests")
+	}
+	if !seg.ent.perm.allows(op) {
+		return nil, errorf(KindPermission, verb, name, "%s on %s, opened %s", op, seg.uri, seg.ent.perm)
+	}
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultTimeout.D()
+	}
+	for i := range reqs {
+		if reqs[i].Transport == TransportGDS {
+			return nil, errorf(KindUnavailable, verb, name, "requests[%d]: transport gds: cuFile is not available in this build", i)
+		}
+		if reqs[i].Transport > TransportGDS {
+			return nil, errorf(KindInvalid, verb, name, "requests[%d]: transport %d unknown", i, reqs[i].Transport)
+		}
+	}
+	if err := e.fileReady(); err != nil {
+		return nil, &Error{Op: verb, Name: name, Kind: KindUnavailable, Err: err.(*Error).Err}
+	}
+	ent := seg.ent
+	size, err := ent.currentSize()
+	if err != nil {
+		return nil, wrap(KindIO, verb, name, err)
+	}
+	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent, transport: TransportIOUring,
+		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)),
+		fileLo: ^uint64(0), lastSubmitted: -1}
+	fail := func(i int, err error) (*group, error) {
+		g.unmapScratch()
+		return nil, &Error{Op: verb, Name: name, Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if err := g.build(e, i, r, size); err != nil {
+			return fail(i, err)
+		}
+	}
+	g.computeBounds()
+
+	e.mu.Lock()
+	if e.mu.closed {
+		e.mu.Unlock()
+		g.unmapScratch()
+		return nil, errorf(KindClosed, verb, name, "engine is closed")
+	}
+	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
+		n := e.mu.inflightGroups
+		e.mu.Unlock()
+		g.unmapScratch()
+		return nil, errorf(KindExhausted, verb, name, "%d submissions in flight reach max_inflight_batches (%d)", n, e.cfg.MaxInflightBatches)
+	}
+	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
+		n := e.mu.inflightBytes
+		e.mu.Unlock()
+		g.unmapScratch()
+		return nil, errorf(KindExhausted, verb, name, "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, n, uint64(e.cfg.MaxInflightBytes))
+	}
+	e.mu.inflightGroups++
+	e.mu.inflightBytes += g.charge
+	e.mu.Unlock()
+	if !ent.admit() {
+		g.release()
+		return nil, errorf(KindBusy, verb, name, "segment %s is closing", seg.uri)
+	}
+	return g, nil
+}
+
+// build validates request i and prepares its file op.
+func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
+	var iov []IOVec
+	var buf Buffer
+	var extent uint64
+	if len(r.Elements) == 0 {
+		if r.Length == 0 {
+			return detail(KindInvalid, "zero length")
+		}
+		if r.Length > uint64(e.cfg.MaxTransferBytes) {
+			return detail(KindTooLarge, "length %d exceeds max_transfer_bytes (%d)", r.Length, uint64(e.cfg.MaxTransferBytes))
+		}
+		reg, err := e.resolve(r.Address, r.Length)
+		if err != nil {
+			return err
+		}
+		g.ranges = append(g.ranges, hostRange{region: reg, lo: r.Address, hi: r.Address + r.Length, req: i})
+		g.iovs[i] = IOVec{Base: r.Address, Len: r.Length}
+		iov = g.iovs[i : i+1 : i+1]
+		if reg.anon {
+			buf = Buffer{Key: reg.key, Base: reg.BaseAddress(), Len: reg.Len()}
+		}
+		extent = r.Length
+	} else {
+		if n := len(r.Elements); n > e.cfg.MaxVectorElements {
+			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
+		}
+		var maxPad uint64
+		for j, el := range r.Elements {
+			switch {
+			case el.Length == 0 && el.Padding == 0:
+				return detail(KindInvalid, "elements[%d]: zero length; omit empty elements", j)
+			case el.Length != 0 && el.Padding != 0:
+				return detail(KindInvalid, "elements[%d]: both a range (%d bytes) and padding (%d bytes)", j, el.Length, el.Padding)
+			}
+			if extent+el.bytes() < extent {
+				return detail(KindInvalid, "elements[%d]: vector length overflows", j)
+			}
+			extent += el.bytes()
+			if el.Padding > maxPad {
+				maxPad = el.Padding
+			}
+		}
+		if extent > uint64(e.cfg.MaxTransferBytes) {
+			return detail(KindTooLarge, "vector covers %d bytes, more than max_transfer_bytes (%d)", extent, uint64(e.cfg.MaxTransferBytes))
+		}
+		var scratch *hostmem.Mapping
+		if maxPad > 0 {
+			// One private lease for all padding of this vector; a fresh
+			// anonymous mapping is zeroed, which WRITE needs.
+			m, err := hostmem.Anonymous(maxPad)
+			if err != nil {
+				return detail(KindExhausted, "padding scratch of %d bytes: %v", maxPad, err)
+			}
+			scratch = m
+			g.scratch = append(g.scratch, m)
+		}
+		iov = make([]IOVec, len(r.Elements))
+		for j, el := range r.Elements {
+			if el.Padding != 0 {
+				iov[j] = IOVec{Base: scratch.Addr(), Len: el.Padding}
+				continue
+			}
+			reg, err := e.resolve(el.Address, el.Length)
+			if err != nil {
+				return fmt.Errorf("elements[%d]: %w", j, err)
+			}
+			g.ranges = append(g.ranges, hostRange{region: reg, lo: el.Address, hi: el.Address + el.Length, req: i})
+			iov[j] = IOVec{Base: el.Address, Len: el.Length}
+		}
+	}
+	if err := checkFileRange(g.seg, g.op, r.TargetOffset, extent, size); err != nil {
+		return err
+	}
+	g.charge += extent
+	g.fileLo = min(g.fileLo, r.TargetOffset)
+	g.fileHi = max(g.fileHi, r.TargetOffset+extent)
+
+	file := g.ent.buffered
+	if g.ent.direct.FD >= 0 && g.dioAligned(r.TargetOffset, iov) {
+		file = g.ent.direct
+	} else {
+		buf = Buffer{} // fixed buffers only pay off with the direct fd
+	}
+	g.ops[i] = FileOp{Write: g.op == OpWrite, File: file, Offset: r.TargetOffset, Iov: iov, Buf: buf}
+	return nil
+}
+
+// dioAligned reports whether an op satisfies the file's O_DIRECT rules.
+func (g *group) dioAligned(off uint64, iov []IOVec) bool {
+	if off%g.ent.dioOff != 0 {
+		return false
+	}
+	for _, v := range iov {
+		if v.Base%g.ent.dioMem != 0 || v.Len%g.ent.dioOff != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// computeBounds folds ranges into one bounding box per region.
+func (g *group) computeBounds() {
+	for _, r := range g.ranges {
+		found := false
+		for k := range g.bounds {
+			if g.bounds[k].region == r.region {
+				g.bounds[k].lo = min(g.bounds[k].lo, r.lo)
+				g.bounds[k].hi = max(g.bounds[k].hi, r.hi)
+				found = true
+				break
+			}
+		}
+		if !found {
+			g.bounds = append(g.bounds, r)
+		}
+	}
+}
+
+// conflicts reports whether g must wait for h (same batch, in flight):
+// overlapping local memory, or overlapping file bytes where one writes.
+func (g *group) conflicts(h *group) bool {
+	if g.ent == h.ent && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
+		return true
+	}
+	for _, a := range g.bounds {
+		for _, b := range h.bounds {
+			if a.region == b.region && a.lo < b.hi && b.lo < a.hi {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (g *group) fastPathEligible() bool {
+	e := g.b.e
+	return g.n == 1 && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
+		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0
+}
+
+func (g *group) unmapScratch() {
+	for _, m := range g.scratch {
+		m.Close()
+	}
+	g.scratch = nil
+}
+
+// release returns the admission charge and segment user of a group that
+// has drained (or was never queued).
+func (g *group) release() {
+	e := g.b.e
+	e.mu.Lock()
+	e.mu.inflightGroups--
+	e.mu.inflightBytes -= g.charge
+	e.mu.Unlock()
+	g.ent.done()
+	g.unmapScratch()
+}
+
+// finishLocked ends the group. drained=false (unquiesced) retains every
+// resource. REQUIRES: b.mu.
+func (g *group) finishLocked(drained bool) {
+	if g.finished {
+		return
+	}
+	b := g.b
+	g.finished = true
+	g.unquiesced = !drained
+	b.mu.active--
+	for k, h := range b.mu.inflight {
+		if h == g {
+			b.mu.inflight = append(b.mu.inflight[:k], b.mu.inflight[k+1:]...)
+			break
+		}
+	}
+	if drained {
+		if g.dispatched {
+			releaseLoans(g, nil)
+		}
+		g.release()
+	}
+	r := g.reportLocked()
+	g.final = &r
+	if r.Err != nil {
+		b.e.log.Debug("group finished with error", "batch", b.id, "task", g.first+r.RequestIndex, "err", r.Err)
+	}
+}
+
+// reportLocked builds the group's report. REQUIRES: b.mu.
+func (g *group) reportLocked() Report {
+	if g.final != nil {
+		return *g.final
+	}
+	b := g.b
+	r := Report{Tasks: TaskRange{First: g.first, Count: g.n}, Op: g.op, Target: g.seg.uri,
+		Done: g.finished, RequestIndex: -1, LocallyDrained: g.finished && !g.unquiesced}
+	prefix := true
+	for i := 0; i < g.n; i++ {
+		t := &b.mu.tasks[g.first+i]
+		if prefix && t.state == TaskCompleted {
+			r.CompletedRequests++
+			r.CompletedBytes += t.length
+			continue
+		}
+		prefix = false
+		if t.state == TaskFailed || t.state == TaskCancelled {
+			r.RequestIndex = i
+			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: KindOf(t.err), Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
+			if g.lastSubmitted >= i {
+				r.AffectedRequests = g.lastSubmitted - i + 1
+			}
+			break
+		}
+	}
+	return r
+}

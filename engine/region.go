@@ -1,0 +1,262 @@
+// region.go owns registered host memory: engine-allocated page-aligned
+// regions and MAP_SHARED file mappings, the address index used to resolve
+// raw addresses, and exclusive range loans held during I/O.
+//
+// Invariants:
+//   - A region's mapping stays mapped while any loan is outstanding;
+//     Unregister fails with ErrBusy instead of unmapping under I/O.
+//   - Loans of different groups never overlap; ranges of one group may
+//     overlap and share that group's loan.
+//   - The engine's region index (Engine.mu) is sorted by base address and
+//     regions never overlap (the kernel hands out distinct mappings).
+
+package engine
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/orbitefs/orbitefs/internal/hostmem"
+)
+
+// Location says where a region's bytes live.
+type Location string
+
+// LocationCPU is pageable host memory.
+const LocationCPU Location = "cpu"
+
+// Region is one registered memory range. Safe for concurrent use.
+type Region struct {
+	e    *Engine
+	key  uint64
+	m    *hostmem.Mapping
+	shm  string
+	anon bool
+
+	mu struct {
+		sync.Mutex
+		loans  []loan
+		closed bool
+	}
+}
+
+type loan struct {
+	lo, hi uint64 // [lo, hi)
+	owner  *group
+}
+
+// BaseAddress is the address of the region's first byte.
+func (r *Region) BaseAddress() uint64 { return r.m.Addr() }
+
+// Len is the region's size in bytes.
+func (r *Region) Len() uint64 { return r.m.Len() }
+
+// Location is where the bytes live.
+func (r *Region) Location() Location { return LocationCPU }
+
+// SharedPath is the file mapped MAP_SHARED, or "" for private memory.
+func (r *Region) SharedPath() string { return r.shm }
+
+func (r *Region) name() string { return fmt.Sprintf("memory/%#x", r.BaseAddress()) }
+
+// RegisterMemory allocates and registers bytes of zeroed, page-aligned
+// host memory. The caller owns the region until Unregister.
+func (e *Engine) RegisterMemory(bytes uint64) (*Region, error) {
+	if err := e.checkOpen("register"); err != nil {
+		return nil, err
+	}
+	if bytes == 0 {
+		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
+	}
+	m, err := hostmem.Anonymous(bytes)
+	if err != nil {
+		return nil, wrap(KindExhausted, "register", "memory", err)
+	}
+	return e.addRegion(&Region{e: e, m: m, anon: true})
+}
+
+// RegisterSharedFile maps the first bytes of an existing file (typically
+// under /dev/shm) MAP_SHARED and registers it, so another process mapping
+// the same file shares the bytes. The file is never created or resized.
+func (e *Engine) RegisterSharedFile(path string, bytes uint64) (*Region, error) {
+	if err := e.checkOpen("register"); err != nil {
+		return nil, err
+	}
+	if bytes == 0 {
+		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
+	}
+	if err := e.checkAllowed(path); err != nil {
+		return nil, wrap(KindPermission, "register", "memory", err)
+	}
+	m, err := hostmem.SharedFile(path, bytes)
+	if err != nil {
+		return nil, wrap(KindInvalid, "register", "memory", err)
+	}
+	return e.addRegion(&Region{e: e, m: m, shm: path})
+}
+
+func (e *Engine) addRegion(r *Region) (*Region, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.closed {
+		r.m.Close()
+		return nil, errorf(KindClosed, "register", "memory", "engine is closed")
+	}
+	e.mu.nextKey++
+	r.key = e.mu.nextKey
+	i := sort.Search(len(e.mu.regions), func(i int) bool { return e.mu.regions[i].BaseAddress() > r.BaseAddress() })
+	e.mu.regions = append(e.mu.regions, nil)
+	copy(e.mu.regions[i+1:], e.mu.regions[i:])
+	e.mu.regions[i] = r
+	e.log.Info("memory registered", "region", r.name(), "bytes", r.Len(), "shm", r.shm)
+	return r, nil
+}
+
+// Unregister removes the region and unmaps it. It fails with ErrBusy
+// while a transfer holds a loan on it; the region then stays usable.
+func (e *Engine) Unregister(r *Region) error {
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		return errorf(KindNotFound, "unregister", r.name(), "already unregistered")
+	}
+	if n := len(r.mu.loans); n > 0 {
+		l := r.mu.loans[0]
+		r.mu.Unlock()
+		return errorf(KindBusy, "unregister", r.name(), "%d live transfer(s) hold it, first in batches/%d", n, l.owner.b.id)
+	}
+	r.mu.closed = true
+	r.mu.Unlock()
+
+	e.mu.Lock()
+	for i, x := range e.mu.regions {
+		if x == r {
+			e.mu.regions = append(e.mu.regions[:i], e.mu.regions[i+1:]...)
+			break
+		}
+	}
+	e.mu.Unlock()
+	if ft := e.fileTransport(); ft != nil && r.anon {
+		ft.ForgetBuffer(r.key)
+	}
+	e.log.Info("memory unregistered", "region", r.name(), "bytes", r.Len())
+	return r.m.Close()
+}
+
+// ReadAt copies region bytes into p (io.ReaderAt semantics). It fails
+// with ErrBusy while a transfer holds an overlapping loan.
+func (r *Region) ReadAt(p []byte, off int64) (int, error) {
+	return r.copyAt(p, off, false)
+}
+
+// WriteAt copies p into the region. It fails with ErrBusy while a transfer
+// holds an overlapping loan, and with ErrRange past the region's end.
+func (r *Region) WriteAt(p []byte, off int64) (int, error) {
+	return r.copyAt(p, off, true)
+}
+
+func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
+	op := "read"
+	if write {
+		op = "write"
+	}
+	if off < 0 || uint64(off) > r.Len() {
+		return 0, errorf(KindRange, op, r.name(), "offset %d beyond region size %d", off, r.Len())
+	}
+	end := uint64(off) + uint64(len(p))
+	if end > r.Len() {
+		if write {
+			return 0, errorf(KindRange, op, r.name(), "offset %d+%d beyond region size %d", off, len(p), r.Len())
+		}
+		end = r.Len()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mu.closed {
+		return 0, errorf(KindNotFound, op, r.name(), "unregistered")
+	}
+	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+end
+	for _, l := range r.mu.loans {
+		if l.lo < hi && lo < l.hi {
+			return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
+		}
+	}
+	b := r.m.Bytes()[off:end]
+	if write {
+		return copy(b, p), nil
+	}
+	return copy(p, b), nil
+}
+
+// resolve finds the region holding [addr, addr+n). REQUIRES: nothing held.
+func (e *Engine) resolve(addr, n uint64) (*Region, error) {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	rs := e.mu.regions
+	i := sort.Search(len(rs), func(i int) bool { return rs[i].BaseAddress() > addr }) - 1
+	if i < 0 || addr >= rs[i].BaseAddress()+rs[i].Len() {
+		return nil, detail(KindNotFound, "address %#x is not in any registered region", addr)
+	}
+	r := rs[i]
+	if addr+n < addr || addr+n > r.BaseAddress()+r.Len() {
+		return nil, detail(KindRange, "address %#x+%d runs past the end of %s (%d bytes)", addr, n, r.name(), r.Len())
+	}
+	return r, nil
+}
+
+// Regions returns the registered regions in address order.
+func (e *Engine) Regions() []*Region {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	return append([]*Region(nil), e.mu.regions...)
+}
+
+// acquireLoans takes exclusive loans for every range of g, all or none.
+// A range overlapping another group's loan fails with ErrBusy.
+func acquireLoans(g *group) error {
+	// Group ranges by region; the regions are locked one at a time in
+	// address order, and anything taken is returned on failure.
+	var taken []*Region
+	for _, rr := range g.ranges {
+		r := rr.region
+		r.mu.Lock()
+		if r.mu.closed {
+			r.mu.Unlock()
+			releaseLoans(g, taken)
+			return errorf(KindNotFound, "submit", r.name(), "unregistered before dispatch")
+		}
+		for _, l := range r.mu.loans {
+			if l.owner != g && l.lo < rr.hi && rr.lo < l.hi {
+				r.mu.Unlock()
+				releaseLoans(g, taken)
+				return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps a loan held by batches/%d", rr.req, rr.lo, rr.hi, l.owner.b.id)
+			}
+		}
+		r.mu.loans = append(r.mu.loans, loan{lo: rr.lo, hi: rr.hi, owner: g})
+		r.mu.Unlock()
+		taken = append(taken, r)
+	}
+	return nil
+}
+
+// releaseLoans drops every loan g holds in the given regions (all of g's
+// regions when regions is nil).
+func releaseLoans(g *group, regions []*Region) {
+	if regions == nil {
+		for _, rr := range g.ranges {
+			regions = append(regions, rr.region)
+		}
+	}
+	for _, r := range regions {
+		r.mu.Lock()
+		ls := r.mu.loans[:0]
+		for _, l := range r.mu.loans {
+			if l.owner != g {
+				ls = append(ls, l)
+			}
+		}
+		r.mu.loans = ls
+		r.mu.Unlock()
+	}
+}

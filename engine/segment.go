@@ -1,0 +1,499 @@
+// segment.go owns file segments: URI parsing, confined opening, the
+// shared entry per (path, permission), cached info, refresh, range
+// checks and close-with-drain.
+//
+// Invariants:
+//   - An entry's fds stay bound to the inode resolved at open: refresh and
+//     range checks fstat the fd, never the path, so rename and unlink do
+//     not change what a segment reads or writes.
+//   - users counts admitted groups; a draining entry admits none, and its
+//     fds close only when users is 0 and the last handle has closed.
+//   - Opening never creates, truncates or extends a file.
+//   - Lock order: Engine.mu before segEntry.mu.
+
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Segment is a handle on an open file segment. Handles opened with the
+// same path and permission share one entry (and its fds). Safe for
+// concurrent use.
+type Segment struct {
+	e      *Engine
+	ent    *segEntry
+	uri    string
+	mu     sync.Mutex
+	closed bool
+}
+
+// segEntry is the shared state behind aliases.
+type segEntry struct {
+	path     string
+	perm     Permission
+	buffered FileRef // always valid
+	direct   FileRef // FD -1 when no O_DIRECT fd
+	dioMem   uint64
+	dioOff   uint64
+	fsType   string
+
+	mu struct {
+		sync.Mutex
+		handles  int
+		users    int
+		draining bool
+		idle     chan struct{} // closed when users drops to 0 while draining
+		size     uint64
+		sizeAt   time.Time
+		gone     bool // fds closed, slot freed
+	}
+}
+
+// SegmentInfo describes an open segment.
+type SegmentInfo struct {
+	URI            string     `json:"uri"`
+	Path           string     `json:"path"`
+	Size           uint64     `json:"size"`
+	Offset         uint64     `json:"offset"`
+	Permission     Permission `json:"-"`
+	DirectIO       bool       `json:"direct_io"`
+	DIOMemAlign    uint64     `json:"dio_mem_alignment"`
+	DIOOffsetAlign uint64     `json:"dio_offset_alignment"`
+	Filesystem     string     `json:"filesystem"`
+	GDSMode        string     `json:"gds_mode"`
+	Aliases        int        `json:"aliases"`
+	Users          int        `json:"users"`
+	Draining       bool       `json:"draining"`
+	SizeCachedAt   time.Time  `json:"size_cached_at"`
+}
+
+// URI is the text the segment was opened with.
+func (s *Segment) URI() string { return s.uri }
+
+// Permission is what the segment allows.
+func (s *Segment) Permission() Permission { return s.ent.perm }
+
+func (s *Segment) name() string { return "segments/" + s.uri }
+
+func (*Segment) isTarget() {}
+
+// ParseFileURI returns the path of a file:// URI: "file:///abs" is
+// absolute, "file://rel/x" is relative to the working directory.
+func ParseFileURI(uri string) (string, error) {
+	rest, ok := strings.CutPrefix(uri, "file://")
+	if !ok {
+		return "", fmt.Errorf("uri %q: want file:///absolute/path or file://relative/path", uri)
+	}
+	if rest == "" || rest == "/" {
+		return "", fmt.Errorf("uri %q: no file path", uri)
+	}
+	if strings.ContainsRune(rest, 0) {
+		return "", fmt.Errorf("uri %q: path contains a NUL byte", uri)
+	}
+	p, err := filepath.Abs(rest)
+	if err != nil {
+		return "", fmt.Errorf("uri %q: %w", uri, err)
+	}
+	return p, nil
+}
+
+// OpenFileSegment opens an existing regular file for transfers. Another
+// open of the same path with the same permission shares the entry. It
+// returns ErrNotFound when the file is missing, ErrPermission when the
+// file or the allowed roots refuse it, ErrInvalid for a bad URI or a
+// non-regular file, ErrExhausted past max_file_segments.
+func (e *Engine) OpenFileSegment(uri string, perm Permission) (*Segment, error) {
+	const op = "open"
+	name := "segments/" + uri
+	if err := e.checkOpen(op); err != nil {
+		return nil, err
+	}
+	if perm != PermRead && perm != PermWrite && perm != PermReadWrite {
+		return nil, errorf(KindInvalid, op, name, "permission %d: want read, write or read_write", perm)
+	}
+	path, err := ParseFileURI(uri)
+	if err != nil {
+		return nil, wrap(KindInvalid, op, name, err)
+	}
+	key := fmt.Sprintf("%s\x00%d", path, perm)
+
+	e.segMu.Lock() // serializes opens so two racing opens share one entry
+	defer e.segMu.Unlock()
+
+	e.mu.Lock()
+	if ent, ok := e.mu.segments[key]; ok {
+		ent.mu.Lock()
+		if !ent.mu.draining && !ent.mu.gone {
+			ent.mu.handles++
+			ent.mu.Unlock()
+			e.mu.Unlock()
+			return &Segment{e: e, ent: ent, uri: uri}, nil
+		}
+		ent.mu.Unlock()
+		e.mu.Unlock()
+		return nil, errorf(KindBusy, op, name, "%s is draining after a close timed out; retry the close first", path)
+	}
+	if n := len(e.mu.segments); n >= e.cfg.MaxFileSegments {
+		e.mu.Unlock()
+		return nil, errorf(KindExhausted, op, name, "%d open or draining segments reach max_file_segments (%d)", n, e.cfg.MaxFileSegments)
+	}
+	e.mu.Unlock()
+
+	ent, err := e.openEntry(path, perm)
+	if err != nil {
+		return nil, &Error{Op: op, Name: name, Kind: KindOf(err), Err: errors.Unwrap(err)}
+	}
+	ent.mu.handles = 1
+	e.mu.Lock()
+	e.mu.segments[key] = ent
+	e.mu.Unlock()
+	e.log.Info("segment opened", "segment", uri, "path", path, "permission", perm.String(), "direct_io", ent.direct.FD >= 0, "filesystem", ent.fsType)
+	return &Segment{e: e, ent: ent, uri: uri}, nil
+}
+
+// openEntry opens path beneath the allowed roots and inspects it.
+func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
+	acc := unix.O_RDONLY
+	switch perm {
+	case PermWrite:
+		acc = unix.O_WRONLY
+	case PermReadWrite:
+		acc = unix.O_RDWR
+	}
+	// O_NONBLOCK keeps a FIFO from blocking the open; it is cleared below
+	// because io_uring honours it on regular files (EAGAIN, no punt).
+	fd, err := e.openConfined(path, acc|unix.O_NONBLOCK|unix.O_NOCTTY)
+	if err != nil {
+		return nil, err
+	}
+	ent := &segEntry{path: path, perm: perm, buffered: FileRef{FD: fd}, direct: FileRef{FD: -1}}
+	ok := false
+	defer func() {
+		if !ok {
+			ent.closeFDs()
+		}
+	}()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, wrap(KindIO, "", "", os.NewSyscallError("fstat", err))
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, wrap(KindInvalid, "", "", fmt.Errorf("%s is not a regular file", path))
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, 0); err != nil {
+		return nil, wrap(KindIO, "", "", os.NewSyscallError("fcntl", err))
+	}
+	ent.mu.size, ent.mu.sizeAt = uint64(st.Size), time.Now()
+
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err == nil {
+		ent.fsType = fsName(sfs.Type)
+	}
+	ent.dioMem, ent.dioOff = 4096, 4096
+	var stx unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_DIOALIGN, &stx); err == nil &&
+		stx.Mask&unix.STATX_DIOALIGN != 0 && stx.Dio_offset_align > 0 {
+		ent.dioMem, ent.dioOff = uint64(stx.Dio_mem_align), uint64(stx.Dio_offset_align)
+	}
+	// tmpfs takes the buffered fd: its "direct" I/O is a page-cache copy.
+	if ent.fsType != "tmpfs" {
+		// Reopening through /proc binds the same inode, even if the path
+		// was renamed or unlinked since the first open.
+		dfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), acc|unix.O_DIRECT|unix.O_CLOEXEC, 0)
+		if err == nil {
+			ent.direct.FD = dfd
+		}
+	}
+	e.mu.Lock()
+	e.mu.nextKey++
+	ent.buffered.Key = e.mu.nextKey
+	e.mu.nextKey++
+	ent.direct.Key = e.mu.nextKey
+	e.mu.Unlock()
+	ok = true
+	return ent, nil
+}
+
+func fsName(t int64) string {
+	switch t {
+	case unix.TMPFS_MAGIC:
+		return "tmpfs"
+	case unix.EXT4_SUPER_MAGIC:
+		return "ext4"
+	case unix.XFS_SUPER_MAGIC:
+		return "xfs"
+	case unix.BTRFS_SUPER_MAGIC:
+		return "btrfs"
+	case unix.OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs"
+	}
+	return fmt.Sprintf("0x%x", t)
+}
+
+// openConfined opens path with flags, beneath an allowed root when roots
+// are configured: the walk uses openat2(RESOLVE_BENEATH), so neither ".."
+// nor a symlink can lead out of the root.
+func (e *Engine) openConfined(path string, flags int) (int, error) {
+	flags |= unix.O_CLOEXEC
+	if len(e.cfg.AllowedRoots) == 0 {
+		fd, err := unix.Open(path, flags, 0)
+		if err != nil {
+			return -1, openErr(path, err)
+		}
+		return fd, nil
+	}
+	root, rel, err := e.allowedRoot(path)
+	if err != nil {
+		return -1, wrap(KindPermission, "", "", err)
+	}
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, openErr(root, err)
+	}
+	defer unix.Close(rfd)
+	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err == unix.EXDEV {
+		return -1, wrap(KindPermission, "", "", fmt.Errorf("%s resolves outside allowed root %s (symlink or ..)", path, root))
+	}
+	if err != nil {
+		return -1, openErr(path, err)
+	}
+	return fd, nil
+}
+
+// allowedRoot returns the root holding path (lexically) and the path
+// relative to it.
+func (e *Engine) allowedRoot(path string) (root, rel string, err error) {
+	clean := filepath.Clean(path)
+	for _, r := range e.cfg.AllowedRoots {
+		if rel, err := filepath.Rel(r, clean); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
+			return r, rel, nil
+		}
+	}
+	return "", "", fmt.Errorf("%s is not beneath an allowed root (%s)", path, strings.Join(e.cfg.AllowedRoots, ", "))
+}
+
+// checkAllowed is the lexical root check for paths opened elsewhere.
+func (e *Engine) checkAllowed(path string) error {
+	if len(e.cfg.AllowedRoots) == 0 {
+		return nil
+	}
+	_, _, err := e.allowedRoot(path)
+	return err
+}
+
+func openErr(path string, err error) error {
+	pe := &os.PathError{Op: "open", Path: path, Err: err}
+	switch err {
+	case unix.ENOENT, unix.ENOTDIR:
+		return wrap(KindNotFound, "", "", pe)
+	case unix.EACCES, unix.EPERM, unix.EROFS:
+		return wrap(KindPermission, "", "", pe)
+	case unix.ELOOP, unix.EISDIR, unix.ENXIO:
+		return wrap(KindInvalid, "", "", pe)
+	case unix.EMFILE, unix.ENFILE, unix.ENOMEM:
+		return wrap(KindExhausted, "", "", pe)
+	}
+	return wrap(KindIO, "", "", pe)
+}
+
+func (ent *segEntry) closeFDs() {
+	if ent.direct.FD >= 0 {
+		unix.Close(ent.direct.FD)
+		ent.direct.FD = -1
+	}
+	if ent.buffered.FD >= 0 {
+		unix.Close(ent.buffered.FD)
+		ent.buffered.FD = -1
+	}
+}
+
+// currentSize fstats the bound inode.
+func (ent *segEntry) currentSize() (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(ent.buffered.FD, &st); err != nil {
+		return 0, os.NewSyscallError("fstat", err)
+	}
+	return uint64(st.Size), nil
+}
+
+func (s *Segment) check(op string) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return errorf(KindNotFound, op, s.name(), "segment handle is closed")
+	}
+	return nil
+}
+
+// Info returns the segment's description. Size comes from a cache
+// refreshed at most every file_info_ttl (spec: one hour); Refresh forces it.
+func (e *Engine) FileSegmentInfo(s *Segment) (SegmentInfo, error) {
+	if err := s.check("info"); err != nil {
+		return SegmentInfo{}, err
+	}
+	ent := s.ent
+	ent.mu.Lock()
+	stale := time.Since(ent.mu.sizeAt) >= e.cfg.FileInfoTTL.D()
+	ent.mu.Unlock()
+	if stale {
+		if err := e.RefreshFileSegment(s); err != nil {
+			return SegmentInfo{}, err
+		}
+	}
+	ent.mu.Lock()
+	defer ent.mu.Unlock()
+	return SegmentInfo{
+		URI: s.uri, Path: ent.path, Size: ent.mu.size, Permission: ent.perm,
+		DirectIO: ent.direct.FD >= 0, DIOMemAlign: ent.dioMem, DIOOffsetAlign: ent.dioOff,
+		Filesystem: ent.fsType, GDSMode: e.gdsMode(), Aliases: ent.mu.handles, Users: ent.mu.users,
+		Draining: ent.mu.draining, SizeCachedAt: ent.mu.sizeAt,
+	}, nil
+}
+
+// RefreshFileSegment re-reads the size of the bound inode into the cache.
+func (e *Engine) RefreshFileSegment(s *Segment) error {
+	if err := s.check("refresh"); err != nil {
+		return err
+	}
+	n, err := s.ent.currentSize()
+	if err != nil {
+		return wrap(KindIO, "refresh", s.name(), err)
+	}
+	s.ent.mu.Lock()
+	s.ent.mu.size, s.ent.mu.sizeAt = n, time.Now()
+	s.ent.mu.Unlock()
+	return nil
+}
+
+// ResolveFileOffset checks that op may touch [offset, offset+length) of
+// the segment's current size and returns the file offset (segments have
+// base zero). Zero length and overflow are ErrInvalid, an end past the
+// current size ErrRange, a disallowed op ErrPermission.
+func (e *Engine) ResolveFileOffset(s *Segment, op Op, offset, length uint64) (uint64, error) {
+	if err := s.check("resolve"); err != nil {
+		return 0, err
+	}
+	size, err := s.ent.currentSize()
+	if err != nil {
+		return 0, wrap(KindIO, "resolve", s.name(), err)
+	}
+	if err := checkFileRange(s, op, offset, length, size); err != nil {
+		return 0, &Error{Op: "resolve", Name: s.name(), Kind: KindOf(err), Err: err}
+	}
+	return offset, nil
+}
+
+func checkFileRange(s *Segment, op Op, offset, length, size uint64) error {
+	if !s.ent.perm.allows(op) {
+		return detail(KindPermission, "%s on a segment opened %s", op, s.ent.perm)
+	}
+	if length == 0 {
+		return detail(KindInvalid, "zero length")
+	}
+	end := offset + length
+	if end < offset {
+		return detail(KindInvalid, "offset %d + length %d overflows", offset, length)
+	}
+	if end > size {
+		return detail(KindRange, "offset %d + length %d = %d is beyond file size %d", offset, length, end, size)
+	}
+	return nil
+}
+
+// admit counts a group as a user of the entry; it fails while draining.
+func (ent *segEntry) admit() bool {
+	ent.mu.Lock()
+	defer ent.mu.Unlock()
+	if ent.mu.draining || ent.mu.gone {
+		return false
+	}
+	ent.mu.users++
+	return true
+}
+
+// done drops a user taken by admit.
+func (ent *segEntry) done() {
+	ent.mu.Lock()
+	ent.mu.users--
+	if ent.mu.users == 0 && ent.mu.idle != nil {
+		close(ent.mu.idle)
+		ent.mu.idle = nil
+	}
+	ent.mu.Unlock()
+}
+
+// CloseFileSegment closes the handle. It first closes the entry (all
+// aliases) to new work and waits up to timeout for admitted groups to
+// finish. On timeout it returns ErrTimeout, the entry stays closed to new
+// work, and a later call with the same handle retries. On success the
+// handle is invalid; the file's fds close with the last alias.
+func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
+	const op = "close"
+	if err := s.check(op); err != nil {
+		return err
+	}
+	ent := s.ent
+	ent.mu.Lock()
+	ent.mu.draining = true
+	var idle chan struct{}
+	if ent.mu.users > 0 {
+		if ent.mu.idle == nil {
+			ent.mu.idle = make(chan struct{})
+		}
+		idle = ent.mu.idle
+	}
+	users := ent.mu.users
+	ent.mu.Unlock()
+	if idle != nil {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-idle:
+		case <-t.C:
+			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; the segment is closed to new work, retry the close", users, timeout)
+		}
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+
+	ent.mu.Lock()
+	ent.mu.handles--
+	last := ent.mu.handles == 0
+	if last {
+		ent.mu.gone = true
+	} else {
+		ent.mu.draining = false // the remaining aliases reopen to work
+	}
+	ent.mu.Unlock()
+	if last {
+		e.mu.Lock()
+		delete(e.mu.segments, fmt.Sprintf("%s\x00%d", ent.path, ent.perm))
+		e.mu.Unlock()
+		if ft := e.fileTransport(); ft != nil {
+			ft.ForgetFile(ent.buffered.Key)
+			ft.ForgetFile(ent.direct.Key)
+		}
+		ent.closeFDs()
+	}
+	e.log.Info("segment closed", "segment", s.uri, "last_alias", last)
+	return nil
+}

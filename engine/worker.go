@@ -1,0 +1,461 @@
+// worker.go owns the execution of a batch's groups on one file queue.
+//
+// One worker per batch, started by the Submit that finds none running and
+// gone again once the batch has nothing queued or in flight, so an idle
+// engine has no goroutine. The worker keeps the ring full across group
+// boundaries: groups are dispatched strictly in FIFO order, but group k+1
+// may start while group k still has SQEs in flight, unless the two touch
+// overlapping local memory or overlapping file bytes with a write (a
+// fence), in which case k+1 and everything behind it wait. This keeps the
+// device at full queue depth for callers that stream small groups, which
+// a barrier per group would not (measured in docs/performance.md).
+//
+// Small groups may run on the submitting caller first (fastPath): one
+// nonblocking CQ check, then at most three timed waits sharing one
+// caller_fast_path_wait window; whatever is still in flight is handed,
+// with its ring, to a worker goroutine that drains it. Nothing is ever
+// resubmitted.
+//
+// Invariants:
+//   - Only the worker (or the caller acting as it) touches w.q.
+//   - A task is marked running exactly when its op is prepared on the
+//     ring, and is completed/failed only from its CQE, a submit failure of
+//     its unconsumed SQE, or the unquiesced cutoff.
+//   - A ring with a missing CQE past deadline+quiesce_grace is tainted:
+//     no new op goes on it, and once the live ops drain it is abandoned,
+//     never released to the pool.
+
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+type worker struct {
+	b       *Batch
+	q       Queue
+	tainted bool
+	pending []uint64 // tokens prepared but not yet consumed by Submit
+	comps   []Completion
+}
+
+// maxReapWait bounds one blocking wait so cutoffs are checked regularly.
+const maxReapWait = time.Second
+
+func (w *worker) start() {
+	e := w.b.e
+	e.st.workersStarted.Add(1)
+	e.st.workersRunning.Add(1)
+	go func() {
+		defer e.st.workersRunning.Add(-1)
+		for w.turn(maxReapWait) {
+		}
+	}()
+}
+
+// fastPath runs the single small group just queued on the caller.
+func (w *worker) fastPath() {
+	e := w.b.e
+	if !w.turnNoWait() {
+		e.st.fastPathHits.Add(1)
+		return
+	}
+	window := e.cfg.CallerFastPathWait.D()
+	w.b.mu.Lock()
+	if len(w.b.mu.inflight) > 0 {
+		window = min(window, time.Until(w.b.mu.inflight[0].deadline))
+	}
+	w.b.mu.Unlock()
+	end := time.Now().Add(window)
+	for tries := 0; tries < 3; tries++ {
+		left := time.Until(end)
+		if left <= 0 {
+			break
+		}
+		if !w.reapAndIdle(left) {
+			e.st.fastPathHits.Add(1)
+			return
+		}
+	}
+	e.st.fastPathHandoffs.Add(1)
+	w.start()
+}
+
+// turnNoWait fills, submits and does one nonblocking reap. It returns
+// false when the worker has exited (nothing left).
+func (w *worker) turnNoWait() bool {
+	if !w.fill() {
+		return false
+	}
+	w.submit()
+	return w.reapAndIdle(0)
+}
+
+// turn is one loop iteration of the worker goroutine.
+func (w *worker) turn(wait time.Duration) bool {
+	if !w.fill() {
+		return false
+	}
+	w.submit()
+	return w.reapAndIdle(wait)
+}
+
+// fill dispatches queued groups and prepares ops while the ring has
+// space. It returns false (after releasing the ring) when the batch is idle.
+func (w *worker) fill() bool {
+	b := w.b
+	for {
+		if w.q == nil && !w.tainted {
+			b.mu.Lock()
+			idle := len(b.mu.queue) == 0 && len(b.mu.inflight) == 0
+			if idle {
+				b.mu.worker = false
+				b.mu.Unlock()
+				return false
+			}
+			b.mu.Unlock()
+			q, err := b.e.file.Acquire()
+			if err != nil {
+				b.mu.Lock()
+				if len(b.mu.queue) > 0 {
+					g := b.mu.queue[0]
+					b.mu.queue = b.mu.queue[1:]
+					w.failRestLocked(g, 0, wrap(KindExhausted, "dispatch", b.name(), err))
+					g.finishLocked(true)
+					b.changedLocked()
+				}
+				b.mu.Unlock()
+				continue
+			}
+			w.q = q
+		}
+		break
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.q != nil && !w.tainted {
+		w.fillLocked()
+	}
+	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
+		b.mu.worker = false
+		w.releaseQueue()
+		return false
+	}
+	return true
+}
+
+func (w *worker) releaseQueue() {
+	if w.q == nil {
+		return
+	}
+	if w.tainted {
+		w.q.Abandon()
+	} else {
+		w.q.Release()
+	}
+	w.q, w.tainted = nil, false
+}
+
+// fillLocked prepares ops in FIFO order. REQUIRES: b.mu.
+func (w *worker) fillLocked() {
+	b := w.b
+	changed := false
+	defer func() {
+		if changed {
+			b.changedLocked()
+		}
+	}()
+	for w.q.Space() > 0 {
+		var g *group
+		if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
+			g = b.mu.inflight[n-1]
+		} else if len(b.mu.queue) > 0 {
+			h := b.mu.queue[0]
+			for _, f := range b.mu.inflight {
+				if h.conflicts(f) {
+					return // fence: h and all behind it wait
+				}
+			}
+			b.mu.queue = b.mu.queue[1:]
+			changed = true
+			if !w.dispatchLocked(h) {
+				continue
+			}
+			g = h
+		} else {
+			return
+		}
+		now := time.Now()
+		for g.next < g.n && w.q.Space() > 0 {
+			i := g.next
+			t := &b.mu.tasks[g.first+i]
+			if t.state != TaskPending {
+				g.next++
+				continue
+			}
+			if now.After(g.deadline) {
+				w.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
+				break
+			}
+			op := g.ops[i]
+			op.Token = uint64(g.first + i)
+			if err := w.q.Prepare(&op); err != nil {
+				break
+			}
+			w.pending = append(w.pending, op.Token)
+			t.state = TaskRunning
+			g.outstanding++
+			g.next++
+			changed = true
+		}
+		if g.next == g.n && g.outstanding == 0 {
+			g.finishLocked(true)
+			changed = true
+		}
+	}
+}
+
+// dispatchLocked moves g to in flight: deadline check and loans. It
+// returns false when g finished without I/O. REQUIRES: b.mu.
+func (w *worker) dispatchLocked(g *group) bool {
+	b := w.b
+	g.dispatched = true
+	b.mu.inflight = append(b.mu.inflight, g)
+	live := false
+	for i := 0; i < g.n; i++ {
+		if b.mu.tasks[g.first+i].state == TaskPending {
+			live = true
+			break
+		}
+	}
+	if !live {
+		g.next = g.n
+		g.finishLocked(true)
+		return false
+	}
+	if time.Now().After(g.deadline) {
+		w.failRestLocked(g, 0, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed while queued"))
+		g.finishLocked(true)
+		return false
+	}
+	if err := acquireLoans(g); err != nil {
+		g.dispatched = false // no loans to return
+		w.failRestLocked(g, 0, err)
+		g.finishLocked(true)
+		return false
+	}
+	return true
+}
+
+// failRestLocked fails every pending task of g from request i on.
+func (w *worker) failRestLocked(g *group, from int, err error) {
+	b := w.b
+	for i := from; i < g.n; i++ {
+		t := &b.mu.tasks[g.first+i]
+		if t.state == TaskPending {
+			t.state = TaskFailed
+			t.err = err
+			b.e.st.tasksFailed.Add(1)
+		}
+	}
+	g.next = g.n
+}
+
+// submit hands prepared ops to the kernel. A transient refusal leaves
+// them prepared for the next turn; a persistent one fails the unsent
+// tail and taints the ring.
+func (w *worker) submit() {
+	if len(w.pending) == 0 || w.q == nil {
+		return
+	}
+	n, err := w.q.Submit()
+	b := w.b
+	b.mu.Lock()
+	for _, tok := range w.pending[:n] {
+		t := &b.mu.tasks[tok]
+		t.submitted = true
+		if i := int(tok) - t.g.first; i > t.g.lastSubmitted {
+			t.g.lastSubmitted = i
+		}
+	}
+	w.pending = w.pending[n:]
+	if err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EINTR) {
+		for _, tok := range w.pending {
+			t := &b.mu.tasks[tok]
+			t.state = TaskFailed
+			t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
+			b.e.st.tasksFailed.Add(1)
+			t.g.outstanding--
+			if t.g.next == t.g.n && t.g.outstanding == 0 {
+				t.g.finishLocked(true)
+			}
+		}
+		w.pending = w.pending[:0]
+		w.tainted = true
+		b.changedLocked()
+	}
+	b.mu.Unlock()
+	if len(w.pending) == 0 {
+		w.pending = w.pending[:0]
+	}
+}
+
+// reapAndIdle reaps completions (waiting up to wait when ops are in
+// flight), applies them and the unquiesced cutoff, and reports whether
+// the worker still has anything to do.
+func (w *worker) reapAndIdle(wait time.Duration) bool {
+	b := w.b
+	e := b.e
+	b.mu.Lock()
+	live := 0
+	cutoff := time.Time{}
+	for _, g := range b.mu.inflight {
+		live += g.outstanding
+		if g.outstanding > 0 {
+			c := g.deadline.Add(e.cfg.QuiesceGrace.D())
+			if cutoff.IsZero() || c.Before(cutoff) {
+				cutoff = c
+			}
+		}
+	}
+	queued := len(b.mu.queue)
+	b.mu.Unlock()
+	if live > 0 && w.q != nil {
+		if !cutoff.IsZero() {
+			wait = min(wait, max(time.Until(cutoff), 0))
+		}
+		w.comps = w.comps[:0]
+		_, err := w.q.Reap(wait, func(c Completion) { w.comps = append(w.comps, c) })
+		b.mu.Lock()
+		for _, c := range w.comps {
+			w.completeLocked(c)
+		}
+		if err != nil {
+			e.log.Warn("reap failed", "batch", b.id, "err", err)
+		}
+		w.cutoffLocked(time.Now())
+		if len(w.comps) > 0 {
+			b.changedLocked()
+		}
+		b.mu.Unlock()
+	} else if live > 0 {
+		// The ring was abandoned with live ops: only the cutoff ends them.
+		time.Sleep(min(wait, time.Until(cutoff)))
+		b.mu.Lock()
+		w.cutoffLocked(time.Now())
+		b.mu.Unlock()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if w.tainted && w.q != nil {
+		live = 0
+		for _, g := range b.mu.inflight {
+			live += g.outstanding
+		}
+		if live == 0 {
+			w.q.Abandon()
+			w.q, w.tainted = nil, false
+			w.pending = w.pending[:0]
+		}
+	}
+	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
+		b.mu.worker = false
+		w.releaseQueue()
+		return false
+	}
+	_ = queued
+	return true
+}
+
+// completeLocked applies one CQE. REQUIRES: b.mu.
+func (w *worker) completeLocked(c Completion) {
+	b := w.b
+	e := b.e
+	if c.Token >= uint64(len(b.mu.tasks)) {
+		return
+	}
+	t := &b.mu.tasks[c.Token]
+	g := t.g
+	if t.state != TaskRunning {
+		return // a late CQE of an unquiesced group
+	}
+	idx := int(c.Token) - g.first
+	switch {
+	case c.Res >= 0 && uint64(c.Res) == t.length:
+		t.state = TaskCompleted
+		t.transferred = t.length
+		e.st.tasksCompleted.Add(1)
+	case c.Res >= 0:
+		t.state = TaskFailed
+		t.transferred = uint64(c.Res)
+		what := "short read"
+		if g.op == OpWrite {
+			what = "short write"
+			t.effect = EffectUnknown
+		}
+		t.err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", idx, what, c.Res, t.length, g.ops[idx].Offset)
+		e.st.tasksFailed.Add(1)
+	default:
+		errno := unix.Errno(-c.Res)
+		t.state = TaskFailed
+		if g.op == OpWrite {
+			t.effect = EffectUnknown
+		}
+		t.err = wrap(KindIO, g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
+		e.st.tasksFailed.Add(1)
+	}
+	if c.Res > 0 {
+		if g.op == OpRead {
+			e.st.bytesRead.Add(uint64(c.Res))
+		} else {
+			e.st.bytesWritten.Add(uint64(c.Res))
+		}
+	}
+	g.outstanding--
+	if g.outstanding == 0 && g.next == g.n {
+		g.finishLocked(true)
+	}
+}
+
+// cutoffLocked ends groups whose CQEs are missing past deadline +
+// quiesce_grace: they fail unquiesced and keep everything. REQUIRES: b.mu.
+func (w *worker) cutoffLocked(now time.Time) {
+	b := w.b
+	e := b.e
+	grace := e.cfg.QuiesceGrace.D()
+	for k := 0; k < len(b.mu.inflight); k++ {
+		g := b.mu.inflight[k]
+		if g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
+			continue
+		}
+		for i := 0; i < g.n; i++ {
+			t := &b.mu.tasks[g.first+i]
+			switch t.state {
+			case TaskRunning:
+				t.state = TaskFailed
+				if g.op == OpWrite {
+					t.effect = EffectUnknown
+				}
+				t.err = errorf(KindIO, g.op.String(), g.seg.name(), "requests[%d]: unquiesced: no completion %s after the deadline; its memory, file and ring stay retained", i, grace)
+				e.st.tasksFailed.Add(1)
+			case TaskPending:
+				t.state = TaskFailed
+				t.err = errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i)
+				e.st.tasksFailed.Add(1)
+			}
+		}
+		g.outstanding = 0
+		g.next = g.n
+		w.tainted = true
+		e.st.unquiesced.Add(1)
+		e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
+		g.finishLocked(false)
+		k--
+		b.changedLocked()
+	}
+}
