@@ -1,0 +1,41 @@
+// Command orbitefs is the orbitefs daemon and tool: `mount` serves the
+// control filesystem, `bench` drives the engine directly, `version`
+// prints the version. Each subcommand lives in its own file.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// Version is the orbitefs release.
+const Version = "0.1.0"
+
+var commands = map[string]func(args []string) int{}
+
+func usage() {
+	fmt.Fprint(os.Stderr, `usage: orbitefs <command> [flags]
+
+commands:
+  mount [--config FILE] MOUNTPOINT   serve the control filesystem (foreground)
+  bench file [flags]                 drive the engine against a file (see bench file -h)
+  version                            print the version
+`)
+}
+
+func main() {
+	commands["version"] = func([]string) int { fmt.Printf("orbitefs %s\n", Version); return 0 }
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := commands[os.Args[1]]
+	if !ok {
+		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
+			fmt.Fprintf(os.Stderr, "orbitefs: unknown command %q\n", os.Args[1])
+		}
+		usage()
+		os.Exit(2)
+	}
+	os.Exit(cmd(os.Args[2:]))
+}

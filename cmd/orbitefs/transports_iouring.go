@@ -1,0 +1,14 @@
+//go:build linux && !noiouring
+
+package main
+
+import (
+	"github.com/orbitefs/orbitefs/backends/iouring"
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// transports returns the data paths built into this binary.
+func transports(cfg config.Engine) []engine.Transport {
+	return []engine.Transport{iouring.New(cfg.IOUring)}
+}
