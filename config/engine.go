@@ -85,6 +85,9 @@ type IOUring struct {
 	FixedBuffers bool `toml:"fixed_buffers" json:"fixed_buffers"`
 	// RegisterFiles registers segment fds with each ring.
 	RegisterFiles bool `toml:"register_files" json:"register_files"`
+	// DirectIO lets aligned requests use an O_DIRECT fd where the
+	// filesystem allows it; false forces the page cache for every request.
+	DirectIO bool `toml:"direct_io" json:"direct_io"`
 	// SQPoll asks for a kernel submission thread; off by default.
 	SQPoll bool `toml:"sqpoll" json:"sqpoll"`
 
@@ -139,6 +142,7 @@ func DefaultEngine() Engine {
 			QueueDepth:    256,
 			MaxRings:      64,
 			FixedBuffers:  true,
+			DirectIO:      true,
 			RegisterFiles: true,
 			StagingSlotKB: 4096,
 			StagingSlots:  32,

@@ -296,6 +296,15 @@ func (b *Batch) Seal() error {
 	return nil
 }
 
+// Changed returns a channel closed at the batch's next published change
+// (a task finishing, a group queued or finished, seal, cancel, free).
+// Callers re-read state after it fires and call Changed again.
+func (b *Batch) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mu.changed
+}
+
 // Sealed reports whether Seal was called.
 func (b *Batch) Sealed() bool {
 	b.mu.Lock()

@@ -205,7 +205,7 @@ func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
 		ent.dioMem, ent.dioOff = uint64(stx.Dio_mem_align), uint64(stx.Dio_offset_align)
 	}
 	// tmpfs takes the buffered fd: its "direct" I/O is a page-cache copy.
-	if ent.fsType != "tmpfs" {
+	if ent.fsType != "tmpfs" && e.cfg.IOUring.DirectIO {
 		// Reopening through /proc binds the same inode, even if the path
 		// was renamed or unlinked since the first open.
 		dfd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), acc|unix.O_DIRECT|unix.O_CLOEXEC, 0)

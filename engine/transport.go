@@ -95,7 +95,7 @@ type FileOp struct {
 	Offset uint64
 	Iov    []IOVec
 	Buf    Buffer // the registration holding Iov[0]; Key 0 when none
-	Token  uint64  // returned in Completion
+	Token  uint64 // returned in Completion
 }
 
 // Completion is one finished op: Res is bytes moved, or a negative errno.

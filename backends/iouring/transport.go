@@ -37,7 +37,7 @@ type Transport struct {
 
 	st struct {
 		submitted, completed, fixedOps, fixedFileOps, vectored atomic.Uint64
-		bufRegs, fileRegs, bytesRead, bytesWritten            atomic.Uint64
+		bufRegs, fileRegs, bytesRead, bytesWritten             atomic.Uint64
 	}
 }
 
