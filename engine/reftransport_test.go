@@ -1,0 +1,132 @@
+// reftransport_test.go is a test-only file transport in the style of
+// pebble's errorfs: it executes ops with plain pread/pwrite (the
+// reference for equivalence checks) and can stall ops until released,
+// fail the Nth op with an errno, or shorten the Nth op.
+
+package engine_test
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orbitefs/orbitefs/engine"
+	"golang.org/x/sys/unix"
+)
+
+type refTransport struct {
+	mu       sync.Mutex
+	stall    chan struct{} // while non-nil and open, ops wait
+	failNth  int64         // 1-based op number to fail; 0: none
+	errno    unix.Errno
+	shortNth int64 // 1-based op number to shorten by half
+	lose     bool  // stalled ops never complete (missing CQE)
+	ops      atomic.Int64
+	acquired atomic.Int64
+	released atomic.Int64
+	abandons atomic.Int64
+}
+
+func (t *refTransport) Kind() engine.TransportKind { return engine.TransportIOUring }
+func (t *refTransport) Probe() error               { return nil }
+func (t *refTransport) Close() error               { return nil }
+func (t *refTransport) ForgetBuffer(uint64)        {}
+func (t *refTransport) ForgetFile(uint64)          {}
+func (t *refTransport) FileStats() engine.FileStats {
+	return engine.FileStats{Available: true, Submitted: uint64(t.ops.Load())}
+}
+
+func (t *refTransport) Acquire() (engine.Queue, error) {
+	t.acquired.Add(1)
+	return &refQueue{t: t}, nil
+}
+
+// release lets stalled ops run.
+func (t *refTransport) release() {
+	t.mu.Lock()
+	if t.stall != nil {
+		close(t.stall)
+		t.stall = nil
+	}
+	t.mu.Unlock()
+}
+
+type refQueue struct {
+	t        *refTransport
+	prepared []engine.FileOp
+	running  []engine.FileOp
+}
+
+func (q *refQueue) Space() int { return 64 - len(q.prepared) - len(q.running) }
+
+func (q *refQueue) Prepare(op *engine.FileOp) error {
+	q.prepared = append(q.prepared, *op)
+	return nil
+}
+
+func (q *refQueue) Submit() (int, error) {
+	n := len(q.prepared)
+	q.running = append(q.running, q.prepared...)
+	q.prepared = q.prepared[:0]
+	return n, nil
+}
+
+func (q *refQueue) Reap(wait time.Duration, fn func(engine.Completion)) (int, error) {
+	q.t.mu.Lock()
+	stall := q.t.stall
+	q.t.mu.Unlock()
+	if stall != nil {
+		select {
+		case <-stall:
+		case <-time.After(wait):
+			return 0, nil
+		}
+	}
+	if q.t.lose {
+		if wait > 0 {
+			time.Sleep(min(wait, 10*time.Millisecond))
+		}
+		return 0, nil
+	}
+	n := len(q.running)
+	for _, op := range q.running {
+		fn(engine.Completion{Token: op.Token, Res: q.t.exec(op)})
+	}
+	q.running = q.running[:0]
+	return n, nil
+}
+
+func (t *refTransport) exec(op engine.FileOp) int32 {
+	nth := t.ops.Add(1)
+	if nth == t.failNth {
+		return -int32(t.errno)
+	}
+	var done int64
+	off := int64(op.Offset)
+	for i, v := range op.Iov {
+		want := v.Len
+		if nth == t.shortNth && i == len(op.Iov)-1 {
+			want /= 2
+		}
+		nr := unix.SYS_PREAD64
+		if op.Write {
+			nr = unix.SYS_PWRITE64
+		}
+		r, _, errno := unix.Syscall6(uintptr(nr), uintptr(op.File.FD), uintptr(v.Base), uintptr(want), uintptr(off), 0, 0)
+		if errno != 0 {
+			if done > 0 {
+				return int32(done)
+			}
+			return -int32(errno)
+		}
+		done += int64(r)
+		off += int64(r)
+		if uint64(r) < v.Len {
+			break
+		}
+	}
+	return int32(done)
+}
+
+func (q *refQueue) Release() { q.t.released.Add(1) }
+func (q *refQueue) Abandon() { q.t.abandons.Add(1) }

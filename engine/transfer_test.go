@@ -1,0 +1,454 @@
+package engine_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+func TestRoundTrip(t *testing.T) {
+	needIOUring(t)
+	cases := []struct {
+		name            string
+		memOff, fileOff uint64
+		length          uint64
+		direct          bool // expected to use the O_DIRECT fd on ext4
+	}{
+		{"aligned-4k", 0, 0, 4096, true},
+		{"aligned-1m", 4096, 1 << 20, 1 << 20, true},
+		{"unaligned-offset", 0, 8, 4, false},
+		{"unaligned-address", 3, 4096, 4096, false},
+		{"unaligned-length", 0, 0, 5000, false},
+	}
+	for fsName, dir := range filesystems(t) {
+		t.Run(fsName, func(t *testing.T) {
+			e := newEngine(t, nil)
+			path, _ := randomFile(t, dir, "f", 4<<20)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			info, err := e.FileSegmentInfo(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fsName == "ext4"; info.DirectIO != want {
+				t.Fatalf("direct_io = %v on %s, want %v", info.DirectIO, fsName, want)
+			}
+			src := register(t, e, 2<<20)
+			dst := register(t, e, 2<<20)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					payload := make([]byte, c.length)
+					rand.Read(payload)
+					if _, err := src.WriteAt(payload, int64(c.memOff)); err != nil {
+						t.Fatal(err)
+					}
+					rep, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Address: src.BaseAddress() + c.memOff, TargetOffset: c.fileOff, Length: c.length}}, 5*time.Second)
+					if err != nil {
+						t.Fatalf("write: %v (%+v)", err, rep)
+					}
+					if rep.CompletedRequests != 1 || rep.CompletedBytes != c.length || rep.RequestIndex != -1 || !rep.LocallyDrained {
+						t.Fatalf("write report %+v", rep)
+					}
+					onDisk, _ := os.ReadFile(path)
+					if !bytes.Equal(onDisk[c.fileOff:c.fileOff+c.length], payload) {
+						t.Fatal("file bytes differ from the written payload")
+					}
+					rep, err = e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: dst.BaseAddress() + c.memOff, TargetOffset: c.fileOff, Length: c.length}}, 5*time.Second)
+					if err != nil {
+						t.Fatalf("read: %v", err)
+					}
+					got := regionBytes(t, dst)[c.memOff : c.memOff+c.length]
+					if !bytes.Equal(got, payload) {
+						t.Fatal("read bytes differ from the file")
+					}
+				})
+			}
+			st := e.Stats()
+			if st.IOUring == nil || st.IOUring.Submitted == 0 {
+				t.Fatalf("io_uring counters not moving: %+v", st.IOUring)
+			}
+			if fsName == "ext4" && st.IOUring.FixedOps == 0 {
+				t.Errorf("aligned ext4 I/O used no fixed buffers: %+v", st.IOUring)
+			}
+		})
+	}
+}
+
+func TestVectors(t *testing.T) {
+	needIOUring(t)
+	type el struct {
+		mem uint64 // offset in the region; ignored for padding
+		n   uint64
+		pad bool
+	}
+	cases := []struct {
+		name  string
+		elems []el
+	}{
+		{"leading-padding", []el{{pad: true, n: 512}, {mem: 0, n: 4096}}},
+		{"middle-padding", []el{{mem: 0, n: 4096}, {pad: true, n: 512}, {mem: 8192, n: 4096}}},
+		{"trailing-padding", []el{{mem: 100, n: 3000}, {pad: true, n: 7}}},
+		{"consecutive-padding", []el{{pad: true, n: 10}, {pad: true, n: 20}, {mem: 0, n: 30}}},
+		{"padding-only", []el{{pad: true, n: 4096}, {pad: true, n: 4096}}},
+		{"aligned-no-padding", []el{{mem: 0, n: 4096}, {mem: 16384, n: 8192}}},
+	}
+	for fsName, dir := range filesystems(t) {
+		t.Run(fsName, func(t *testing.T) {
+			e := newEngine(t, nil)
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					path, orig := randomFile(t, dir, c.name, 64<<10)
+					seg := openSeg(t, e, path, engine.PermReadWrite)
+					src := register(t, e, 64<<10)
+					srcBytes := make([]byte, 64<<10)
+					rand.Read(srcBytes)
+					src.WriteAt(srcBytes, 0)
+					const fileOff = 4096
+					var elems []engine.Element
+					want := append([]byte(nil), orig...)
+					pos := uint64(fileOff)
+					for _, x := range c.elems {
+						if x.pad {
+							elems = append(elems, engine.Pad(x.n))
+							for i := uint64(0); i < x.n; i++ {
+								want[pos+i] = 0
+							}
+						} else {
+							elems = append(elems, engine.Range(src.BaseAddress()+x.mem, x.n))
+							copy(want[pos:], srcBytes[x.mem:x.mem+x.n])
+						}
+						pos += x.n
+					}
+					rep, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{engine.Vector(engine.TransportUnspec, fileOff, elems...)}, 5*time.Second)
+					if err != nil {
+						t.Fatalf("vector write: %v (%+v)", err, rep)
+					}
+					if rep.CompletedBytes != pos-fileOff {
+						t.Fatalf("completed bytes %d, want %d", rep.CompletedBytes, pos-fileOff)
+					}
+					got, _ := os.ReadFile(path)
+					if !bytes.Equal(got, want) {
+						t.Fatal("file after vectored write differs (padding must write zeros, ranges their bytes)")
+					}
+
+					// Read the file back into a fresh region: ranges get the
+					// file bytes, padding is discarded, other bytes untouched.
+					dst := register(t, e, 64<<10)
+					fill := bytes.Repeat([]byte{0xAB}, 64<<10)
+					dst.WriteAt(fill, 0)
+					var relems []engine.Element
+					wantDst := append([]byte(nil), fill...)
+					pos = fileOff
+					for _, x := range c.elems {
+						if x.pad {
+							relems = append(relems, engine.Pad(x.n))
+						} else {
+							relems = append(relems, engine.Range(dst.BaseAddress()+x.mem, x.n))
+							copy(wantDst[x.mem:x.mem+x.n], got[pos:pos+x.n])
+						}
+						pos += x.n
+					}
+					if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(engine.TransportUnspec, fileOff, relems...)}, 5*time.Second); err != nil {
+						t.Fatalf("vector read: %v", err)
+					}
+					if !bytes.Equal(regionBytes(t, dst), wantDst) {
+						t.Fatal("region after vectored read differs")
+					}
+				})
+			}
+		})
+	}
+}
+
+func TestVectorLimits(t *testing.T) {
+	e := newEngine(t, nil, &refTransport{})
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	r := register(t, e, 1<<20)
+	elems := make([]engine.Element, 1024)
+	for i := range elems {
+		elems[i] = engine.Range(r.BaseAddress()+uint64(i), 1)
+	}
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, elems...)}, time.Second); err != nil {
+		t.Fatalf("1024 elements must be accepted: %v", err)
+	}
+	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, append(elems, engine.Pad(1))...)}, time.Second)
+	wantKind(t, err, engine.KindTooLarge)
+	bad := []struct {
+		name  string
+		elems []engine.Element
+		kind  engine.Kind
+	}{
+		{"zero-length element", []engine.Element{engine.Range(r.BaseAddress(), 0)}, engine.KindInvalid},
+		{"range and padding", []engine.Element{{Address: r.BaseAddress(), Length: 1, Padding: 1}}, engine.KindInvalid},
+		{"unregistered range", []engine.Element{engine.Range(8, 8)}, engine.KindNotFound},
+		{"past file end", []engine.Element{engine.Pad(1 << 20), engine.Pad(1)}, engine.KindRange},
+	}
+	for _, c := range bad {
+		_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, c.elems...)}, time.Second)
+		if engine.KindOf(err) != c.kind {
+			t.Errorf("%s: got %v, want kind %v", c.name, err, c.kind)
+		}
+	}
+}
+
+func TestRangeAndPermissionErrors(t *testing.T) {
+	e := newEngine(t, nil, &refTransport{})
+	dir := t.TempDir()
+	path, _ := randomFile(t, dir, "f", 8192)
+	ro := openSeg(t, e, path, engine.PermRead)
+	wo := openSeg(t, e, path, engine.PermWrite)
+	r := register(t, e, 8192)
+	base := r.BaseAddress()
+	cases := []struct {
+		name string
+		seg  *engine.Segment
+		op   engine.Op
+		req  engine.Request
+		kind engine.Kind
+		msg  string
+	}{
+		{"write on read-only", ro, engine.OpWrite, engine.Request{Address: base, Length: 1}, engine.KindPermission, "opened read"},
+		{"read on write-only", wo, engine.OpRead, engine.Request{Address: base, Length: 1}, engine.KindPermission, "opened write"},
+		{"zero length", ro, engine.OpRead, engine.Request{Address: base}, engine.KindInvalid, "zero length"},
+		{"end beyond size", ro, engine.OpRead, engine.Request{Address: base, TargetOffset: 4096, Length: 8192}, engine.KindRange, "beyond file size 8192"},
+		{"offset overflow", ro, engine.OpRead, engine.Request{Address: base, TargetOffset: ^uint64(0) - 1, Length: 4}, engine.KindInvalid, "overflows"},
+		{"unregistered address", ro, engine.OpRead, engine.Request{Address: 4096, Length: 1}, engine.KindNotFound, "not in any registered region"},
+		{"past region end", ro, engine.OpRead, engine.Request{Address: base + 8000, Length: 400}, engine.KindRange, "past the end"},
+		{"gds unavailable", ro, engine.OpRead, engine.Request{Transport: engine.TransportGDS, Address: base, Length: 1}, engine.KindUnavailable, "gds"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := e.AllocateBatch(4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free()
+			_, err = b.Submit(c.op, c.seg, []engine.Request{{Address: base, Length: 1}, c.req}, nil, time.Second)
+			wantKind(t, err, c.kind)
+			if !bytes.Contains([]byte(err.Error()), []byte(c.msg)) {
+				t.Fatalf("message %q does not mention %q", err, c.msg)
+			}
+			if n := b.TaskCount(); n != 0 {
+				t.Fatalf("rejected group added %d tasks", n)
+			}
+		})
+	}
+	if _, err := e.ResolveFileOffset(ro, engine.OpRead, 8, 4); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.ResolveFileOffset(ro, engine.OpRead, 8190, 4)
+	wantKind(t, err, engine.KindRange)
+	_, err = e.ResolveFileOffset(ro, engine.OpWrite, 0, 4)
+	wantKind(t, err, engine.KindPermission)
+	_, err = e.SubmitAndWait(engine.OpRead, ro, []engine.Request{{Address: base, Length: 1}}, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.AllocateBatch(1)
+	_, err = b.Submit(engine.OpRead, ro, []engine.Request{{Address: base, Length: 1}}, &engine.Notification{Name: "x"}, time.Second)
+	wantKind(t, err, engine.KindInvalid)
+	b.Free()
+}
+
+func TestShrunkFile(t *testing.T) {
+	for fsName, dir := range filesystems(t) {
+		t.Run(fsName, func(t *testing.T) {
+			// Shrunk before submit: the range check sees the current size.
+			e := newEngine(t, nil)
+			path, _ := randomFile(t, dir, "f", 8192)
+			seg := openSeg(t, e, path, engine.PermRead)
+			info, _ := e.FileSegmentInfo(seg)
+			if info.Size != 8192 {
+				t.Fatalf("size %d", info.Size)
+			}
+			os.Truncate(path, 5000)
+			r := register(t, e, 8192)
+			_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress(), TargetOffset: 4096, Length: 4096}}, time.Second)
+			wantKind(t, err, engine.KindRange)
+			if info, _ := e.FileSegmentInfo(seg); info.Size != 8192 {
+				t.Fatalf("cached size changed without refresh: %d", info.Size)
+			}
+			if err := e.RefreshFileSegment(seg); err != nil {
+				t.Fatal(err)
+			}
+			if info, _ := e.FileSegmentInfo(seg); info.Size != 5000 {
+				t.Fatalf("size after refresh %d, want 5000", info.Size)
+			}
+		})
+	}
+}
+
+// TestShortReadAtEOF shrinks the file between admission and I/O: each
+// task reports its exact byte count, and a later task still succeeds.
+func TestShortReadAtEOF(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, orig := randomFile(t, t.TempDir(), "f", 16384)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 16384)
+	b, _ := e.AllocateBatch(8)
+	reqs := []engine.Request{
+		{Address: r.BaseAddress(), TargetOffset: 0, Length: 4096},
+		{Address: r.BaseAddress() + 4096, TargetOffset: 8192, Length: 4096},  // short: 3 bytes
+		{Address: r.BaseAddress() + 8192, TargetOffset: 12288, Length: 4096}, // 0 at EOF
+		{Address: r.BaseAddress() + 12288, TargetOffset: 4096, Length: 4096}, // still succeeds
+	}
+	if _, err := b.Submit(engine.OpRead, seg, reqs, nil, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	os.Truncate(path, 8195)
+	ref.release()
+	b.Seal()
+	st, err := b.Wait(5 * time.Second)
+	if err != nil || st != engine.StateFailed {
+		t.Fatalf("state %v err %v, want failed", st, err)
+	}
+	want := []struct {
+		state engine.TaskState
+		n     uint64
+	}{{engine.TaskCompleted, 4096}, {engine.TaskFailed, 3}, {engine.TaskFailed, 0}, {engine.TaskCompleted, 4096}}
+	for i, w := range want {
+		ts, _ := b.TaskStatus(i)
+		if ts.State != w.state || ts.Transferred != w.n {
+			t.Errorf("task %d: %v %d bytes, want %v %d (%v)", i, ts.State, ts.Transferred, w.state, w.n, ts.Err)
+		}
+	}
+	rep := b.Submissions()[0]
+	if rep.CompletedRequests != 1 || rep.CompletedBytes != 4096 || rep.RequestIndex != 1 || rep.AffectedRequests != 3 {
+		t.Fatalf("report %+v", rep)
+	}
+	got := regionBytes(t, r)
+	if !bytes.Equal(got[4096:4099], orig[8192:8195]) || !bytes.Equal(got[12288:], orig[4096:8192]) {
+		t.Fatal("bytes of the returned prefixes are wrong")
+	}
+}
+
+func TestFailedWriteHasUnknownEffect(t *testing.T) {
+	ref := &refTransport{failNth: 2, errno: 5 /* EIO */}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 16384)
+	seg := openSeg(t, e, path, engine.PermWrite)
+	r := register(t, e, 16384)
+	reqs := []engine.Request{
+		{Address: r.BaseAddress(), TargetOffset: 0, Length: 4096},
+		{Address: r.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096},
+		{Address: r.BaseAddress() + 8192, TargetOffset: 8192, Length: 4096},
+	}
+	b, _ := e.AllocateBatch(3)
+	b.Submit(engine.OpWrite, seg, reqs, nil, time.Second)
+	b.Seal()
+	if st, _ := b.Wait(5 * time.Second); st != engine.StateFailed {
+		t.Fatalf("state %v", st)
+	}
+	ts, _ := b.TaskStatus(1)
+	if ts.State != engine.TaskFailed || ts.RemoteEffect != engine.EffectUnknown {
+		t.Fatalf("task 1: %+v", ts)
+	}
+	wantKind(t, ts.Err, engine.KindIO)
+	if ts2, _ := b.TaskStatus(2); ts2.State != engine.TaskCompleted || ts2.RemoteEffect != engine.EffectNone {
+		t.Fatalf("task 2 must complete independently: %+v", ts2)
+	}
+	rep := b.Submissions()[0]
+	if rep.CompletedRequests != 1 || rep.RequestIndex != 1 || rep.AffectedRequests != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+// TestEquivalence runs the same random transfers through io_uring and
+// through the plain pread/pwrite reference; the files must match.
+func TestEquivalence(t *testing.T) {
+	needIOUring(t)
+	dir := t.TempDir()
+	run := func(transports ...engine.Transport) []byte {
+		e := newEngine(t, nil, transports...)
+		path, _ := randomFile(t, dir, "eq", 1<<20)
+		os.WriteFile(path, make([]byte, 1<<20), 0o644)
+		seg := openSeg(t, e, path, engine.PermReadWrite)
+		r := register(t, e, 1<<20)
+		pattern := make([]byte, 1<<20)
+		for i := range pattern {
+			pattern[i] = byte(i*7 + i>>9)
+		}
+		r.WriteAt(pattern, 0)
+		var reqs []engine.Request
+		for i := uint64(0); i < 200; i++ {
+			off := (i * 7919) % (1<<20 - 9000)
+			n := 1 + (i*104729)%8192
+			reqs = append(reqs, engine.Request{Address: r.BaseAddress() + (i*31)%(1<<19), TargetOffset: off &^ 7, Length: n})
+		}
+		// One group per request, so ordering comes from FIFO + fences.
+		b, _ := e.AllocateBatch(len(reqs))
+		for _, q := range reqs {
+			if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{q}, nil, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.Seal()
+		if st, err := b.Wait(10 * time.Second); st != engine.StateCompleted {
+			t.Fatalf("state %v %v", st, err)
+		}
+		b.Free()
+		e.CloseFileSegment(seg, time.Second)
+		out, _ := os.ReadFile(path)
+		return out
+	}
+	cfg := config.DefaultEngine()
+	a := run(realTransports(cfg)...)
+	b := run(&refTransport{})
+	if !bytes.Equal(a, b) {
+		t.Fatal("io_uring and the pread/pwrite reference wrote different files")
+	}
+}
+
+// TestPipelineFence streams write-then-read groups into one batch without
+// waiting: the fence must order the read after the write it overlaps.
+func TestPipelineFence(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	src := register(t, e, 1<<20)
+	dst := register(t, e, 1<<20)
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	src.WriteAt(data, 0)
+	b, _ := e.AllocateBatch(512)
+	for i := uint64(0); i < 256; i++ {
+		off := i * 4096
+		b.Submit(engine.OpWrite, seg, []engine.Request{{Address: src.BaseAddress() + off, TargetOffset: off, Length: 4096}}, nil, 5*time.Second)
+		b.Submit(engine.OpRead, seg, []engine.Request{{Address: dst.BaseAddress() + off, TargetOffset: off, Length: 4096}}, nil, 5*time.Second)
+	}
+	b.Seal()
+	if st, err := b.Wait(10 * time.Second); st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if !bytes.Equal(regionBytes(t, dst), data) {
+		t.Fatal("a read overtook the write it overlaps")
+	}
+}
+
+func TestFastPath(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, "/dev/shm", "orbitefs-fastpath", 65536)
+	t.Cleanup(func() { os.Remove(path) })
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 65536)
+	for i := 0; i < 20; i++ {
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := e.Stats()
+	if st.FastPathHits+st.FastPathHandoffs != 20 {
+		t.Fatalf("fast path took %d+%d of 20 small groups", st.FastPathHits, st.FastPathHandoffs)
+	}
+	if st.FastPathHits == 0 {
+		t.Fatalf("no small tmpfs read completed on its caller: %+v", st)
+	}
+}
