@@ -241,7 +241,9 @@ func fsName(t int64) string {
 
 // openConfined opens path with flags, beneath an allowed root when roots
 // are configured: the walk uses openat2(RESOLVE_BENEATH), so neither ".."
-// nor a symlink can lead out of the root.
+// nor a symlink can lead out of the root. Relative symlinks that stay
+// inside the root resolve; absolute symlinks are refused (the kernel
+// cannot tell where they lead without leaving the root).
 func (e *Engine) openConfined(path string, flags int) (int, error) {
 	flags |= unix.O_CLOEXEC
 	if len(e.cfg.AllowedRoots) == 0 {

@@ -1,0 +1,345 @@
+package engine_test
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+func TestBatchLifecycle(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	s := openSeg(t, e, path, engine.PermReadWrite)
+	r := register(t, e, 1<<16)
+	b1, _ := e.AllocateBatch(4)
+	b2, _ := e.AllocateBatch(4)
+	if b2.ID() <= b1.ID() {
+		t.Fatalf("batch IDs not increasing: %d then %d", b1.ID(), b2.ID())
+	}
+	if _, err := b1.Wait(time.Second); engine.KindOf(err) != engine.KindInvalid {
+		t.Fatalf("wait before seal: %v", err)
+	}
+	req := func(off uint64) []engine.Request {
+		return []engine.Request{{Address: r.BaseAddress() + off, TargetOffset: off, Length: 4096}}
+	}
+	tr, err := b1.Submit(engine.OpRead, s, req(0), nil, 5*time.Second)
+	if err != nil || tr.First != 0 || tr.Count != 1 {
+		t.Fatalf("submit: %+v %v", tr, err)
+	}
+	tr, _ = b1.Submit(engine.OpRead, s, append(req(4096), req(8192)...), nil, 5*time.Second)
+	if tr.First != 1 || tr.Count != 2 {
+		t.Fatalf("second group range %+v", tr)
+	}
+	_, err = b1.Submit(engine.OpRead, s, append(req(12288), req(16384)...), nil, time.Second)
+	wantKind(t, err, engine.KindExhausted)
+	if b1.TaskCount() != 3 {
+		t.Fatal("a rejected group added tasks")
+	}
+	if b1.Status() != engine.StateOpen {
+		t.Fatal("unsealed batch not open")
+	}
+	wantKind(t, b1.Free(), engine.KindBusy)
+	b1.Seal()
+	_, err = b1.Submit(engine.OpRead, s, req(12288), nil, time.Second)
+	wantKind(t, err, engine.KindInvalid)
+
+	// Wait's timeout neither cancels nor releases work.
+	if _, err := b1.Wait(20 * time.Millisecond); engine.KindOf(err) != engine.KindTimeout {
+		t.Fatalf("wait on stalled batch: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	_, err = b1.WaitContext(ctx)
+	cancel()
+	if err == nil || b1.Status() != engine.StateOpen {
+		t.Fatalf("interrupted wait changed the batch: %v %v", err, b1.Status())
+	}
+	ref.release()
+	st, err := b1.Wait(5 * time.Second)
+	if err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if len(b1.Submissions()) != 2 {
+		t.Fatal("submissions")
+	}
+	for _, ts := range b1.TaskStatuses() {
+		if ts.State != engine.TaskCompleted || ts.Transferred != 4096 || ts.PhysicalOwner != ts.Index || ts.Transport != engine.TransportIOUring {
+			t.Fatalf("task %+v", ts)
+		}
+	}
+	if err := b1.Free(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b1.TaskStatus(0)
+	wantKind(t, err, engine.KindNotFound)
+	_, err = e.Batch(b1.ID())
+	wantKind(t, err, engine.KindNotFound)
+	b2.Seal()
+	if st, _ := b2.Wait(time.Second); st != engine.StateCompleted {
+		t.Fatalf("empty sealed batch: %v", st)
+	}
+	b2.Free()
+}
+
+func TestCancel(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	s := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	b, _ := e.AllocateBatch(8)
+	// Group 1 runs (stalled); group 2 overlaps its memory, so it is fenced
+	// and queued; its tasks can be cancelled.
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 8192}}, nil, 5*time.Second)
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}, {Address: r.BaseAddress() + 4096, Length: 4096}}, nil, 5*time.Second)
+	waitFor(t, "task 0 running", func() bool { ts, _ := b.TaskStatus(0); return ts.State == engine.TaskRunning })
+	wantKind(t, b.Cancel(0), engine.KindBusy)
+	if err := b.Cancel(1); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, b.Cancel(9), engine.KindNotFound)
+	b.Seal()
+	ref.release()
+	st, _ := b.Wait(5 * time.Second)
+	if st != engine.StateCancelled {
+		t.Fatalf("state %v, want cancelled", st)
+	}
+	want := []engine.TaskState{engine.TaskCompleted, engine.TaskCancelled, engine.TaskCompleted}
+	for i, w := range want {
+		if ts, _ := b.TaskStatus(i); ts.State != w {
+			t.Errorf("task %d %v, want %v", i, ts.State, w)
+		}
+	}
+	// CancelAll of a batch whose groups are all queued ends them at once.
+	ref.stall = make(chan struct{})
+	b2, _ := e.AllocateBatch(4)
+	b2.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 8192}}, nil, 5*time.Second)
+	b2.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 10}}, nil, 5*time.Second)
+	b2.CancelAll()
+	b2.Seal()
+	ref.release()
+	if st, _ := b2.Wait(5 * time.Second); st != engine.StateCancelled {
+		t.Fatalf("state %v", st)
+	}
+}
+
+// TestOverlappingLoans: a group whose memory overlaps another batch's
+// in-flight loan fails before any I/O; the region cannot be unregistered
+// or written through WriteAt while loaned.
+func TestOverlappingLoans(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	s := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	a, _ := e.AllocateBatch(1)
+	a.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 5*time.Second)
+	waitFor(t, "a running", func() bool { ts, _ := a.TaskStatus(0); return ts.State == engine.TaskRunning })
+
+	b, _ := e.AllocateBatch(2)
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 100}, {Address: r.BaseAddress() + 2048, Length: 4096}}, nil, 5*time.Second)
+	b.Seal()
+	if st, _ := b.Wait(5 * time.Second); st != engine.StateFailed {
+		t.Fatalf("overlapping group: %v", st)
+	}
+	for i := 0; i < 2; i++ {
+		ts, _ := b.TaskStatus(i)
+		wantKind(t, ts.Err, engine.KindBusy)
+		if !strings.Contains(ts.Err.Error(), "overlaps a loan") {
+			t.Fatalf("message %q", ts.Err)
+		}
+	}
+	if ref.ops.Load() != 0 {
+		t.Fatal("I/O ran before the loan check")
+	}
+	wantKind(t, e.Unregister(r), engine.KindBusy)
+	_, err := r.WriteAt([]byte{1}, 100)
+	wantKind(t, err, engine.KindBusy)
+	if _, err := r.WriteAt([]byte{1}, 5000); err != nil {
+		t.Fatalf("write outside the loan: %v", err)
+	}
+	ref.release()
+	a.Seal()
+	a.Wait(5 * time.Second)
+	if err := e.Unregister(r); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, e.Unregister(r), engine.KindNotFound)
+}
+
+// TestUnquiesced: a missing completion past deadline + quiesce_grace
+// fails the group unquiesced and retains its memory, file and charge.
+func TestUnquiesced(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{}), lose: true}
+	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(50 * time.Millisecond) }, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s := openSeg(t, e, path, engine.PermWrite)
+	r := register(t, e, 8192)
+	b, _ := e.AllocateBatch(1)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 20*time.Millisecond)
+	b.Seal()
+	st, err := b.Wait(5 * time.Second)
+	if err != nil || st != engine.StateFailed {
+		t.Fatalf("state %v %v", st, err)
+	}
+	ts, _ := b.TaskStatus(0)
+	wantKind(t, ts.Err, engine.KindIO)
+	if !strings.Contains(ts.Err.Error(), "unquiesced") || ts.RemoteEffect != engine.EffectUnknown {
+		t.Fatalf("task %+v", ts)
+	}
+	rep := b.Submissions()[0]
+	if rep.LocallyDrained || rep.RequestIndex != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	wantKind(t, e.Unregister(r), engine.KindBusy)
+	wantKind(t, e.CloseFileSegment(s, 10*time.Millisecond), engine.KindTimeout)
+	stats := e.Stats()
+	if stats.UnquiescedGroups != 1 || stats.InflightBytes != 4096 {
+		t.Fatalf("stats %+v", stats)
+	}
+	waitFor(t, "ring abandoned", func() bool { return ref.abandons.Load() == 1 })
+	if err := b.Free(); err != nil {
+		t.Fatalf("free of a terminal batch: %v", err)
+	}
+}
+
+func TestAllocationLimits(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.MaxBatchRequests = 8
+		c.MaxAllocatedBatches = 3
+		c.MaxAllocatedRequests = 16
+	}, &refTransport{})
+	for _, c := range []int{0, -1, 9} {
+		_, err := e.AllocateBatch(c)
+		wantKind(t, err, engine.KindInvalid)
+	}
+	b1, _ := e.AllocateBatch(8)
+	b2, _ := e.AllocateBatch(8)
+	_, err := e.AllocateBatch(1)
+	wantKind(t, err, engine.KindExhausted) // 17 > max_allocated_requests
+	b2.Free()
+	b3, _ := e.AllocateBatch(4)
+	b4, _ := e.AllocateBatch(4)
+	_, err = e.AllocateBatch(1)
+	wantKind(t, err, engine.KindExhausted) // 4 > max_allocated_batches
+	if !strings.Contains(err.Error(), "max_allocated_batches (3)") {
+		t.Fatalf("message %q", err)
+	}
+	for _, b := range []*engine.Batch{b1, b3, b4} {
+		b.Free()
+	}
+	if st := e.Stats(); st.Batches != 0 || st.ReservedRequests != 0 {
+		t.Fatalf("stats after free %+v", st)
+	}
+}
+
+func TestInflightLimits(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, func(c *config.Engine) {
+		c.MaxInflightBytes = 8192
+		c.MaxTransferBytes = 8192
+		c.CallerFastPathBytes = 4096
+		c.MaxInflightBatches = 2
+	}, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	s := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	b, _ := e.AllocateBatch(16)
+	_, err := b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 8193}}, nil, time.Second)
+	wantKind(t, err, engine.KindTooLarge)
+	if _, err := b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 8192}}, nil, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 1}}, nil, time.Second)
+	wantKind(t, err, engine.KindExhausted)
+	ref.release()
+	b.Seal()
+	b.Wait(5 * time.Second)
+	b.Free()
+	if st := e.Stats(); st.InflightBytes != 0 || st.InflightGroups != 0 {
+		t.Fatalf("charges not returned: %+v", st)
+	}
+}
+
+func ioUringFDs(t *testing.T) int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	n := 0
+	for _, d := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + d.Name()); err == nil && strings.Contains(l, "io_uring") {
+			n++
+		}
+	}
+	return n
+}
+
+// TestIdleEngine: construction, segment open and info start no worker,
+// create no ring and load no GPU library; the first submission does.
+func TestIdleEngine(t *testing.T) {
+	needIOUring(t)
+	baseFDs := ioUringFDs(t)
+	baseG := runtime.NumGoroutine()
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 4096)
+	s := openSeg(t, e, path, engine.PermRead)
+	if _, err := e.FileSegmentInfo(s); err != nil {
+		t.Fatal(err)
+	}
+	r := register(t, e, 4096)
+	e.Stats()
+	if n := ioUringFDs(t); n != baseFDs {
+		t.Fatalf("%d io_uring fds after construction, open and info (was %d)", n, baseFDs)
+	}
+	if g := runtime.NumGoroutine(); g > baseG {
+		t.Fatalf("%d goroutines after construction (was %d)", g, baseG)
+	}
+	maps, _ := os.ReadFile("/proc/self/maps")
+	for _, lib := range []string{"libcuda", "libcufile"} {
+		if strings.Contains(string(maps), lib) {
+			t.Fatalf("%s mapped by an idle engine", lib)
+		}
+	}
+	if _, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := ioUringFDs(t); n <= baseFDs {
+		t.Fatalf("no io_uring fd after the first submission: the check above proves nothing")
+	}
+	waitFor(t, "worker exit", func() bool { return e.Stats().WorkersRunning == 0 })
+}
+
+func TestEngineClose(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	cfg := config.DefaultEngine()
+	e, _ := engine.New(cfg, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s, _ := e.OpenFileSegment("file://"+path, engine.PermRead)
+	r, _ := e.RegisterMemory(8192)
+	b, _ := e.AllocateBatch(2)
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 5*time.Second)
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, nil, 5*time.Second)
+	start := time.Now()
+	wantKind(t, e.Close(50*time.Millisecond), engine.KindTimeout)
+	if time.Since(start) > time.Second {
+		t.Fatal("close not prompt with a blocked transfer")
+	}
+	_, err := e.AllocateBatch(1)
+	wantKind(t, err, engine.KindClosed)
+	_, err = e.OpenFileSegment("file://"+path, engine.PermRead)
+	wantKind(t, err, engine.KindClosed)
+	ref.release()
+	if err := e.Close(5 * time.Second); err != nil {
+		t.Fatalf("retry close: %v", err)
+	}
+	if ts, _ := b.TaskStatus(1); ts.State != engine.TaskCancelled {
+		t.Fatalf("queued task after close: %v", ts.State)
+	}
+	if err := e.Close(time.Second); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}

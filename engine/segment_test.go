@@ -1,0 +1,253 @@
+package engine_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+func TestParseFileURI(t *testing.T) {
+	wd, _ := os.Getwd()
+	cases := []struct {
+		uri, want string
+		bad       bool
+	}{
+		{"file:///tmp/cache.bin", "/tmp/cache.bin", false},
+		{"file://rel/x.bin", filepath.Join(wd, "rel/x.bin"), false},
+		{"file:///tmp/../etc/x", "/etc/x", false},
+		{"/tmp/x", "", true},
+		{"http://x", "", true},
+		{"file://", "", true},
+		{"file:///", "", true},
+		{"file:///a\x00b", "", true},
+	}
+	for _, c := range cases {
+		got, err := engine.ParseFileURI(c.uri)
+		if (err != nil) != c.bad || got != c.want {
+			t.Errorf("ParseFileURI(%q) = %q, %v; want %q bad=%v", c.uri, got, err, c.want, c.bad)
+		}
+	}
+}
+
+func TestOpenRules(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	secret, _ := randomFile(t, outside, "secret", 100)
+	path, _ := randomFile(t, dir, "f", 100)
+	os.Symlink(secret, filepath.Join(dir, "link-out"))
+	os.Symlink("f", filepath.Join(dir, "link-in"))        // relative, stays inside
+	os.Symlink(path, filepath.Join(dir, "link-absolute")) // RESOLVE_BENEATH refuses absolute links
+	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	e := newEngine(t, func(c *config.Engine) { c.AllowedRoots = []string{dir} }, &refTransport{})
+
+	cases := []struct {
+		name string
+		uri  string
+		perm engine.Permission
+		kind engine.Kind
+	}{
+		{"missing file", "file://" + dir + "/nope", engine.PermRead, engine.KindNotFound},
+		{"directory", "file://" + dir + "/sub", engine.PermRead, engine.KindInvalid},
+		{"outside roots", "file://" + secret, engine.PermRead, engine.KindPermission},
+		{"dotdot escape", "file://" + dir + "/../" + filepath.Base(outside) + "/secret", engine.PermRead, engine.KindPermission},
+		{"symlink out", "file://" + dir + "/link-out", engine.PermRead, engine.KindPermission},
+		{"absolute symlink", "file://" + dir + "/link-absolute", engine.PermRead, engine.KindPermission},
+		{"bad uri", "ftp://x", engine.PermRead, engine.KindInvalid},
+		{"bad permission", "file://" + path, engine.Permission(0), engine.KindInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.OpenFileSegment(c.uri, c.perm)
+			wantKind(t, err, c.kind)
+		})
+	}
+	if s, err := e.OpenFileSegment("file://"+dir+"/link-in", engine.PermRead); err != nil {
+		t.Fatalf("symlink inside the root must open: %v", err)
+	} else {
+		e.CloseFileSegment(s, time.Second)
+	}
+	// Opening never creates or truncates.
+	if _, err := os.Stat(filepath.Join(dir, "nope")); !os.IsNotExist(err) {
+		t.Fatal("open created a file")
+	}
+	s := openSeg(t, e, path, engine.PermReadWrite)
+	if fi, _ := os.Stat(path); fi.Size() != 100 {
+		t.Fatal("open truncated the file")
+	}
+	e.CloseFileSegment(s, time.Second)
+
+	// Relative URIs resolve in the working directory.
+	t.Chdir(dir)
+	rs, err := e.OpenFileSegment("file://f", engine.PermRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := e.FileSegmentInfo(rs)
+	if info.Path != path || info.Offset != 0 || info.Size != 100 {
+		t.Fatalf("relative open: %+v", info)
+	}
+}
+
+func TestSharingAndLimits(t *testing.T) {
+	dir := t.TempDir()
+	e := newEngine(t, func(c *config.Engine) { c.MaxFileSegments = 2 }, &refTransport{})
+	a, _ := randomFile(t, dir, "a", 10)
+	b, _ := randomFile(t, dir, "b", 10)
+	c, _ := randomFile(t, dir, "c", 10)
+	s1 := openSeg(t, e, a, engine.PermRead)
+	s2 := openSeg(t, e, a, engine.PermRead) // shares the entry
+	info, _ := e.FileSegmentInfo(s2)
+	if info.Aliases != 2 {
+		t.Fatalf("aliases %d, want 2", info.Aliases)
+	}
+	s3 := openSeg(t, e, b, engine.PermRead)
+	_, err := e.OpenFileSegment("file://"+c, engine.PermRead)
+	wantKind(t, err, engine.KindExhausted)
+	if !strings.Contains(err.Error(), "max_file_segments (2)") {
+		t.Fatalf("message %q does not name the limit", err)
+	}
+	if st := e.Stats(); st.Segments != 2 {
+		t.Fatalf("segments %d", st.Segments)
+	}
+	// Closing one alias keeps the entry; closing both frees the slot.
+	e.CloseFileSegment(s1, time.Second)
+	_, err = e.OpenFileSegment("file://"+c, engine.PermRead)
+	wantKind(t, err, engine.KindExhausted)
+	_, err = e.FileSegmentInfo(s1)
+	wantKind(t, err, engine.KindNotFound)
+	e.CloseFileSegment(s2, time.Second)
+	s4 := openSeg(t, e, c, engine.PermRead)
+	e.CloseFileSegment(s3, time.Second)
+	e.CloseFileSegment(s4, time.Second)
+
+	if _, err := engine.New(func() config.Engine { c := config.DefaultEngine(); c.MaxFileSegments = 4097; return c }()); err == nil ||
+		!strings.Contains(err.Error(), "max_file_segments (4097) must be in [1, 4096]") {
+		t.Fatalf("max_file_segments above 4096 accepted or badly reported: %v", err)
+	}
+}
+
+func TestInfoCacheAndRefresh(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(50 * time.Millisecond) }, &refTransport{})
+	path, _ := randomFile(t, t.TempDir(), "f", 100)
+	s := openSeg(t, e, path, engine.PermRead)
+	os.WriteFile(path, make([]byte, 300), 0o644)
+	if info, _ := e.FileSegmentInfo(s); info.Size != 100 {
+		t.Fatalf("size %d before the TTL, want the cached 100", info.Size)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if info, _ := e.FileSegmentInfo(s); info.Size != 300 {
+		t.Fatalf("size %d after the TTL, want 300", info.Size)
+	}
+}
+
+// TestRenameUnlink: the handle stays bound to the inode.
+func TestRenameUnlink(t *testing.T) {
+	for fsName, dir := range filesystems(t) {
+		t.Run(fsName, func(t *testing.T) {
+			e := newEngine(t, nil)
+			path, orig := randomFile(t, dir, "f", 8192)
+			s := openSeg(t, e, path, engine.PermReadWrite)
+			os.Rename(path, path+".moved")
+			randomFile(t, dir, "f", 8192) // a different file under the old name
+			os.Remove(path + ".moved")
+			r := register(t, e, 8192)
+			if _, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 8192}}, time.Second); err != nil {
+				if !haveIOUring {
+					wantKind(t, err, engine.KindUnavailable)
+					return
+				}
+				t.Fatal(err)
+			}
+			if !bytes.Equal(regionBytes(t, r), orig) {
+				t.Fatal("read did not come from the original inode")
+			}
+			// A write lands in the unlinked inode, not the new file.
+			now, _ := os.ReadFile(path)
+			r.WriteAt(bytes.Repeat([]byte{1}, 4096), 0)
+			if _, err := e.SubmitAndWait(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if after, _ := os.ReadFile(path); !bytes.Equal(after, now) {
+				t.Fatal("write went to the file now at the old path")
+			}
+			if info, _ := e.FileSegmentInfo(s); info.Path != path || info.Size != 8192 {
+				t.Fatalf("info %+v", info)
+			}
+		})
+	}
+}
+
+// TestCloseWithTimeout: close drains admitted users; a timeout closes
+// every alias to new work and a later retry succeeds.
+func TestCloseWithTimeout(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s := openSeg(t, e, path, engine.PermRead)
+	alias := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 8192)
+	b, _ := e.AllocateBatch(2)
+	if _, err := b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := e.CloseFileSegment(s, 50*time.Millisecond)
+	wantKind(t, err, engine.KindTimeout)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("close took %v with a 50ms timeout", d)
+	}
+	_, err = b.Submit(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress() + 4096, Length: 4096}}, nil, time.Second)
+	wantKind(t, err, engine.KindBusy)
+	_, err = e.OpenFileSegment("file://"+path, engine.PermRead)
+	wantKind(t, err, engine.KindBusy)
+	ref.release()
+	b.Seal()
+	if st, _ := b.Wait(5 * time.Second); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
+	}
+	if err := e.CloseFileSegment(s, time.Second); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	_, err = e.FileSegmentInfo(s)
+	wantKind(t, err, engine.KindNotFound)
+	// The alias reopened to work when the close succeeded.
+	if _, err := e.SubmitAndWait(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.CloseFileSegment(alias, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Segments != 0 {
+		t.Fatalf("segments %d after closing every alias", st.Segments)
+	}
+}
+
+// TestWithoutFileTransport is the noiouring build's behaviour: segments
+// open and inspect, READ/WRITE report unavailable before payload I/O.
+func TestWithoutFileTransport(t *testing.T) {
+	cfg := config.DefaultEngine()
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(time.Second)
+	path, orig := randomFile(t, t.TempDir(), "f", 4096)
+	s := openSeg(t, e, path, engine.PermReadWrite)
+	if info, err := e.FileSegmentInfo(s); err != nil || info.Size != 4096 {
+		t.Fatalf("info %+v %v", info, err)
+	}
+	r := register(t, e, 4096)
+	for _, op := range []engine.Op{engine.OpRead, engine.OpWrite} {
+		_, err := e.SubmitAndWait(op, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second)
+		wantKind(t, err, engine.KindUnavailable)
+	}
+	if got, _ := os.ReadFile(path); !bytes.Equal(got, orig) {
+		t.Fatal("file changed")
+	}
+}
