@@ -1,0 +1,143 @@
+package config
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSize(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Size
+		bad  bool
+	}{
+		{"0", 0, false}, {"4096", 4096, false}, {"64KiB", 64 << 10, false}, {"1 MiB", 1 << 20, false},
+		{"2GB", 2 << 30, false}, {"1tib", 1 << 40, false}, {"10B", 10, false}, {"4k", 4096, false},
+		{"", 0, true}, {"-1", 0, true}, {"1.5MiB", 0, true}, {"12XB", 0, true}, {"MiB", 0, true},
+		{"99999999999TiB", 0, true},
+	}
+	for _, c := range cases {
+		got, err := ParseSize(c.in)
+		if (err != nil) != c.bad || (!c.bad && got != c.want) {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d bad=%v", c.in, got, err, c.want, c.bad)
+		}
+		if c.bad && err != nil && !strings.Contains(err.Error(), "size") {
+			t.Errorf("error %q does not say what was wrong", err)
+		}
+	}
+	for _, s := range []Size{0, 1, 1024, 1 << 20, 3 << 30, 4097} {
+		if back, err := ParseSize(s.String()); err != nil || back != s {
+			t.Errorf("round trip %d -> %q -> %d %v", s, s.String(), back, err)
+		}
+	}
+}
+
+func TestJSONValues(t *testing.T) {
+	var v struct {
+		A, B Size
+		C, D Duration
+	}
+	if err := json.Unmarshal([]byte(`{"A":1048576,"B":"64MiB","C":"250ms","D":1000}`), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.A != 1<<20 || v.B != 64<<20 || v.C.D() != 250*time.Millisecond || v.D.D() != time.Microsecond {
+		t.Fatalf("%+v", v)
+	}
+	for _, bad := range []string{`{"A":-1}`, `{"A":1.5}`, `{"A":true}`, `{"C":"-1s"}`, `{"C":"soon"}`} {
+		if err := json.Unmarshal([]byte(bad), &v); err == nil {
+			t.Errorf("%s accepted", bad)
+		}
+	}
+}
+
+func TestDefaultsValidate(t *testing.T) {
+	e := DefaultEngine()
+	if err := e.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The embedded file and DefaultEngine must agree on every key.
+	got, _ := json.Marshal(d.Engine)
+	want, _ := json.Marshal(DefaultEngine())
+	if string(got) != string(want) {
+		t.Fatalf("default.toml and DefaultEngine differ:\n%s\n%s", got, want)
+	}
+	wd, _ := os.Getwd()
+	if d.Mount.AllowedRoots[0] != wd || d.Engine.AllowedRoots[0] != wd {
+		t.Fatalf("\".\" root not resolved to the working directory: %v", d.Mount.AllowedRoots)
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	cases := []struct {
+		name string
+		mut  func(*Engine)
+		want []string
+	}{
+		{"segments", func(e *Engine) { e.MaxFileSegments = 4097 }, []string{"engine.max_file_segments (4097) must be in [1, 4096]"}},
+		{"zero segments", func(e *Engine) { e.MaxFileSegments = 0 }, []string{"max_file_segments (0)"}},
+		{"vector", func(e *Engine) { e.MaxVectorElements = 1025 }, []string{"max_vector_elements (1025) must be in [1, 1024]"}},
+		{"transfer", func(e *Engine) { e.MaxTransferBytes = 0 }, []string{"max_transfer_bytes (0)"}},
+		{"grace", func(e *Engine) { e.QuiesceGrace = 0 }, []string{"quiesce_grace (0s) must be > 0"}},
+		{"two at once", func(e *Engine) { e.MaxBatchRequests = 0; e.IOUring.QueueDepth = 0 },
+			[]string{"max_batch_requests (0)", "io_uring.queue_depth (0)"}},
+		{"staging", func(e *Engine) { e.IOUring.PinnedStaging = true; e.IOUring.StagingSlots = 1000 }, []string{"exceeds 1GiB"}},
+		{"dispatch", func(e *Engine) { e.RuntimeQueue.MaxDispatchOwners = 2000 }, []string{"runtime_queue.max_dispatch_owners (2000)"}},
+		{"credits", func(e *Engine) { e.MaxReceiverCreditSessions = 5000 }, []string{"max_receiver_credit_sessions (5000) must be in [0, 4096]"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := DefaultEngine()
+			c.mut(&e)
+			err := e.Validate()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLoadFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(s string) string {
+		p := filepath.Join(dir, "c.toml")
+		os.WriteFile(p, []byte(s), 0o644)
+		return p
+	}
+	d, err := Load(write("[engine]\nmax_file_segments = 7\n[engine.io_uring]\nqueue_depth = 64\n[mount]\nallowed_roots = [\"/srv\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Engine.MaxFileSegments != 7 || d.Engine.IOUring.QueueDepth != 64 || d.Engine.MaxBatchRequests != 4096 {
+		t.Fatalf("override not applied over defaults: %+v", d.Engine)
+	}
+	if len(d.Mount.AllowedRoots) != 1 || d.Mount.AllowedRoots[0] != "/srv" {
+		t.Fatalf("roots %v", d.Mount.AllowedRoots)
+	}
+	for _, c := range []struct{ text, want string }{
+		{"[engine]\nmax_file_segment = 7\n", "unknown keys: engine.max_file_segment"},
+		{"[engine]\nmax_file_segments = 0\n", "max_file_segments (0)"},
+		{"[mount]\nlog_level = \"loud\"\n", "mount.log_level"},
+		{"[mount]\nclose_timeout = \"forever\"\n", "close_timeout"},
+		{"[engine\n", "c.toml"},
+	} {
+		if _, err := Load(write(c.text)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want it to mention %q", c.text, err, c.want)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil {
+		t.Error("missing file accepted")
+	}
+}
