@@ -1,0 +1,46 @@
+// Package engine is the orbitefs transfer engine: it moves bytes between
+// registered host memory and file segments through pluggable transports
+// (io_uring today; CUDA staging, GDS and network peers behind the same
+// Transport interfaces later).
+//
+// # Objects and lifetimes
+//
+//   - Engine: New validates the config and starts nothing. Close refuses
+//     new work, cancels queued groups, waits for running ones, then closes
+//     segments, regions and transports. Close is idempotent.
+//   - Region: RegisterMemory / RegisterSharedFile map page-aligned memory
+//     outside the Go heap; Unregister unmaps it, refusing (ErrBusy) while a
+//     transfer holds a loan on it.
+//   - Segment: OpenFileSegment binds a handle to an existing regular file's
+//     inode. Handles with the same path and permission share one entry.
+//     CloseFileSegment drains admitted groups within a timeout.
+//   - Batch: AllocateBatch reserves task slots. Each Submit appends one
+//     group of tasks; Seal stops appends; Wait blocks for the terminal
+//     state; Free returns the reservation (ErrBusy while work runs).
+//
+// # Execution
+//
+// Submit validates every request (addresses, permissions, ranges, limits)
+// and takes the group's admission charges before anything is queued, so a
+// rejected group leaves no trace. One worker goroutine per busy batch
+// dispatches groups in FIFO order onto one ring, keeping the ring full
+// across group boundaries (see worker.go for the fence rules). A small
+// single-request group may complete on its caller (the fast path) without
+// a worker. Each task reports its own bytes; a group's Report counts the
+// consecutive successful prefix. A missing completion is waited for until
+// quiesce_grace after the deadline, then the group ends unquiesced and
+// keeps every resource the kernel might still touch.
+//
+// # Lock order
+//
+// Engine.segMu, then Batch.mu, then Engine.mu, then segEntry.mu, then
+// Region.mu. No lock is held across a blocking wait; the worker holds
+// Batch.mu while preparing SQEs (no syscall) and drops it to submit and
+// reap.
+//
+// # Errors
+//
+// Every error is an *Error whose Kind is one row of the mount's errno
+// table; errors.Is(err, ErrBusy) and friends match kinds, and messages
+// name the request index and the offending value.
+package engine
