@@ -283,7 +283,7 @@ func (w *worker) submit() {
 			t.g.lastSubmitted = i
 		}
 	}
-	w.pending = w.pending[n:]
+	w.pending = w.pending[:copy(w.pending, w.pending[n:])]
 	if err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EINTR) {
 		for _, tok := range w.pending {
 			t := &b.mu.tasks[tok]
@@ -300,9 +300,6 @@ func (w *worker) submit() {
 		b.changedLocked()
 	}
 	b.mu.Unlock()
-	if len(w.pending) == 0 {
-		w.pending = w.pending[:0]
-	}
 }
 
 // reapAndIdle reaps completions (waiting up to wait when ops are in
@@ -323,7 +320,6 @@ func (w *worker) reapAndIdle(wait time.Duration) bool {
 			}
 		}
 	}
-	queued := len(b.mu.queue)
 	b.mu.Unlock()
 	if live > 0 && w.q != nil {
 		if !cutoff.IsZero() {
@@ -368,7 +364,6 @@ func (w *worker) reapAndIdle(wait time.Duration) bool {
 		w.releaseQueue()
 		return false
 	}
-	_ = queued
 	return true
 }
 
