@@ -1,0 +1,787 @@
+// contract_test.go owns the mount contract (design.md, "The mount
+// (contract v1)") as a map from name to test, in the style of go-fuse's
+// posixtest: TestContract runs every entry as a subtest against one
+// daemon started with the embedded default configuration. Entries must
+// leave the daemon as they found it (their objects are removed at
+// cleanup) and must not stop it.
+
+package tests
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// contract is the mount contract, one entry per behaviour.
+var contract = map[string]func(t *testing.T, m *mount){
+	"Version":             testVersion,
+	"Readme":              testReadme,
+	"Stats":               testStats,
+	"Metrics":             testMetrics,
+	"Walkthrough":         testWalkthrough,
+	"MemoryData":          testMemoryData,
+	"MemoryInfo":          testMemoryInfo,
+	"SegmentInfo":         testSegmentInfo,
+	"WriteRoundTrip":      testWriteRoundTrip,
+	"VectoredPadding":     testVectoredPadding,
+	"UnalignedAndDirect":  testUnalignedAndDirect,
+	"ShortReadAtEOF":      testShortReadAtEOF,
+	"SegmentRefresh":      testSegmentRefresh,
+	"ListAndRmdir":        testListAndRmdir,
+	"StatusFresh":         testStatusFresh,
+	"SeveralSubmissions":  testSeveralSubmissions,
+	"LargeDocument":       testLargeDocument,
+	"AllowedRoots":        testAllowedRoots,
+	"OwnerOnly":           testOwnerOnly,
+	"CtlCommands":         testCtlCommands,
+	"BadInput":            testBadInput,
+	"IncompleteDocument":  testIncompleteDocument,
+	"ErrorFileIsPerBatch": testErrorFileIsPerBatch,
+}
+
+func TestContract(t *testing.T) {
+	m := startDaemon(t, daemonOpts{})
+	names := make([]string, 0, len(contract))
+	for name := range contract {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) { contract[name](t, m) })
+	}
+	if m.exited() {
+		t.Fatalf("the daemon exited during the contract tests: %v", m.werr)
+	}
+}
+
+func testVersion(t *testing.T, m *mount) {
+	got := m.ok(t, `cat "$M/version"`)
+	if !regexp.MustCompile(`^orbitefs [0-9]+\.[0-9]+\.[0-9]+\n$`).MatchString(got) {
+		t.Errorf("/version = %q, want \"orbitefs X.Y.Z\\n\"", got)
+	}
+	if want := m.ok(t, `"$BIN" version`); got != want {
+		t.Errorf("/version = %q, but `orbitefs version` prints %q", got, want)
+	}
+	// Read-only: a write is refused.
+	if _, _, code := m.sh(t, `echo x > "$M/version"`); code == 0 {
+		t.Errorf("writing /version succeeded")
+	}
+}
+
+func testReadme(t *testing.T, m *mount) {
+	got := m.ok(t, `cat "$M/README"`)
+	for _, want := range []string{"EINVAL", "ERANGE", "ENOENT", "EACCES", "EBUSY", "EFBIG", "submit", "wait"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("/README does not mention %s", want)
+		}
+	}
+}
+
+func testStats(t *testing.T, m *mount) {
+	// Parses with jq, is an object, and names the engine's parts.
+	keys := m.line(t, `cat "$M/stats" | jq -c 'keys'`)
+	for _, want := range []string{"segments", "memory", "batches", "io_uring", "gds"} {
+		if !strings.Contains(keys, want) {
+			t.Errorf("/stats keys %s lack %q", keys, want)
+		}
+	}
+	// Fresh on every read: a new region shows up in the next read.
+	before := m.ok(t, `cat "$M/stats"`)
+	m.register(t, "stats", "64KiB")
+	after := m.ok(t, `cat "$M/stats"`)
+	if before == after {
+		t.Errorf("/stats did not change after registering memory:\n%s", after)
+	}
+}
+
+func testMetrics(t *testing.T, m *mount) {
+	out := m.ok(t, `cat "$M/metrics"`)
+	sample := regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)( -?[0-9]+)?$`)
+	typed := map[string]bool{}
+	samples := 0
+	for i, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		switch {
+		case l == "":
+		case strings.HasPrefix(l, "# TYPE "):
+			f := strings.Fields(l)
+			if len(f) != 4 {
+				t.Errorf("metrics line %d: bad TYPE line %q", i+1, l)
+				continue
+			}
+			switch f[3] {
+			case "counter", "gauge", "histogram", "summary", "untyped":
+			default:
+				t.Errorf("metrics line %d: unknown type %q", i+1, f[3])
+			}
+			typed[f[2]] = true
+		case strings.HasPrefix(l, "#"):
+		default:
+			mm := sample.FindStringSubmatch(l)
+			if mm == nil {
+				t.Errorf("metrics line %d is not a sample: %q", i+1, l)
+				continue
+			}
+			if _, err := strconv.ParseFloat(mm[3], 64); err != nil {
+				t.Errorf("metrics line %d: value %q: %v", i+1, mm[3], err)
+			}
+			base := mm[1]
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(base, suf); ok && typed[b] {
+					base = b
+				}
+			}
+			if !typed[base] {
+				t.Errorf("metrics line %d: %s has no # TYPE line before it", i+1, mm[1])
+			}
+			samples++
+		}
+	}
+	if samples == 0 {
+		t.Errorf("/metrics has no samples:\n%s", out)
+	}
+}
+
+// testWalkthrough is the issue's walkthrough, with its numbers; only the
+// cache file lives in the test's scratch directory (under /tmp) instead
+// of /tmp/cache.bin, so parallel runs do not collide.
+func testWalkthrough(t *testing.T, m *mount) {
+	out := m.ok(t, `
+head -c 1M /dev/urandom > "$T/cache.bin"
+echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > $M/memory/register
+echo '{"name":"cache","uri":"file://'"$T"'/cache.bin","permission":"read_write"}' > $M/segments/open
+N=$(cat $M/ctl/batches/clone)
+echo '{"op":"read","target":"cache","requests":[{"memory":"buf","offset":0,"target_offset":0,"length":1048576}]}' > $M/ctl/batches/$N/submit
+echo seal > $M/ctl/batches/$N/ctl
+echo "wait=$(cat $M/ctl/batches/$N/wait)"
+cmp $M/memory/buf/data "$T/cache.bin" && echo same
+echo "transferred=$(cat $M/ctl/batches/$N/tasks/0 | jq .transferred_bytes)"
+rmdir $M/ctl/batches/$N
+[ ! -e $M/ctl/batches/$N ] && echo gone
+rmdir $M/segments/cache
+rmdir $M/memory/buf
+`)
+	for _, want := range []string{"wait=completed\n", "same\n", "transferred=1048576\n", "gone\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("walkthrough output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// testMemoryData: a region's data file reads and writes its bytes, size
+// is the region's size.
+func testMemoryData(t *testing.T, m *mount) {
+	r := m.register(t, "data", "256KiB")
+	out := m.ok(t, fmt.Sprintf(`D="$M/memory/%s/data"
+stat -c %%s "$D"
+head -c 256K /dev/urandom > "$T/src"
+dd if="$T/src" of="$D" bs=64K conv=notrunc status=none
+cmp "$D" "$T/src" && echo same
+sha256sum < "$D" | cut -d' ' -f1; sha256sum < "$T/src" | cut -d' ' -f1
+# a write at an offset changes only those bytes
+printf 'hello' | dd of="$D" bs=1 seek=1000 conv=notrunc status=none
+dd if="$D" bs=1 skip=1000 count=5 status=none; echo
+cmp -n 1000 "$D" "$T/src" && echo prefix-same`, r))
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 6 {
+		t.Fatalf("unexpected output:\n%s", out)
+	}
+	if lines[0] != "262144" {
+		t.Errorf("stat size of data = %s, want 262144 (the region's bytes)", lines[0])
+	}
+	if lines[1] != "same" || lines[2] != lines[3] {
+		t.Errorf("data did not round-trip:\n%s", out)
+	}
+	if lines[4] != "hello" || lines[5] != "prefix-same" {
+		t.Errorf("offset write: %q %q", lines[4], lines[5])
+	}
+	// Writing past the end of the region is refused.
+	_, stderr, code := m.sh(t, fmt.Sprintf(`printf 'x' | dd of="$M/memory/%s/data" bs=1 seek=262144 conv=notrunc status=none`, r))
+	if code == 0 {
+		t.Errorf("a write past the region's end succeeded")
+	} else {
+		t.Logf("write past the end: %s", strings.TrimSpace(stderr))
+	}
+}
+
+func testMemoryInfo(t *testing.T, m *mount) {
+	r := m.register(t, "info", "1MiB")
+	v := m.readJSON(t, "memory/"+r+"/info")
+	wantStr(t, "info", v, "name", r)
+	wantStr(t, "info", v, "location", "cpu")
+	wantNum(t, "info", v, "bytes", 1<<20)
+	if a, ok := num(v, "base_address"); !ok || a == 0 {
+		if s, _ := v["base_address"].(string); s == "" {
+			t.Errorf("info: base_address = %v, want a nonzero address", v["base_address"])
+		}
+	}
+	// The address works in a submission as a raw registered address.
+	src := m.ok(t, `head -c 4096 /dev/urandom > "$T/f"; echo "$T/f"`)
+	seg := m.openSegment(t, "info", strings.TrimSpace(src), "read")
+	addr := m.line(t, fmt.Sprintf(`jq -r '.base_address' "$M/memory/%s/info"`, r))
+	n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"address":%s,"target_offset":0,"length":4096}]}`, seg, jsonAddr(addr)))
+	if st != "completed" {
+		t.Fatalf("read by address: batch %s %s", n, st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp -n 4096 "$M/memory/%s/data" "$T/f"`, r))
+}
+
+// jsonAddr renders an address from info (a number or a string) for a
+// submission.
+func jsonAddr(a string) string {
+	if _, err := strconv.ParseUint(a, 10, 64); err == nil {
+		return a
+	}
+	return strconv.Quote(a)
+}
+
+func testSegmentInfo(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 12345 /dev/urandom > "$T/f"; echo "$T/f"`))
+	for _, perm := range []string{"read", "write", "read_write"} {
+		seg := m.openSegment(t, "seginfo", p, perm)
+		v := m.readJSON(t, "segments/"+seg+"/info")
+		wantStr(t, perm, v, "uri", "file://"+p)
+		wantStr(t, perm, v, "path", p)
+		wantNum(t, perm, v, "size", 12345)
+		wantNum(t, perm, v, "offset", 0)
+		wantStr(t, perm, v, "permission", perm)
+		if _, ok := v["direct_io"].(bool); !ok {
+			t.Errorf("%s: info lacks boolean direct_io: %v", perm, v)
+		}
+		if _, ok := v["gds_mode"]; !ok {
+			t.Errorf("%s: info lacks gds_mode: %v", perm, v)
+		}
+	}
+}
+
+// testWriteRoundTrip: bytes written into memory with dd go to a file with
+// a write submission, on ext4 and on tmpfs, and come back with a read.
+func testWriteRoundTrip(t *testing.T, m *mount) {
+	for _, fs := range []string{"T", "S"} {
+		t.Run(map[string]string{"T": "ext4", "S": "tmpfs"}[fs], func(t *testing.T) {
+			r := m.register(t, "wrt", "1MiB")
+			dir := m.line(t, `echo "$`+fs+`"`)
+			m.ok(t, fmt.Sprintf(`head -c 1M /dev/urandom > "$T/src"
+dd if="$T/src" of="$M/memory/%s/data" bs=128K conv=notrunc status=none
+truncate -s 1M "%s/dst"`, r, dir))
+			seg := m.openSegment(t, "wrt", dir+"/dst", "read_write")
+			n, st := m.run1(t, fmt.Sprintf(`{"op":"write","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":"1MiB"}]}`, seg, r))
+			if st != "completed" {
+				t.Fatalf("write: batch %s is %s", n, st)
+			}
+			m.ok(t, fmt.Sprintf(`cmp "$T/src" "%s/dst"`, dir))
+			// Back again: zero the region, read the file into it.
+			m.ok(t, fmt.Sprintf(`dd if=/dev/zero of="$M/memory/%s/data" bs=1M count=1 conv=notrunc status=none`, r))
+			n, st = m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":1048576}]}`, seg, r))
+			if st != "completed" {
+				t.Fatalf("read: batch %s is %s", n, st)
+			}
+			m.ok(t, fmt.Sprintf(`cmp "$M/memory/%s/data" "$T/src"`, r))
+			wantNum(t, "tasks/0", m.task(t, n, 0), "transferred_bytes", 1<<20)
+		})
+	}
+}
+
+// testVectoredPadding: a vector request with {"padding":N} elements on
+// ext4 and tmpfs. A read skips the padded file bytes; a write fills them
+// with zeros.
+func testVectoredPadding(t *testing.T, m *mount) {
+	for _, fs := range []string{"T", "S"} {
+		t.Run(map[string]string{"T": "ext4", "S": "tmpfs"}[fs], func(t *testing.T) {
+			r := m.register(t, "vec", "64KiB")
+			dir := m.line(t, `echo "$`+fs+`"`)
+			m.ok(t, fmt.Sprintf(`head -c 64K /dev/urandom > "%[1]s/src"
+dd if=/dev/zero of="$M/memory/%[2]s/data" bs=64K count=1 conv=notrunc status=none`, dir, r))
+			src := m.openSegment(t, "vecsrc", dir+"/src", "read")
+			vec := func(off int) string {
+				return fmt.Sprintf(`{"target_offset":%d,"elements":[{"memory":"%[2]s","offset":0,"length":4096},{"padding":512},{"memory":"%[2]s","offset":8192,"length":4096}]}`, off, r)
+			}
+			n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[%s]}`, src, vec(0)))
+			if st != "completed" {
+				t.Fatalf("vectored read: batch %s is %s", n, st)
+			}
+			wantNum(t, "tasks/0", m.task(t, n, 0), "transferred_bytes", 4096+512+4096)
+			wantNum(t, "tasks/0", m.task(t, n, 0), "length", 4096+512+4096)
+			m.ok(t, fmt.Sprintf(`D="$M/memory/%s/data"; F="%s/src"
+cmp -n 4096 "$D" "$F"                         # element 0 <- file [0, 4096)
+cmp -n 4096 -i 4096:0 "$D" /dev/zero          # untouched between the elements
+cmp -n 4096 -i 8192:4608 "$D" "$F"            # element 2 <- file [4608, 8704), after 512 padding
+cmp -n 53248 -i 12288:0 "$D" /dev/zero        # untouched after`, r, dir))
+
+			// Write the same vector at offset 1000 of a random file: the
+			// padding becomes zeros, everything else stays.
+			m.ok(t, fmt.Sprintf(`head -c 64K /dev/urandom > "%[1]s/dst"; cp "%[1]s/dst" "$T/want"
+D="$M/memory/%[2]s/data"
+dd if="$D" of="$T/want" bs=1 count=4096 seek=1000 conv=notrunc status=none
+dd if=/dev/zero of="$T/want" bs=1 count=512 seek=5096 conv=notrunc status=none
+dd if="$D" of="$T/want" bs=1 skip=8192 count=4096 seek=5608 conv=notrunc status=none`, dir, r))
+			dst := m.openSegment(t, "vecdst", dir+"/dst", "write")
+			n, st = m.run1(t, fmt.Sprintf(`{"op":"write","target":"%s","requests":[%s]}`, dst, vec(1000)))
+			if st != "completed" {
+				t.Fatalf("vectored write: batch %s is %s", n, st)
+			}
+			m.ok(t, fmt.Sprintf(`cmp "%s/dst" "$T/want"`, dir))
+		})
+	}
+}
+
+// testUnalignedAndDirect: one submission mixing byte-unaligned requests
+// with O_DIRECT-aligned ones, on ext4 (direct I/O) and tmpfs.
+func testUnalignedAndDirect(t *testing.T, m *mount) {
+	for _, fs := range []string{"T", "S"} {
+		t.Run(map[string]string{"T": "ext4", "S": "tmpfs"}[fs], func(t *testing.T) {
+			dir := m.line(t, `echo "$`+fs+`"`)
+			r := m.register(t, "dio", "1MiB")
+			m.ok(t, fmt.Sprintf(`head -c 1M /dev/urandom > "%s/src"
+dd if=/dev/zero of="$M/memory/%s/data" bs=1M count=1 conv=notrunc status=none`, dir, r))
+			seg := m.openSegment(t, "dio", dir+"/src", "read")
+			info := m.readJSON(t, "segments/"+seg+"/info")
+			if fs == "T" && info["direct_io"] != true {
+				t.Errorf("ext4 segment: direct_io = %v, want true", info["direct_io"])
+			}
+			t.Logf("segment info: %v", info)
+			type req struct{ off, toff, n int }
+			reqs := []req{
+				{3, 5, 100},            // unaligned everywhere
+				{4096, 8192, 65536},    // page aligned: O_DIRECT eligible
+				{131072, 12345, 70000}, // aligned memory, unaligned file offset and length
+				{262144, 524288, 4096}, // aligned, one block
+				{300001, 1048575, 1},   // last byte of the file
+			}
+			var parts []string
+			for _, q := range reqs {
+				parts = append(parts, fmt.Sprintf(`{"memory":"%s","offset":%d,"target_offset":%d,"length":%d}`, r, q.off, q.toff, q.n))
+			}
+			n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[%s]}`, seg, strings.Join(parts, ",")))
+			if st != "completed" {
+				t.Fatalf("batch %s is %s", n, st)
+			}
+			for i, q := range reqs {
+				wantNum(t, fmt.Sprintf("tasks/%d", i), m.task(t, n, i), "transferred_bytes", float64(q.n))
+				m.ok(t, fmt.Sprintf(`cmp -n %d -i %d:%d "$M/memory/%s/data" "%s/src"`, q.n, q.off, q.toff, r, dir))
+			}
+
+			// And the same requests as writes into a zeroed file.
+			m.ok(t, fmt.Sprintf(`truncate -s 1M "%[1]s/dst"; truncate -s 1M "$T/want"`, dir))
+			for _, q := range reqs {
+				m.ok(t, fmt.Sprintf(`dd if="$M/memory/%s/data" of="$T/want" bs=1 skip=%d seek=%d count=%d conv=notrunc status=none`, r, q.off, q.toff, q.n))
+			}
+			dst := m.openSegment(t, "diodst", dir+"/dst", "read_write")
+			n, st = m.run1(t, fmt.Sprintf(`{"op":"write","target":"%s","requests":[%s]}`, dst, strings.ReplaceAll(strings.Join(parts, ","), `"`+seg+`"`, `"`+dst+`"`)))
+			if st != "completed" {
+				t.Fatalf("write batch %s is %s", n, st)
+			}
+			m.ok(t, fmt.Sprintf(`cmp "%s/dst" "$T/want"`, dir))
+		})
+	}
+}
+
+// testShortReadAtEOF: the file shrinks after open; a read of the old
+// size fails with the remaining bytes transferred.
+func testShortReadAtEOF(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 1M /dev/urandom > "$T/f"; cp "$T/f" "$T/orig"; echo "$T/f"`))
+	seg := m.openSegment(t, "short", p, "read")
+	r := m.register(t, "short", "1MiB")
+	m.ok(t, `truncate -s 600000 "$T/f"`)
+	n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":1048576}]}`, seg, r))
+	if st != "failed" {
+		t.Errorf("batch %s is %s, want failed (short read at EOF)", n, st)
+	}
+	v := m.task(t, n, 0)
+	wantStr(t, "tasks/0", v, "state", "failed")
+	wantNum(t, "tasks/0", v, "transferred_bytes", 600000)
+	wantNum(t, "tasks/0", v, "length", 1048576)
+	if e, _ := v["error"].(string); e == "" {
+		t.Errorf("tasks/0: no error text for the short read: %v", v)
+	} else {
+		t.Logf("tasks/0 error: %s", e)
+	}
+	m.ok(t, fmt.Sprintf(`cmp -n 600000 "$M/memory/%s/data" "$T/orig"`, r))
+}
+
+// testSegmentRefresh: a write to refresh re-reads the file size; a range
+// beyond the new size is then ERANGE at submit.
+func testSegmentRefresh(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 1M /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "refresh", p, "read")
+	r := m.register(t, "refresh", "1MiB")
+	m.ok(t, `truncate -s 4096 "$T/f"`)
+	m.ok(t, fmt.Sprintf(`echo 1 > "$M/segments/%s/refresh"`, seg))
+	wantNum(t, "info after refresh", m.readJSON(t, "segments/"+seg+"/info"), "size", 4096)
+	n := m.clone(t)
+	_, stderr, code := m.sh(t, fmt.Sprintf(`echo '{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":8192}]}' > "$M/ctl/batches/%s/submit"`, seg, r, n))
+	if code == 0 || !strings.Contains(stderr, "Numerical result out of range") {
+		t.Errorf("read beyond the refreshed size: exit %d, stderr %q; want ERANGE", code, stderr)
+	}
+	m.ok(t, `truncate -s 1M "$T/f"`)
+	m.ok(t, fmt.Sprintf(`echo > "$M/segments/%s/refresh"`, seg))
+	wantNum(t, "info after growing", m.readJSON(t, "segments/"+seg+"/info"), "size", 1<<20)
+}
+
+// testListAndRmdir: ls shows live objects, rmdir removes them.
+func testListAndRmdir(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 4096 /dev/urandom > "$T/f"; echo "$T/f"`))
+	r := m.register(t, "ls", 4096)
+	seg := m.openSegment(t, "ls", p, "read")
+	n := m.clone(t)
+	if got := m.ls(t, "memory"); !contains(got, r) || !contains(got, "register") {
+		t.Errorf("ls memory = %v, want %s and register", got, r)
+	}
+	if got := m.ls(t, "segments"); !contains(got, seg) || !contains(got, "open") {
+		t.Errorf("ls segments = %v, want %s and open", got, seg)
+	}
+	if got := m.ls(t, "ctl/batches"); !contains(got, n) || !contains(got, "clone") {
+		t.Errorf("ls ctl/batches = %v, want %s and clone", got, n)
+	}
+	got := m.ls(t, "ctl/batches/"+n)
+	for _, f := range []string{"submit", "ctl", "state", "status", "wait", "error", "tasks"} {
+		if !contains(got, f) {
+			t.Errorf("ls ctl/batches/%s = %v, lacks %s", n, got, f)
+		}
+	}
+	if got := m.ls(t, "memory/"+r); !contains(got, "info") || !contains(got, "data") {
+		t.Errorf("ls memory/%s = %v", r, got)
+	}
+	if got := m.ls(t, "segments/"+seg); !contains(got, "info") || !contains(got, "refresh") {
+		t.Errorf("ls segments/%s = %v", seg, got)
+	}
+	if got := m.ls(t, ""); !contains(got, "README") || !contains(got, "version") || !contains(got, "stats") ||
+		!contains(got, "metrics") || !contains(got, "memory") || !contains(got, "segments") || !contains(got, "ctl") {
+		t.Errorf("ls / = %v", got)
+	}
+	m.submit(t, n, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096}]}`, seg, r))
+	if got := m.ls(t, "ctl/batches/"+n+"/tasks"); len(got) != 1 || got[0] != "0" {
+		t.Errorf("ls tasks = %v, want [0]", got)
+	}
+	m.ctl(t, n, "seal")
+	m.waitBatch(t, n)
+
+	m.ok(t, fmt.Sprintf(`rmdir "$M/ctl/batches/%s" "$M/segments/%s" "$M/memory/%s"`, n, seg, r))
+	if got := m.ls(t, "memory"); contains(got, r) {
+		t.Errorf("after rmdir: ls memory = %v", got)
+	}
+	if got := m.ls(t, "segments"); contains(got, seg) {
+		t.Errorf("after rmdir: ls segments = %v", got)
+	}
+	if got := m.ls(t, "ctl/batches"); contains(got, n) {
+		t.Errorf("after rmdir: ls ctl/batches = %v", got)
+	}
+	for _, p := range []string{"memory/" + r + "/info", "segments/" + seg + "/info", "ctl/batches/" + n + "/state"} {
+		if _, stderr, code := m.sh(t, `cat "$M/`+p+`"`); code == 0 || !strings.Contains(stderr, "No such file or directory") {
+			t.Errorf("cat %s after rmdir: exit %d %q, want ENOENT", p, code, stderr)
+		}
+	}
+	// A removed name can be used again.
+	m.ok(t, fmt.Sprintf(`echo '{"name":"%s","location":"cpu","bytes":4096}' > "$M/memory/register"; rmdir "$M/memory/%s"`, r, r))
+	// rmdir of a batch number that never existed.
+	if _, stderr, code := m.sh(t, `rmdir "$M/ctl/batches/987654321"`); code == 0 || !strings.Contains(stderr, "No such file or directory") {
+		t.Errorf("rmdir of an unknown batch: exit %d %q, want ENOENT", code, stderr)
+	}
+}
+
+// testStatusFresh: state, status and tasks/<i> reflect the batch as it is
+// at each read.
+func testStatusFresh(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 64K /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "fresh", p, "read")
+	r := m.register(t, "fresh", "64KiB")
+	n := m.clone(t)
+	if st := m.state(t, n); st != "open" {
+		t.Errorf("new batch: state %q, want open", st)
+	}
+	s := m.readJSON(t, "ctl/batches/"+n+"/status")
+	wantStr(t, "new batch status", s, "state", "open")
+	if s["sealed"] != false {
+		t.Errorf("new batch status: sealed = %v, want false", s["sealed"])
+	}
+	wantNum(t, "new batch status", s, "capacity", 1024)
+	if id := fmt.Sprint(s["id"]); id != n {
+		t.Errorf("status id = %v, want %s", s["id"], n)
+	}
+	if c := m.taskCount(t, n); c != 0 {
+		t.Errorf("new batch has %d tasks", c)
+	}
+	m.submit(t, n, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096},{"memory":"%s","offset":4096,"target_offset":4096,"length":4096}]}`, seg, r, r))
+	if c := m.taskCount(t, n); c != 2 {
+		t.Errorf("after a 2-request submit: %d tasks", c)
+	}
+	s = m.readJSON(t, "ctl/batches/"+n+"/status")
+	if subs, _ := s["submissions"].([]any); len(subs) != 1 {
+		t.Errorf("status submissions = %v, want one", s["submissions"])
+	}
+	if st := m.state(t, n); st != "open" {
+		t.Errorf("unsealed batch: state %q, want open", st)
+	}
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "completed" {
+		t.Fatalf("wait = %s", st)
+	}
+	if st := m.state(t, n); st != "completed" {
+		t.Errorf("after wait: state %q", st)
+	}
+	s = m.readJSON(t, "ctl/batches/"+n+"/status")
+	wantStr(t, "final status", s, "state", "completed")
+	if s["sealed"] != true {
+		t.Errorf("final status: sealed = %v", s["sealed"])
+	}
+	for i := 0; i < 2; i++ {
+		v := m.task(t, n, i)
+		wantNum(t, "task", v, "index", float64(i))
+		wantStr(t, "task", v, "state", "completed")
+		wantNum(t, "task", v, "length", 4096)
+		wantNum(t, "task", v, "transferred_bytes", 4096)
+		for _, k := range []string{"transport", "physical_owner", "error", "remote_effect"} {
+			if _, ok := v[k]; !ok {
+				t.Errorf("tasks/%d lacks %s: %v", i, k, v)
+			}
+		}
+	}
+	// wait after completion returns at once, every time.
+	for i := 0; i < 3; i++ {
+		start := time.Now()
+		if st := m.waitBatch(t, n); st != "completed" || time.Since(start) > 2*time.Second {
+			t.Errorf("wait on a completed batch: %q after %s", st, since(start))
+		}
+	}
+}
+
+// testSeveralSubmissions: each write to submit is one group; tasks are
+// numbered across groups in order.
+func testSeveralSubmissions(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 64K /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "several", p, "read")
+	r := m.register(t, "several", "64KiB")
+	n := m.clone(t)
+	doc := func(off, k int) string {
+		var reqs []string
+		for i := 0; i < k; i++ {
+			o := off + i*1024
+			reqs = append(reqs, fmt.Sprintf(`{"memory":"%s","offset":%d,"target_offset":%d,"length":1024}`, r, o, o))
+		}
+		return fmt.Sprintf(`{"op":"read","target":"%s","requests":[%s]}`, seg, strings.Join(reqs, ","))
+	}
+	m.submit(t, n, doc(0, 3))
+	m.submit(t, n, doc(3*1024, 2))
+	// Two documents through one open file, in two writes.
+	m.ok(t, fmt.Sprintf(`{ echo %s; echo %s; } > "$M/ctl/batches/%s/submit"`, shq(doc(5*1024, 1)), shq(doc(6*1024, 4)), n))
+	if c := m.taskCount(t, n); c != 10 {
+		t.Errorf("tasks after 4 groups of 3+2+1+4: %d", c)
+	}
+	s := m.readJSON(t, "ctl/batches/"+n+"/status")
+	subs, _ := s["submissions"].([]any)
+	if len(subs) != 4 {
+		t.Fatalf("status submissions = %v, want 4", s["submissions"])
+	}
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "completed" {
+		t.Fatalf("wait = %s", st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp -n 10240 "$M/memory/%s/data" "$T/f"`, r))
+	t.Logf("status: %s", m.ok(t, `jq -c . "$M/ctl/batches/`+n+`/status"`))
+}
+
+// testLargeDocument: a valid document larger than one FUSE write (128
+// KiB) arrives in several write(2) calls and is accepted whole.
+func testLargeDocument(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 1M /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "large", p, "read")
+	r := m.register(t, "large", "1MiB")
+	// 1000 requests of 1 KiB at shuffled offsets, pretty-printed and
+	// padded to about 300 KiB.
+	m.ok(t, fmt.Sprintf(`jq -n --arg s %s --arg r %s '{op:"read",target:$s,requests:[range(1000)|{memory:$r,offset:(.*1024),target_offset:(((.*7)%%1000)*1024),length:1024}]}' > "$T/doc.json"
+{ cat "$T/doc.json"; head -c 200000 /dev/zero | tr '\0' ' '; } > "$T/big.json"
+[ $(stat -c %%s "$T/big.json") -gt 131072 ]`, seg, r))
+	for _, how := range []string{
+		`cat "$T/big.json" > "$M/ctl/batches/$N/submit"`,
+		`dd if="$T/big.json" of="$M/ctl/batches/$N/submit" bs=4k status=none`,
+		`echo "$(cat "$T/big.json")" > "$M/ctl/batches/$N/submit"`,
+	} {
+		n := m.clone(t)
+		r := m.run(t, "N="+n+"\n"+how)
+		if r.code != 0 {
+			t.Errorf("%s:\n%s", how, r)
+			continue
+		}
+		if c := m.taskCount(t, n); c != 1000 {
+			t.Errorf("%s: %d tasks, want 1000", how, c)
+		}
+		m.ctl(t, n, "seal")
+		if st := m.waitBatch(t, n); st != "completed" {
+			t.Errorf("%s: batch %s", how, st)
+		}
+	}
+	// Memory now holds file block (i*7)%1000 at block i.
+	m.ok(t, fmt.Sprintf(`for i in 0 1 2 143 999; do
+  j=$(( (i*7) %% 1000 ))
+  cmp -n 1024 -i $((i*1024)):$((j*1024)) "$M/memory/%s/data" "$T/f"
+done`, r))
+}
+
+// testAllowedRoots: with the embedded defaults, file segments open only
+// beneath the daemon's working directory, /tmp and /dev/shm; symlinks
+// and ".." cannot lead out.
+func testAllowedRoots(t *testing.T, m *mount) {
+	open := func(name, uri, perm string) shResult {
+		return m.run(t, fmt.Sprintf(`echo '{"name":"%s","uri":"%s","permission":"%s"}' > "$M/segments/open"`, name, uri, perm))
+	}
+	ok := func(what, uri string) {
+		t.Helper()
+		name := uniq("root")
+		if r := open(name, uri, "read"); r.code != 0 {
+			t.Errorf("%s (%s): %s", what, uri, r)
+			return
+		}
+		m.ok(t, `rmdir "$M/segments/`+name+`"`)
+	}
+	refused := func(what, uri, errno string) {
+		t.Helper()
+		before := m.ls(t, "segments")
+		r := open(uniq("root"), uri, "read")
+		if r.code == 0 || !strings.Contains(r.stderr, errno) {
+			t.Errorf("%s (%s): exit %d, stderr %q; want %q", what, uri, r.code, r.stderr, errno)
+		}
+		if after := m.ls(t, "segments"); strings.Join(after, " ") != strings.Join(before, " ") {
+			t.Errorf("%s: ls segments changed from %v to %v", what, before, after)
+		}
+	}
+	T, S := m.scratchDirs(t)
+	m.ok(t, fmt.Sprintf(`echo x > "$T/f"; echo x > "$S/f"; echo x > "%[1]s/f"
+ln -s /etc/passwd "$T/pw"; ln -s /etc "$T/etc"; ln -s "%[1]s/f" "$T/tocwd"
+mkdir -p /var/tmp/orbitefs-e2e-outside; echo x > /var/tmp/orbitefs-e2e-outside/f
+mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
+	t.Cleanup(func() { m.sh(t, `rm -rf /var/tmp/orbitefs-e2e-outside`) })
+
+	ok("file under /tmp", "file://"+T+"/f")
+	ok("file under /dev/shm", "file://"+S+"/f")
+	ok("file in the daemon's working directory", "file://"+m.cwd+"/f")
+	ok("relative URI, resolved against the working directory", "file://f")
+	ok("symlink under /tmp to a file in another allowed root", "file://"+T+"/tocwd")
+
+	refused("/etc/passwd", "file:///etc/passwd", "Permission denied")
+	refused("symlink under /tmp to /etc/passwd", "file://"+T+"/pw", "Permission denied")
+	refused("directory symlink under /tmp to /etc", "file://"+T+"/etc/passwd", "Permission denied")
+	refused(".. out of /tmp", "file:///tmp/../etc/passwd", "Permission denied")
+	refused(".. out of the scratch dir", "file://"+T+"/../../../etc/passwd", "Permission denied")
+	refused("relative .. out of the working directory", "file://../../../etc/passwd", "Permission denied")
+	refused("/var/tmp outside the working directory", "file:///var/tmp/orbitefs-e2e-outside/f", "Permission denied")
+	refused("missing file", "file://"+T+"/missing", "No such file or directory")
+	refused("directory", "file://"+T+"/dir", "Invalid argument")
+	refused("FIFO", "file://"+T+"/fifo", "Invalid argument")
+	refused("not a file URI", "http://example.com/x", "Invalid argument")
+	if out := m.ok(t, `cat "$M/version"`); !strings.HasPrefix(out, "orbitefs") {
+		t.Errorf("mount unresponsive after the refused opens")
+	}
+}
+
+// testOwnerOnly: without allow_other only the mount's owner may use it.
+func testOwnerOnly(t *testing.T, m *mount) {
+	ents := mountsAt(m.dir)
+	if len(ents) == 0 {
+		t.Fatal("mount not in mountinfo")
+	}
+	e := ents[len(ents)-1]
+	t.Logf("mountinfo: %+v", e)
+	if strings.Contains(e.superOpts, "allow_other") || strings.Contains(e.opts, "allow_other") {
+		t.Errorf("mounted with allow_other by default: %s %s", e.opts, e.superOpts)
+	}
+	if !strings.Contains(e.superOpts, "user_id=0") {
+		t.Errorf("super options %q lack user_id=0", e.superOpts)
+	}
+	for _, cmd := range []string{`ls "$M"`, `cat "$M/version"`, `cat "$M/ctl/batches/clone"`} {
+		r := m.run(t, `setpriv --reuid=65534 --regid=65534 --clear-groups `+cmd)
+		if r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+			t.Errorf("as nobody, %s: exit %d %q; want Permission denied", cmd, r.code, r.stderr)
+		}
+	}
+	// The nobody attempt at clone must not have allocated a batch.
+	before := m.ls(t, "ctl/batches")
+	m.sh(t, `setpriv --reuid=65534 --regid=65534 --clear-groups cat "$M/ctl/batches/clone"`)
+	if after := m.ls(t, "ctl/batches"); len(after) != len(before) {
+		t.Errorf("a refused clone changed ls ctl/batches: %v -> %v", before, after)
+	}
+}
+
+// testCtlCommands: the ctl grammar on a finished batch.
+func testCtlCommands(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 8K /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "ctl", p, "read")
+	r := m.register(t, "ctl", "8KiB")
+	n := m.clone(t)
+	m.submit(t, n, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096}]}`, seg, r))
+	m.ctl(t, n, "progress")
+	m.ctl(t, n, "seal")
+	m.ctl(t, n, "seal") // sealing twice is harmless
+	if st := m.waitBatch(t, n); st != "completed" {
+		t.Fatalf("wait = %s", st)
+	}
+	m.ctl(t, n, "cancel 0") // a finished task: nothing happens
+	m.ctl(t, n, "cancel_all")
+	m.ctl(t, n, "progress")
+	if st := m.state(t, n); st != "completed" {
+		t.Errorf("cancel after completion changed the state to %s", st)
+	}
+	// free through ctl removes the batch like rmdir.
+	m.ctl(t, n, "free")
+	if got := m.ls(t, "ctl/batches"); contains(got, n) {
+		t.Errorf("after free: ls ctl/batches = %v", got)
+	}
+
+	// A batch with only cancelled work ends cancelled.
+	n = m.clone(t)
+	m.submit(t, n, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096}]}`, seg, r))
+	m.ctl(t, n, "cancel_all")
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "completed" && st != "cancelled" {
+		t.Errorf("cancel_all then seal: %s, want cancelled (or completed if the task ran first)", st)
+	}
+}
+
+// testIncompleteDocument: a document cut short is refused at close by
+// writers that report close errors, and nothing is submitted.
+func testIncompleteDocument(t *testing.T, m *mount) {
+	n := m.clone(t)
+	for _, how := range []string{
+		`/bin/echo -n '{"op":' > "$M/ctl/batches/$N/submit"`,
+		`printf '{"op":' | cat > "$M/ctl/batches/$N/submit"`,
+		`printf '{"op":"read","target":"x","requests":[' | dd of="$M/ctl/batches/$N/submit" status=none`,
+	} {
+		r := m.run(t, "N="+n+"\n"+how)
+		if r.code == 0 || !strings.Contains(r.stderr, "Invalid argument") {
+			t.Errorf("%s: exit %d, stderr %q; want EINVAL", how, r.code, r.stderr)
+		}
+	}
+	if c := m.taskCount(t, n); c != 0 {
+		t.Errorf("incomplete documents added %d tasks", c)
+	}
+	if e := m.ok(t, `cat "$M/ctl/batches/`+n+`/error"`); !strings.Contains(e, "incomplete") {
+		t.Errorf("error file = %q, want it to say the document was incomplete", e)
+	}
+	// The handle after an incomplete document is usable again: a new
+	// open with a complete document works.
+	p := strings.TrimSpace(m.ok(t, `head -c 4096 /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "inc", p, "read")
+	r := m.register(t, "inc", 4096)
+	m.submit(t, n, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096}]}`, seg, r))
+	if c := m.taskCount(t, n); c != 1 {
+		t.Errorf("after a complete document: %d tasks", c)
+	}
+}
+
+// testErrorFileIsPerBatch: a bad submit to one batch leaves another
+// batch's error file alone.
+func testErrorFileIsPerBatch(t *testing.T, m *mount) {
+	a, b := m.clone(t), m.clone(t)
+	m.sh(t, `echo '{"op":"frob"}' > "$M/ctl/batches/`+a+`/submit"`)
+	ea := m.ok(t, `cat "$M/ctl/batches/`+a+`/error"`)
+	eb := m.ok(t, `cat "$M/ctl/batches/`+b+`/error"`)
+	if !strings.Contains(ea, "frob") {
+		t.Errorf("batch %s error = %q, want the bad op named", a, ea)
+	}
+	if strings.Contains(eb, "frob") {
+		t.Errorf("batch %s error = %q shows batch %s's error", b, eb, a)
+	}
+}
