@@ -2,7 +2,8 @@
 // command must fail with the errno's text on stderr (bash's builtin echo
 // reports the write's error), the full message must be readable (the
 // batch's error file, or the daemon log for writes that belong to no
-// batch), and nothing may change: the same ls of memory, segments and
+// batch: the mount's /error file, the daemon's choice where the contract
+// is silent; both also go to the daemon log), and nothing may change: the same ls of memory, segments and
 // batches, the same tasks and the same status afterwards.
 
 package tests
@@ -36,7 +37,7 @@ type badCase struct {
 	script string
 	errno  string // text expected on stderr
 	// phrase is expected in the message: the batch's error file when
-	// batchErr, else the daemon log.
+	// batchErr, else the mount-wide /error file; the daemon log too.
 	phrase   string
 	batchErr bool
 }
@@ -215,14 +216,14 @@ for s in "$RW" "$RO" "$WO"; do cat "$M/segments/$s/info"; echo; done; cat "$M/me
 			if c.phrase == "" {
 				return
 			}
+			errFile := "$M/error"
 			if c.batchErr {
-				e := m.ok(t, pre+`cat "$M/ctl/batches/$N/error"`)
-				if !strings.Contains(e, c.phrase) {
-					t.Errorf("error file = %q, want it to contain %q", e, c.phrase)
-				}
-				return
+				errFile = "$M/ctl/batches/$N/error"
 			}
-			// Not a batch's write: the message goes to the daemon log.
+			if e := m.ok(t, pre+`cat "`+errFile+`"`); !strings.Contains(e, c.phrase) {
+				t.Errorf("%s = %q, want it to contain %q", errFile, e, c.phrase)
+			}
+			// The daemon logs the same text.
 			deadline := time.Now().Add(2 * time.Second)
 			for {
 				logged := m.logText()[logBefore:]
