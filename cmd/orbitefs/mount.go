@@ -1,0 +1,113 @@
+// mount.go owns `orbitefs mount`: load the config, build the engine and
+// the control Service, mount, serve in the foreground, and on SIGINT or
+// SIGTERM shut down in order: refuse new work, drain (bounded by
+// mount.shutdown_timeout), wake waiters, close the engine, unmount (lazily
+// if busy), exit 0.
+
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/engine"
+	"github.com/orbitefs/orbitefs/fusefs"
+)
+
+func init() { commands["mount"] = runMount }
+
+// unmountGrace is how long a detached mount may keep serving a client
+// that still holds a file before the connection is aborted.
+const unmountGrace = 2 * time.Second
+
+func runMount(args []string) int {
+	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
+	cfgPath := fl.String("config", "", "TOML config `file` (default: the embedded config, see docs/config.md)")
+	debug := fl.Bool("debug", false, "log every FUSE request (very verbose)")
+	fl.Usage = func() {
+		fmt.Fprintf(fl.Output(), "usage: orbitefs mount [--config FILE] [--debug] MOUNTPOINT\n\n"+
+			"Serves the orbitefs control filesystem at MOUNTPOINT in the foreground until\n"+
+			"SIGINT or SIGTERM. Root mounts directly; other users need fusermount3 (fuse3).\n\n")
+		fl.PrintDefaults()
+	}
+	if err := fl.Parse(args); err != nil {
+		return 2
+	}
+	if fl.NArg() != 1 {
+		fl.Usage()
+		return 2
+	}
+	dir := fl.Arg(0)
+
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
+	level, _ := config.ParseLevel(cfg.Mount.LogLevel) // validated by Load
+	if *debug {
+		level = slog.LevelDebug
+	}
+	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ecfg := cfg.Engine
+	ecfg.Logger = lg
+	e, err := engine.New(ecfg, transports(ecfg)...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
+	sopts := control.OptionsFromConfig(cfg.Mount, Version, lg)
+	if abs, err := filepath.Abs(dir); err == nil {
+		sopts.MountDir = abs
+	}
+	svc := control.New(e, sopts)
+
+	// Signals are caught before mounting, so one arriving during the
+	// mount still leads to an orderly unmount.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	srv, err := fusefs.Mount(dir, svc, fusefs.Options{MaxWrite: int(cfg.Mount.MaxWrite),
+		AllowOther: cfg.Mount.AllowOther, Logger: lg, Debug: *debug})
+	if err != nil {
+		e.Close(time.Second)
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
+	source := "embedded default config"
+	if *cfgPath != "" {
+		source = *cfgPath
+	}
+	lg.Info("mounted", "op", "mount", "dir", srv.Dir(), "version", Version, "config", source,
+		"allowed_roots", cfg.Mount.AllowedRoots, "try", "cat "+srv.Dir()+"/README")
+
+	select {
+	case s := <-sigs:
+		lg.Info("shutting down", "op", "shutdown", "signal", s.String(), "timeout", cfg.Mount.ShutdownTimeout.D())
+	case <-srv.Done():
+		lg.Warn("the mount went away (unmounted from outside); shutting down", "op", "shutdown", "dir", srv.Dir())
+	}
+	go func() {
+		for s := range sigs {
+			lg.Warn("shutdown already in progress; it is bounded by mount.shutdown_timeout", "op", "shutdown", "signal", s.String())
+		}
+	}()
+	if err := svc.Shutdown(cfg.Mount.ShutdownTimeout.D()); err != nil {
+		lg.Warn("engine close", "op", "shutdown", "err", err)
+	}
+	if err := srv.Unmount(unmountGrace); err != nil {
+		lg.Error("unmount", "op", "unmount", "dir", srv.Dir(), "err", err)
+	}
+	lg.Info("stopped", "op", "shutdown")
+	return 0
+}

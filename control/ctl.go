@@ -1,0 +1,64 @@
+// ctl.go owns the grammar of a batch's ctl file: one command per write.
+//
+//	seal          stop appends; the batch turns terminal when its work ends
+//	cancel I      cancel task I if it has not started (EBUSY if running)
+//	cancel_all    cancel every task that has not started
+//	progress      accepted, does nothing: the engine's per-batch worker
+//	              already drives I/O; re-read status afterwards
+//	free          free the batch (EBUSY while work is queued or running)
+
+package control
+
+import (
+	"strconv"
+	"strings"
+)
+
+// CtlVerb is a ctl command.
+type CtlVerb string
+
+// The ctl commands.
+const (
+	CtlSeal      CtlVerb = "seal"
+	CtlCancel    CtlVerb = "cancel"
+	CtlCancelAll CtlVerb = "cancel_all"
+	CtlProgress  CtlVerb = "progress"
+	CtlFree      CtlVerb = "free"
+)
+
+// Ctl is one parsed ctl command; Task is set for cancel.
+type Ctl struct {
+	Verb CtlVerb
+	Task int
+}
+
+// ParseCtl reads one command. Surrounding whitespace (echo's newline) is
+// ignored; anything else that is not exactly one known command is
+// KindInvalid naming the text.
+func ParseCtl(text string) (Ctl, error) {
+	line := strings.TrimSpace(text)
+	if line == "" {
+		return Ctl{}, invalid("empty ctl command: want seal, cancel I, cancel_all, progress or free")
+	}
+	if strings.ContainsAny(line, "\n\r") {
+		return Ctl{}, invalid("ctl %q: one command per write", line)
+	}
+	f := strings.Fields(line)
+	switch v := CtlVerb(f[0]); v {
+	case CtlSeal, CtlCancelAll, CtlProgress, CtlFree:
+		if len(f) != 1 {
+			return Ctl{}, invalid("ctl %q: %s takes no argument", line, v)
+		}
+		return Ctl{Verb: v}, nil
+	case CtlCancel:
+		if len(f) != 2 {
+			return Ctl{}, invalid("ctl %q: want cancel I (a task index)", line)
+		}
+		i, err := strconv.Atoi(f[1])
+		if err != nil || i < 0 {
+			return Ctl{}, invalid("ctl %q: task index %q is not a nonnegative integer", line, f[1])
+		}
+		return Ctl{Verb: CtlCancel, Task: i}, nil
+	}
+	return Ctl{}, invalid("unknown ctl command %q: want seal, cancel I, cancel_all, progress or free", line)
+}

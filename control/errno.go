@@ -1,0 +1,103 @@
+// errno.go owns the one table that turns an engine error kind into the
+// errno a file operation on the mount returns.
+//
+// Invariants:
+//   - Every engine.Kind appears in kindTable exactly once (errno_test.go
+//     checks it against engine.Kinds()).
+//   - fusefs never calls go-fuse's ToErrno on an engine or control error;
+//     it calls Errno, so a %w-wrapped error can never fall through to ENOSYS.
+//   - The errno tables in README.md, docs/mount.md and /README are
+//     rendered from this file (ErrnoTableMarkdown); reference_test.go
+//     fails when a checked-in copy differs.
+
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// ErrnoRow is one row of the errno table.
+type ErrnoRow struct {
+	Kind    engine.Kind // KindUnknown also marks the non-kind rows
+	Errno   syscall.Errno
+	Name    string // the errno's C name, e.g. "EINVAL"
+	Meaning string
+}
+
+// kindTable maps each engine kind to its errno. design.md's table, plus
+// the two kinds it leaves open: KindClosed (ESHUTDOWN, so a script can
+// tell "the daemon is going away" from a failed transfer) and KindUnknown
+// (EIO; the whole error chain is logged).
+var kindTable = []ErrnoRow{
+	{engine.KindInvalid, syscall.EINVAL, "EINVAL", "invalid argument: bad JSON, unknown field, trailing data, bad name, zero length, overflow, unknown ctl command, wait before seal"},
+	{engine.KindRange, syscall.ERANGE, "ERANGE", "range beyond the current file size or the memory region"},
+	{engine.KindNotFound, syscall.ENOENT, "ENOENT", "no such segment, memory, batch or task"},
+	{engine.KindExists, syscall.EEXIST, "EEXIST", "name already taken"},
+	{engine.KindPermission, syscall.EACCES, "EACCES", "permission denied: segment permission, file outside mount.allowed_roots, file mode"},
+	{engine.KindExhausted, syscall.EAGAIN, "EAGAIN", "resource exhausted: engine limits, batch capacity, in-flight caps"},
+	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled"},
+	{engine.KindUnavailable, syscall.EOPNOTSUPP, "EOPNOTSUPP", "unavailable: transport or memory location not built (gds, pinned, cuda:N) or not supported by the kernel"},
+	{engine.KindTimeout, syscall.ETIMEDOUT, "ETIMEDOUT", "deadline passed, deadline infeasible, segment close did not drain within mount.close_timeout"},
+	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, request over max_transfer_bytes"},
+	{engine.KindIO, syscall.EIO, "EIO", "i/o error: backend fault, unquiesced transfer"},
+	{engine.KindClosed, syscall.ESHUTDOWN, "ESHUTDOWN", "the daemon is shutting down: the engine no longer accepts work"},
+	{engine.KindUnknown, syscall.EIO, "EIO", "unclassified error (the daemon logs the whole error chain)"},
+}
+
+// interruptRow is the one errno not tied to an engine kind: a blocked
+// read of `wait` whose caller got a signal returns EINTR and changes
+// nothing.
+var interruptRow = ErrnoRow{engine.KindUnknown, syscall.EINTR, "EINTR", "interrupted: a signal reached a blocked read of wait; nothing changed"}
+
+// ErrnoTable returns the table in display order: one row per kind, then
+// the interrupt row.
+func ErrnoTable() []ErrnoRow {
+	return append(append([]ErrnoRow(nil), kindTable...), interruptRow)
+}
+
+// KindErrno returns the errno for kind k.
+func KindErrno(k engine.Kind) syscall.Errno {
+	for _, r := range kindTable {
+		if r.Kind == k {
+			return r.Errno
+		}
+	}
+	return syscall.EIO
+}
+
+// Errno maps err to the errno a FUSE operation returns: 0 for nil, the
+// kind's errno for an engine-kinded error, EINTR for a cancelled request
+// context, ETIMEDOUT for an expired one, EIO for anything else.
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	if k := engine.KindOf(err); k != engine.KindUnknown {
+		return KindErrno(k)
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	case errors.Is(err, context.DeadlineExceeded):
+		return syscall.ETIMEDOUT
+	}
+	return syscall.EIO
+}
+
+// ErrnoTableMarkdown renders the table as a Markdown table, the form
+// README.md, docs/mount.md and /README carry.
+func ErrnoTableMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| errno | engine kind | when |\n| --- | --- | --- |\n")
+	for _, r := range kindTable {
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", r.Name, r.Kind, r.Meaning)
+	}
+	fmt.Fprintf(&b, "| %s | (none) | %s |\n", interruptRow.Name, interruptRow.Meaning)
+	return b.String()
+}

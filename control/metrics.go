@@ -1,0 +1,98 @@
+// metrics.go owns /metrics: the engine's stats in the Prometheus text
+// exposition format (version 0.0.4), every name prefixed orbitefs_.
+//
+// Invariants:
+//   - Every numeric field of engine.Stats (and of its io_uring part) has
+//     exactly one metric here; metrics_test.go fails when the lead adds a
+//     field and this table does not follow.
+//   - Counters end in _total; gauges do not.
+
+package control
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+type metric struct {
+	name, typ, help string
+	value           func(*engine.Stats) float64
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+var engineMetrics = []metric{
+	{"segments", "gauge", "Open file segments (draining ones included).", func(s *engine.Stats) float64 { return float64(s.Segments) }},
+	{"segments_draining", "gauge", "File segments closed to new work, waiting for admitted transfers.", func(s *engine.Stats) float64 { return float64(s.SegmentsDraining) }},
+	{"memory_regions", "gauge", "Registered memory regions.", func(s *engine.Stats) float64 { return float64(s.Regions) }},
+	{"memory_region_bytes", "gauge", "Bytes of registered memory.", func(s *engine.Stats) float64 { return float64(s.RegionBytes) }},
+	{"batches", "gauge", "Allocated batches.", func(s *engine.Stats) float64 { return float64(s.Batches) }},
+	{"reserved_requests", "gauge", "Task slots reserved by allocated batches.", func(s *engine.Stats) float64 { return float64(s.ReservedRequests) }},
+	{"inflight_groups", "gauge", "Admitted submissions not yet finished.", func(s *engine.Stats) float64 { return float64(s.InflightGroups) }},
+	{"inflight_bytes", "gauge", "Bytes of admitted submissions not yet finished.", func(s *engine.Stats) float64 { return float64(s.InflightBytes) }},
+	{"groups_submitted_total", "counter", "Submissions accepted.", func(s *engine.Stats) float64 { return float64(s.GroupsSubmitted) }},
+	{"groups_rejected_total", "counter", "Submissions rejected at submit.", func(s *engine.Stats) float64 { return float64(s.GroupsRejected) }},
+	{"tasks_completed_total", "counter", "Tasks completed.", func(s *engine.Stats) float64 { return float64(s.TasksCompleted) }},
+	{"tasks_failed_total", "counter", "Tasks failed.", func(s *engine.Stats) float64 { return float64(s.TasksFailed) }},
+	{"tasks_cancelled_total", "counter", "Tasks cancelled before they started.", func(s *engine.Stats) float64 { return float64(s.TasksCancelled) }},
+	{"read_bytes_total", "counter", "Bytes moved from targets into local memory.", func(s *engine.Stats) float64 { return float64(s.BytesRead) }},
+	{"written_bytes_total", "counter", "Bytes moved from local memory into targets.", func(s *engine.Stats) float64 { return float64(s.BytesWritten) }},
+	{"fast_path_hits_total", "counter", "Small submissions completed on the submitting caller.", func(s *engine.Stats) float64 { return float64(s.FastPathHits) }},
+	{"fast_path_handoffs_total", "counter", "Small submissions handed from the caller to a worker.", func(s *engine.Stats) float64 { return float64(s.FastPathHandoffs) }},
+	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
+	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
+	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},
+	{"runtime_queue_enabled", "gauge", "1 when the runtime admission queue is enabled.", func(s *engine.Stats) float64 { return b2f(s.RuntimeQueue.Enabled) }},
+}
+
+func ioUringValue(f func(*engine.FileStats) float64) func(*engine.Stats) float64 {
+	return func(s *engine.Stats) float64 {
+		if s.IOUring == nil {
+			return 0
+		}
+		return f(s.IOUring)
+	}
+}
+
+var ioUringMetrics = []metric{
+	{"io_uring_available", "gauge", "1 when the io_uring transport is built in and its probe passed.", ioUringValue(func(f *engine.FileStats) float64 { return b2f(f.Available) })},
+	{"io_uring_rings", "gauge", "io_uring rings created and not abandoned.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.Rings) })},
+	{"io_uring_rings_idle", "gauge", "io_uring rings idle in the pool.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.RingsIdle) })},
+	{"io_uring_rings_abandoned", "gauge", "io_uring rings retired with operations still in flight.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.RingsAbandon) })},
+	{"io_uring_sqes_submitted_total", "counter", "Submission queue entries handed to the kernel.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.Submitted) })},
+	{"io_uring_cqes_completed_total", "counter", "Completion queue entries reaped.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.Completed) })},
+	{"io_uring_fixed_buffer_ops_total", "counter", "Operations using registered (fixed) buffers.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.FixedOps) })},
+	{"io_uring_fixed_file_ops_total", "counter", "Operations using registered files.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.FixedFileOps) })},
+	{"io_uring_vectored_ops_total", "counter", "Vectored (readv/writev) operations.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.VectoredOps) })},
+	{"io_uring_buffer_registrations_total", "counter", "Buffer registrations with rings.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.BufferRegs) })},
+	{"io_uring_file_registrations_total", "counter", "File registrations with rings.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.FileRegs) })},
+	{"io_uring_read_bytes_total", "counter", "Bytes read through io_uring.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.BytesRead) })},
+	{"io_uring_written_bytes_total", "counter", "Bytes written through io_uring.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.BytesWritten) })},
+}
+
+// RenderMetrics renders st (and the build version) as Prometheus text.
+func RenderMetrics(st engine.Stats, version string) []byte {
+	var b strings.Builder
+	write := func(name, typ, help, labels string, v float64) {
+		fmt.Fprintf(&b, "# HELP orbitefs_%s %s\n# TYPE orbitefs_%s %s\norbitefs_%s%s %s\n", name, help, name, typ, name, labels, strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	write("build_info", "gauge", "Build information; the value is always 1.", fmt.Sprintf("{version=%q}", version), 1)
+	for _, m := range engineMetrics {
+		write(m.name, m.typ, m.help, "", m.value(&st))
+	}
+	if st.IOUring != nil {
+		for _, m := range ioUringMetrics {
+			write(m.name, m.typ, m.help, "", m.value(&st))
+		}
+	}
+	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
+	return []byte(b.String())
+}

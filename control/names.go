@@ -1,0 +1,47 @@
+// names.go owns the rule for the names users give memory regions and
+// segments: each becomes a directory name on the mount.
+//
+// Invariants:
+//   - A valid name is a single path element that the kernel accepts and
+//     that never shadows a fixed file: non-empty, at most 255 bytes, valid
+//     UTF-8, no '/', no NUL or other control character, not "." or "..",
+//     and not one of the reserved names ("register", "open").
+
+package control
+
+import (
+	"fmt"
+	"unicode/utf8"
+)
+
+// MaxNameBytes is the longest name (the kernel's NAME_MAX).
+const MaxNameBytes = 255
+
+// reservedNames are the fixed files living next to named directories.
+var reservedNames = map[string]bool{"register": true, "open": true}
+
+// ValidateName checks a memory or segment name. The error names the bad
+// value and the rule it broke; its kind is KindInvalid at the call site.
+func ValidateName(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("name is empty")
+	case len(name) > MaxNameBytes:
+		return fmt.Errorf("name %.32q... is %d bytes, more than %d", name, len(name), MaxNameBytes)
+	case name == "." || name == "..":
+		return fmt.Errorf("name %q is not allowed", name)
+	case reservedNames[name]:
+		return fmt.Errorf("name %q is reserved (it is a control file)", name)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("name %q is not valid UTF-8", name)
+	}
+	for _, r := range name {
+		switch {
+		case r == '/':
+			return fmt.Errorf("name %q contains '/'", name)
+		case r < 0x20 || r == 0x7f:
+			return fmt.Errorf("name %q contains control character %U", name, r)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,163 @@
+// render.go owns the JSON the mount's read-only files return: task,
+// batch status, memory info and segment info. Each is built by one pure
+// function from engine snapshots, so tests need no mount.
+//
+// Invariants:
+//   - "error" fields are null when there is no error, else the full text.
+//   - Field names are stable (contract v1); new fields may be added, none
+//     renamed or removed.
+
+package control
+
+import (
+	"encoding/json"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// TaskJSON is /ctl/batches/<N>/tasks/<i>.
+type TaskJSON struct {
+	Index            int     `json:"index"`
+	State            string  `json:"state"`
+	Length           uint64  `json:"length"`
+	TransferredBytes uint64  `json:"transferred_bytes"`
+	Transport        string  `json:"transport"`
+	PhysicalOwner    int     `json:"physical_owner"`
+	Error            *string `json:"error"`
+	RemoteEffect     string  `json:"remote_effect"`
+}
+
+// RenderTask converts an engine task snapshot.
+func RenderTask(t engine.TaskStatus) TaskJSON {
+	return TaskJSON{
+		Index: t.Index, State: t.State.String(), Length: t.Length, TransferredBytes: t.Transferred,
+		Transport: t.Transport.String(), PhysicalOwner: t.PhysicalOwner, Error: errText(t.Err),
+		RemoteEffect: t.RemoteEffect.String(),
+	}
+}
+
+// TaskSummary counts a batch's tasks per state.
+type TaskSummary struct {
+	Total     int `json:"total"`
+	Pending   int `json:"pending"`
+	Running   int `json:"running"`
+	Completed int `json:"completed"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+}
+
+// SubmissionJSON is one group in a batch's status.
+type SubmissionJSON struct {
+	Index int    `json:"index"`
+	Op    string `json:"op"`
+	// Target is the segment name the submission used; URI its file.
+	Target string           `json:"target"`
+	URI    string           `json:"uri"`
+	Tasks  engine.TaskRange `json:"tasks"`
+	Done   bool             `json:"done"`
+	// CompletedRequests is the fully successful prefix; CompletedBytes
+	// its bytes.
+	CompletedRequests int    `json:"completed_requests"`
+	CompletedBytes    uint64 `json:"completed_bytes"`
+	// RequestIndex is the first unsuccessful request (relative to the
+	// submission), or -1; AffectedRequests the span from it through the
+	// last request handed to the kernel.
+	RequestIndex     int     `json:"request_index"`
+	AffectedRequests int     `json:"affected_requests"`
+	LocallyDrained   bool    `json:"locally_drained"`
+	Error            *string `json:"error"`
+}
+
+// StatusJSON is /ctl/batches/<N>/status.
+type StatusJSON struct {
+	ID          uint64           `json:"id"`
+	State       string           `json:"state"`
+	Sealed      bool             `json:"sealed"`
+	Capacity    int              `json:"capacity"`
+	Tasks       TaskSummary      `json:"tasks"`
+	Submissions []SubmissionJSON `json:"submissions"`
+}
+
+// BatchSnapshot is what RenderStatus needs from a batch.
+type BatchSnapshot struct {
+	ID       uint64
+	State    engine.State
+	Sealed   bool
+	Capacity int
+	Tasks    []engine.TaskStatus
+	Reports  []engine.Report
+	// Targets maps a submission's first task index to the segment name it
+	// named.
+	Targets map[int]string
+}
+
+// RenderStatus builds the status document.
+func RenderStatus(b BatchSnapshot) StatusJSON {
+	st := StatusJSON{ID: b.ID, State: b.State.String(), Sealed: b.Sealed, Capacity: b.Capacity,
+		Submissions: make([]SubmissionJSON, 0, len(b.Reports))}
+	st.Tasks.Total = len(b.Tasks)
+	for _, t := range b.Tasks {
+		switch t.State {
+		case engine.TaskPending:
+			st.Tasks.Pending++
+		case engine.TaskRunning:
+			st.Tasks.Running++
+		case engine.TaskCompleted:
+			st.Tasks.Completed++
+		case engine.TaskFailed:
+			st.Tasks.Failed++
+		case engine.TaskCancelled:
+			st.Tasks.Cancelled++
+		}
+	}
+	for i, r := range b.Reports {
+		st.Submissions = append(st.Submissions, SubmissionJSON{
+			Index: i, Op: r.Op.String(), Target: b.Targets[r.Tasks.First], URI: r.Target, Tasks: r.Tasks,
+			Done: r.Done, CompletedRequests: r.CompletedRequests, CompletedBytes: r.CompletedBytes,
+			RequestIndex: r.RequestIndex, AffectedRequests: r.AffectedRequests,
+			LocallyDrained: r.LocallyDrained, Error: errText(r.Err),
+		})
+	}
+	return st
+}
+
+// MemoryInfo is /memory/<name>/info.
+type MemoryInfo struct {
+	Name        string `json:"name"`
+	Location    string `json:"location"`
+	BaseAddress uint64 `json:"base_address"`
+	Bytes       uint64 `json:"bytes"`
+	Shm         string `json:"shm,omitempty"`
+}
+
+// SegmentInfoJSON is /segments/<name>/info: the engine's info plus the
+// name and the permission as a word.
+type SegmentInfoJSON struct {
+	Name string `json:"name"`
+	engine.SegmentInfo
+	Permission string `json:"permission"`
+}
+
+// RenderSegmentInfo combines a name with the engine's info.
+func RenderSegmentInfo(name string, info engine.SegmentInfo) SegmentInfoJSON {
+	return SegmentInfoJSON{Name: name, SegmentInfo: info, Permission: info.Permission.String()}
+}
+
+func errText(err error) *string {
+	if err == nil {
+		return nil
+	}
+	s := err.Error()
+	return &s
+}
+
+// marshal renders v as indented JSON with a final newline, the form every
+// JSON file on the mount has.
+func marshal(v any) []byte {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		// Every rendered type is plain data; this cannot happen.
+		panic(err)
+	}
+	return append(b, '\n')
+}

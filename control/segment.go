@@ -1,0 +1,142 @@
+// segment.go owns the segment table: named file segments opened through
+// /segments/open, described by info, refreshed by a write to refresh,
+// closed by rmdir with a bounded drain.
+//
+// Invariants:
+//   - A name maps to at most one engine segment handle; a close that
+//     times out keeps the entry (the engine keeps the segment draining)
+//     so rmdir can be retried.
+
+package control
+
+import (
+	"sort"
+	"time"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// Segment is one named file segment. Its fields never change.
+type Segment struct {
+	Name    string
+	URI     string
+	seq     uint64
+	created time.Time
+	seg     *engine.Segment
+}
+
+// Seq is the object's unique sequence number (inode numbering).
+func (g *Segment) Seq() uint64 { return g.seq }
+
+// Created is the open time.
+func (g *Segment) Created() time.Time { return g.created }
+
+func (g *Segment) scope(op string) scope {
+	return scope{op: op, name: "segments/" + g.Name, logKey: "segment", logName: g.Name}
+}
+
+// Segment returns the segment called name, or nil.
+func (s *Service) Segment(name string) *Segment {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.segments[name]
+}
+
+// Segments returns the open segments in name order.
+func (s *Service) Segments() []*Segment {
+	s.mu.Lock()
+	out := make([]*Segment, 0, len(s.mu.segments))
+	for _, g := range s.mu.segments {
+		if g != nil {
+			out = append(out, g)
+		}
+	}
+	s.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// OpenWriter returns the handle state for one open of /segments/open.
+func (s *Service) OpenWriter() *DocWriter {
+	sc := scope{op: "open", name: "segments"}
+	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: s.OpenSegment,
+		fail: func(err error) error { return s.fail(sc, err) }}
+}
+
+// OpenSegment parses an open document and opens the segment. Errors:
+// KindInvalid, KindTooLarge, KindExists, and the engine's open kinds
+// (KindNotFound, KindPermission outside the allowed roots, ...).
+func (s *Service) OpenSegment(doc []byte) error {
+	sc := scope{op: "open", name: "segments"}
+	if s.closing.Load() {
+		return s.fail(sc, errClosing())
+	}
+	spec, perm, err := ParseSegmentSpec(doc, s.opts.MaxDocumentBytes)
+	if err != nil {
+		return s.fail(sc, err)
+	}
+	sc = scope{op: "open", name: "segments/" + spec.Name, logKey: "segment", logName: spec.Name}
+	if path, err := engine.ParseFileURI(spec.URI); err == nil {
+		if err := s.checkOutsideMount(path); err != nil {
+			return s.fail(sc, err)
+		}
+	}
+	s.mu.Lock()
+	if _, taken := s.mu.segments[spec.Name]; taken {
+		s.mu.Unlock()
+		return s.fail(sc, detail(engine.KindExists, "segment %q already exists; rmdir it first or pick another name", spec.Name))
+	}
+	s.mu.segments[spec.Name] = nil
+	s.mu.Unlock()
+
+	seg, err := s.e.OpenFileSegment(spec.URI, perm)
+	s.mu.Lock()
+	if err != nil {
+		delete(s.mu.segments, spec.Name)
+		s.mu.Unlock()
+		return s.fail(sc, err)
+	}
+	g := &Segment{Name: spec.Name, URI: spec.URI, seq: s.nextSeq(), created: time.Now(), seg: seg}
+	s.mu.segments[spec.Name] = g
+	s.mu.Unlock()
+	s.log.Info("segment opened", "op", "open", "segment", g.Name, "uri", g.URI, "permission", perm.String())
+	return nil
+}
+
+// CloseSegment closes the segment called name (rmdir), draining admitted
+// transfers for at most mount.close_timeout: KindTimeout when they do
+// not finish (the segment stays, closed to new work; retry later).
+func (s *Service) CloseSegment(name string) error {
+	sc := scope{op: "close", name: "segments/" + name, logKey: "segment", logName: name}
+	g := s.Segment(name)
+	if g == nil {
+		return s.fail(sc, notFound("no segment %q", name))
+	}
+	if err := s.e.CloseFileSegment(g.seg, s.opts.CloseTimeout); err != nil {
+		return s.fail(sc, err)
+	}
+	s.mu.Lock()
+	if s.mu.segments[name] == g {
+		delete(s.mu.segments, name)
+	}
+	s.mu.Unlock()
+	s.log.Info("segment closed", "op", "close", "segment", name)
+	return nil
+}
+
+// RefreshSegment re-reads the file size into the info cache.
+func (s *Service) RefreshSegment(g *Segment) error {
+	if err := s.e.RefreshFileSegment(g.seg); err != nil {
+		return s.fail(g.scope("refresh"), err)
+	}
+	return nil
+}
+
+// SegmentInfo renders /segments/<name>/info.
+func (s *Service) SegmentInfo(g *Segment) ([]byte, error) {
+	info, err := s.e.FileSegmentInfo(g.seg)
+	if err != nil {
+		return nil, s.fail(g.scope("info"), err)
+	}
+	return marshal(RenderSegmentInfo(g.Name, info)), nil
+}

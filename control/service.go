@@ -1,0 +1,286 @@
+// service.go owns the Service: the control plane's state over one engine.
+// It holds the name tables (memory, segments), the live batches with
+// their last error text, and the mount-wide last error; every file
+// operation on the mount is one Service method, so fusefs stays a thin
+// translation of FUSE calls and this package is testable without FUSE.
+//
+// Invariants:
+//   - s.mu guards only the tables and the last error; it is never held
+//     across an engine call that can block (register, open, close, wait,
+//     submit). A name being created is reserved with a nil entry first, so
+//     two racing creators get one success and one EEXIST, and lookups
+//     skip reserved names.
+//   - Every error a method returns has been recorded exactly once: in the
+//     batch's error text for batch operations, in the mount-wide last
+//     error otherwise, and in the log. Interrupted waits (EINTR) are not
+//     errors and are not recorded.
+//   - After Shutdown begins, creators and submit fail with KindClosed;
+//     reads keep working until the engine is closed.
+//   - Lock order: Service.mu, then Batch.mu; engine locks are taken only
+//     inside engine calls made with neither held.
+
+package control
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// Options configures a Service. Zero values take the defaults of the
+// embedded config.
+type Options struct {
+	// Version is what /version reports ("orbitefs <Version>").
+	Version string
+	// DefaultBatchCapacity is what clone reserves (mount.default_batch_capacity).
+	DefaultBatchCapacity int
+	// MaxDocumentBytes bounds one JSON document (mount.max_document_bytes).
+	MaxDocumentBytes int
+	// CloseTimeout bounds a segment close (mount.close_timeout).
+	CloseTimeout time.Duration
+	// Logger receives one line per failed operation and lifecycle events;
+	// nil discards.
+	Logger *slog.Logger
+	// MountDir is the absolute mount point. Segments and shm files inside
+	// it are refused (KindPermission): the daemon never does I/O on its
+	// own mount, which could deadlock it.
+	MountDir string
+}
+
+// OptionsFromConfig takes the mount section's values.
+func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
+	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
+		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(), Logger: log}
+}
+
+// Service is the control plane over one engine. Safe for concurrent use.
+type Service struct {
+	e       *engine.Engine
+	opts    Options
+	log     *slog.Logger
+	started time.Time
+	seq     atomic.Uint64
+	closing atomic.Bool
+
+	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
+	stopCtx    context.Context
+	stopCancel context.CancelFunc
+
+	mu struct {
+		sync.Mutex
+		memory   map[string]*Memory // nil: name reserved, creation in progress
+		segments map[string]*Segment
+		batches  map[uint64]*Batch
+		lastErr  string
+	}
+}
+
+// New returns a Service over e. The caller keeps ownership of e but must
+// close it through Shutdown once the Service is in use.
+func New(e *engine.Engine, opts Options) *Service {
+	if opts.DefaultBatchCapacity <= 0 {
+		opts.DefaultBatchCapacity = 1024
+	}
+	if opts.MaxDocumentBytes <= 0 {
+		opts.MaxDocumentBytes = 1 << 20
+	}
+	if opts.CloseTimeout <= 0 {
+		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now()}
+	if s.log == nil {
+		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	s.stopCtx, s.stopCancel = context.WithCancel(context.Background())
+	s.mu.memory = make(map[string]*Memory)
+	s.mu.segments = make(map[string]*Segment)
+	s.mu.batches = make(map[uint64]*Batch)
+	return s
+}
+
+// Started is when the Service was created (the mount's timestamps).
+func (s *Service) Started() time.Time { return s.started }
+
+// MaxDocumentBytes is the configured document limit.
+func (s *Service) MaxDocumentBytes() int { return s.opts.MaxDocumentBytes }
+
+// nextSeq hands out object sequence numbers: unique per object for the
+// Service's life, never reused, starting at 1.
+func (s *Service) nextSeq() uint64 { return s.seq.Add(1) }
+
+// checkOutsideMount refuses a path inside the daemon's own mount.
+func (s *Service) checkOutsideMount(path string) error {
+	if s.opts.MountDir == "" {
+		return nil
+	}
+	rel, err := filepath.Rel(s.opts.MountDir, filepath.Clean(path))
+	if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+		return detail(engine.KindPermission, "%s is inside the orbitefs mount %s; the daemon never does I/O on its own mount", path, s.opts.MountDir)
+	}
+	return nil
+}
+
+// errClosing is returned by creators after Shutdown began.
+func errClosing() error {
+	return detail(engine.KindClosed, "the daemon is shutting down; no new work is accepted")
+}
+
+// scope says where an operation's error text goes.
+type scope struct {
+	batch   *Batch // nil: the mount-wide /error
+	op      string
+	name    string // "memory/buf", "segments/cache", "batches/3"
+	logKey  string // "region", "segment", "batch"
+	logName any
+}
+
+// fail records err for sc and returns it labelled with sc's op and name.
+func (s *Service) fail(sc scope, err error) error {
+	err = label(sc.op, sc.name, err)
+	text := err.Error()
+	if sc.batch != nil {
+		sc.batch.setErr(text)
+	} else {
+		s.mu.Lock()
+		s.mu.lastErr = text
+		s.mu.Unlock()
+	}
+	level := slog.LevelInfo
+	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO {
+		level = slog.LevelError
+	}
+	attrs := []any{"op", sc.op, "err", err}
+	if sc.logKey != "" {
+		attrs = append(attrs, sc.logKey, sc.logName)
+	}
+	s.log.Log(context.Background(), level, "control operation failed", attrs...)
+	return err
+}
+
+// label gives err the operation and object it happened to. An engine
+// error at the top keeps its kind and detail under the control name (the
+// engine names objects by URI or address, the mount by user name).
+func label(op, name string, err error) error {
+	var ee *engine.Error
+	if errors.As(err, &ee) && error(ee) == err {
+		return &engine.Error{Op: op, Name: name, Kind: ee.Kind, Err: ee.Err}
+	}
+	return &engine.Error{Op: op, Name: name, Kind: engine.KindOf(err), Err: err}
+}
+
+// LastError is the mount-wide /error: the last failed operation not tied
+// to a batch, with a newline, or empty.
+func (s *Service) LastError() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return textLine(s.mu.lastErr)
+}
+
+func textLine(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s + "\n")
+}
+
+// Version is /version.
+func (s *Service) Version() []byte { return []byte("orbitefs " + s.opts.Version + "\n") }
+
+// Stats is /stats: the engine's stats as JSON.
+func (s *Service) Stats() []byte { return marshal(s.e.Stats()) }
+
+// Metrics is /metrics.
+func (s *Service) Metrics() []byte { return RenderMetrics(s.e.Stats(), s.opts.Version) }
+
+// Readme is /README.
+func (s *Service) Readme() []byte { return []byte(Reference()) }
+
+// Shutdown stops accepting work, waits up to timeout for queued and
+// running transfers to finish, then wakes every blocked wait and closes
+// the engine (which cancels what has not started and gives running work
+// what is left of timeout, at least one second). It returns the engine's
+// close error; the Service answers KindClosed afterwards. Safe to call
+// more than once.
+func (s *Service) Shutdown(timeout time.Duration) error {
+	s.closing.Store(true)
+	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	if err := s.drain(ctx); err != nil {
+		s.log.Warn("shutdown: transfers still running at the drain timeout; cancelling", "op", "shutdown", "err", err)
+	} else {
+		s.log.Info("shutdown: transfers drained", "op", "shutdown", "took", time.Since(start).Round(time.Millisecond))
+	}
+	s.stopCancel()
+	left := max(time.Until(deadline), time.Second)
+	return s.e.Close(left)
+}
+
+// drain waits until no batch has an unfinished submission.
+func (s *Service) drain(ctx context.Context) error {
+	for _, bt := range s.Batches() {
+		for {
+			ch := bt.b.Changed()
+			if !slices.ContainsFunc(bt.b.Submissions(), func(r engine.Report) bool { return !r.Done }) {
+				break
+			}
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// DocWriter is the per-open-handle state of a JSON creator or submit
+// file: it assembles documents from write chunks and acts on each the
+// moment it is complete. Safe for concurrent use.
+type DocWriter struct {
+	mu     sync.Mutex
+	doc    *Document
+	commit func([]byte) error
+	fail   func(error) error
+}
+
+// Write feeds one write(2) chunk. Its error is the one write(2) must
+// return; it has been recorded and logged.
+func (w *DocWriter) Write(p []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	doc, err := w.doc.Append(p)
+	if err != nil {
+		return w.fail(err)
+	}
+	if doc == nil {
+		return nil
+	}
+	return w.commit(doc)
+}
+
+// Flush reports a document left incomplete (KindInvalid), without
+// dropping it: flush can run several times on one handle (dup'd
+// descriptors) and a later write may still complete the document.
+func (w *DocWriter) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.doc.Pending(); err != nil {
+		return w.fail(err)
+	}
+	return nil
+}

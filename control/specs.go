@@ -1,0 +1,125 @@
+// specs.go owns the two creator documents: memory/register and
+// segments/open. Like Submission they are specs: parsed, validated, pure
+// data; Service turns them into engine objects.
+
+package control
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// MemorySpec is the document written to /memory/register.
+type MemorySpec struct {
+	Name     string      `json:"name"`
+	Location string      `json:"location"`
+	Bytes    config.Size `json:"bytes"`
+	// Shm maps an existing file (normally under /dev/shm) MAP_SHARED
+	// instead of allocating private memory; cpu only.
+	Shm string `json:"shm,omitempty"`
+	// CUDAIPCHandle imports another process's CUDA allocation; cuda:N
+	// only. Accepted so the document shape is stable; the CUDA backend is
+	// not built yet, so it always ends in EOPNOTSUPP.
+	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
+}
+
+// Location kinds.
+const (
+	LocationCPU    = "cpu"
+	LocationPinned = "pinned"
+	cudaPrefix     = "cuda:"
+)
+
+// ParseMemorySpec decodes and validates a register document. A location
+// this build cannot serve (pinned, cuda:N) is KindUnavailable; every
+// other problem is KindInvalid (KindTooLarge for size).
+func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
+	var m MemorySpec
+	if err := decodeStrict(data, max, &m); err != nil {
+		return nil, err
+	}
+	if err := ValidateName(m.Name); err != nil {
+		return nil, invalid("%v", err)
+	}
+	if m.Bytes == 0 {
+		return nil, invalid("bytes is missing or 0: want a size like 1048576 or \"1MiB\"")
+	}
+	switch {
+	case m.Location == LocationCPU:
+		if m.CUDAIPCHandle != "" {
+			return nil, invalid("cuda_ipc_handle needs location \"cuda:N\", not %q", m.Location)
+		}
+		if m.Shm != "" && !filepath.IsAbs(m.Shm) {
+			return nil, invalid("shm %q: want an absolute path such as /dev/shm/NAME", m.Shm)
+		}
+	case m.Location == LocationPinned:
+		if m.Shm != "" || m.CUDAIPCHandle != "" {
+			return nil, invalid("location pinned takes neither shm nor cuda_ipc_handle")
+		}
+		return nil, detail(engine.KindUnavailable, "location pinned: the CUDA backend (pinned host memory) is not built yet; use \"cpu\"")
+	case strings.HasPrefix(m.Location, cudaPrefix):
+		n, err := strconv.Atoi(strings.TrimPrefix(m.Location, cudaPrefix))
+		if err != nil || n < 0 {
+			return nil, invalid("location %q: want cpu, pinned or cuda:N with N a device index", m.Location)
+		}
+		if m.Shm != "" {
+			return nil, invalid("shm goes with location cpu, not %q", m.Location)
+		}
+		return nil, detail(engine.KindUnavailable, "location %s: the GPU backends (CUDA, GDS) are not built yet; use \"cpu\"", m.Location)
+	case m.Location == "":
+		return nil, invalid("location is missing: want cpu, pinned or cuda:N")
+	default:
+		return nil, invalid("location %q: want cpu, pinned or cuda:N", m.Location)
+	}
+	return &m, nil
+}
+
+// SegmentSpec is the document written to /segments/open.
+type SegmentSpec struct {
+	Name       string `json:"name"`
+	URI        string `json:"uri"`
+	Permission string `json:"permission"`
+}
+
+// ParsePermission maps "read", "write" and "read_write".
+func ParsePermission(s string) (engine.Permission, error) {
+	switch s {
+	case "read":
+		return engine.PermRead, nil
+	case "write":
+		return engine.PermWrite, nil
+	case "read_write":
+		return engine.PermReadWrite, nil
+	case "":
+		return 0, fmt.Errorf("permission is missing: want \"read\", \"write\" or \"read_write\"")
+	}
+	return 0, fmt.Errorf("permission %q: want \"read\", \"write\" or \"read_write\"", s)
+}
+
+// ParseSegmentSpec decodes and validates an open document. The URI's
+// path is checked by the engine (existence, allowed roots).
+func ParseSegmentSpec(data []byte, max int) (*SegmentSpec, engine.Permission, error) {
+	var s SegmentSpec
+	if err := decodeStrict(data, max, &s); err != nil {
+		return nil, 0, err
+	}
+	if err := ValidateName(s.Name); err != nil {
+		return nil, 0, invalid("%v", err)
+	}
+	if s.URI == "" {
+		return nil, 0, invalid("uri is missing: want file:///absolute/path")
+	}
+	if _, err := engine.ParseFileURI(s.URI); err != nil {
+		return nil, 0, invalid("%v", err)
+	}
+	perm, err := ParsePermission(s.Permission)
+	if err != nil {
+		return nil, 0, invalid("%v", err)
+	}
+	return &s, perm, nil
+}

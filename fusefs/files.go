@@ -1,0 +1,272 @@
+// files.go owns the three generic file nodes: readFile (a snapshot taken
+// at open), docFile (JSON documents assembled per handle) and cmdFile (one
+// action per write).
+//
+// Invariants:
+//   - Every handle is opened FOPEN_DIRECT_IO, so reads and writes always
+//     reach these nodes, whatever size Getattr reports.
+//   - Write returns the action's error (bash's echo reports only that);
+//     Flush reports an incomplete document but never acts; Release only
+//     drops the handle.
+
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/orbitefs/orbitefs/control"
+)
+
+// readFile is a read-only file whose content is rendered at open.
+type readFile struct {
+	fs.Inode
+	f      *fsys
+	t      time.Time
+	render func(ctx context.Context) ([]byte, error)
+}
+
+var (
+	_ fs.NodeGetattrer = (*readFile)(nil)
+	_ fs.NodeOpener    = (*readFile)(nil)
+)
+
+func (n *readFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeRead, 0, n.t) }
+
+func (n *readFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *readFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if accessMode(flags) != syscall.O_RDONLY {
+		return nil, 0, syscall.EACCES
+	}
+	b, err := n.render(ctx)
+	if err != nil {
+		return nil, 0, errno(err)
+	}
+	return &snapshot{b: b}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// snapshot is an open readFile's content. Immutable.
+type snapshot struct{ b []byte }
+
+var _ fs.FileReader = (*snapshot)(nil)
+
+func (h *snapshot) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	return fuse.ReadResultData(window(h.b, dest, off)), 0
+}
+
+// window returns the part of b a read of len(dest) bytes at off sees.
+func window(b, dest []byte, off int64) []byte {
+	if off < 0 || off >= int64(len(b)) {
+		return nil
+	}
+	end := min(off+int64(len(dest)), int64(len(b)))
+	return b[off:end]
+}
+
+// docFile is a write-only file taking JSON documents.
+type docFile struct {
+	fs.Inode
+	f         *fsys
+	t         time.Time
+	newWriter func() *control.DocWriter
+}
+
+var (
+	_ fs.NodeGetattrer = (*docFile)(nil)
+	_ fs.NodeSetattrer = (*docFile)(nil)
+	_ fs.NodeOpener    = (*docFile)(nil)
+)
+
+func (n *docFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeWrite, 0, n.t) }
+
+func (n *docFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *docFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return truncateOK(in)
+}
+
+func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if accessMode(flags) != syscall.O_WRONLY {
+		return nil, 0, syscall.EACCES
+	}
+	return &docHandle{w: n.newWriter()}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// docHandle is one open docFile.
+type docHandle struct{ w *control.DocWriter }
+
+var (
+	_ fs.FileWriter  = (*docHandle)(nil)
+	_ fs.FileFlusher = (*docHandle)(nil)
+)
+
+func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if err := h.w.Write(data); err != nil {
+		return 0, errno(err)
+	}
+	return uint32(len(data)), 0
+}
+
+func (h *docHandle) Flush(ctx context.Context) syscall.Errno { return errno(h.w.Flush()) }
+
+// cmdFile is a write-only file where each write is one action.
+type cmdFile struct {
+	fs.Inode
+	f   *fsys
+	t   time.Time
+	run func(p []byte) error
+}
+
+var (
+	_ fs.NodeGetattrer = (*cmdFile)(nil)
+	_ fs.NodeSetattrer = (*cmdFile)(nil)
+	_ fs.NodeOpener    = (*cmdFile)(nil)
+	_ fs.NodeWriter    = (*cmdFile)(nil)
+)
+
+func (n *cmdFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeWrite, 0, n.t) }
+
+func (n *cmdFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *cmdFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return truncateOK(in)
+}
+
+func (n *cmdFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if accessMode(flags) != syscall.O_WRONLY {
+		return nil, 0, syscall.EACCES
+	}
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *cmdFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if err := n.run(data); err != nil {
+		return 0, errno(err)
+	}
+	return uint32(len(data)), 0
+}
+
+// dataFile is a memory region's bytes.
+type dataFile struct {
+	fs.Inode
+	f *fsys
+	m *control.Memory
+}
+
+var (
+	_ fs.NodeGetattrer = (*dataFile)(nil)
+	_ fs.NodeSetattrer = (*dataFile)(nil)
+	_ fs.NodeOpener    = (*dataFile)(nil)
+	_ fs.NodeReader    = (*dataFile)(nil)
+	_ fs.NodeWriter    = (*dataFile)(nil)
+)
+
+func (n *dataFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeData, n.m.Len(), n.m.Created()) }
+
+func (n *dataFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *dataFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return truncateOK(in, n.m.Len())
+}
+
+func (n *dataFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.f.svc.Memory(n.m.Name) != n.m {
+		return nil, 0, syscall.ENOENT
+	}
+	return nil, fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (n *dataFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, err := n.f.svc.ReadMemory(n.m, dest, off)
+	if err != nil {
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (n *dataFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	k, err := n.f.svc.WriteMemory(n.m, data, off)
+	if err != nil {
+		return 0, errno(err)
+	}
+	return uint32(k), 0
+}
+
+// waitFile blocks in Read until its batch is terminal.
+type waitFile struct {
+	fs.Inode
+	f  *fsys
+	bt *control.Batch
+}
+
+var (
+	_ fs.NodeGetattrer = (*waitFile)(nil)
+	_ fs.NodeOpener    = (*waitFile)(nil)
+)
+
+func (n *waitFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeRead, 0, n.bt.Created()) }
+
+func (n *waitFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return 0
+}
+
+func (n *waitFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if accessMode(flags) != syscall.O_RDONLY {
+		return nil, 0, syscall.EACCES
+	}
+	if n.f.svc.Batch(n.bt.ID) != n.bt {
+		return nil, 0, syscall.ENOENT
+	}
+	return &waitHandle{svc: n.f.svc, bt: n.bt}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// waitHandle is one open wait file: the first read blocks, later reads
+// serve the word it got. No lock is held while blocked.
+type waitHandle struct {
+	svc *control.Service
+	bt  *control.Batch
+
+	mu     sync.Mutex
+	result []byte // nil until a wait succeeded
+}
+
+var _ fs.FileReader = (*waitHandle)(nil)
+
+func (h *waitHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	res := h.result
+	h.mu.Unlock()
+	if res == nil {
+		b, err := h.svc.Wait(ctx, h.bt)
+		if err != nil {
+			return nil, errno(err)
+		}
+		h.mu.Lock()
+		h.result = b
+		h.mu.Unlock()
+		res = b
+	}
+	return fuse.ReadResultData(window(res, dest, off)), 0
+}
