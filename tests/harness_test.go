@@ -287,9 +287,19 @@ func (m *mount) waitMounted(d time.Duration) error {
 	before := m.before
 	deadline := time.Now().Add(d)
 	for {
-		for _, e := range mountsAt(m.dir) {
+		ents := mountsAt(m.dir)
+		for _, e := range ents {
 			if strings.HasPrefix(e.fstype, "fuse") && !before[e.id] {
 				m.dev = e.dev
+				return nil
+			}
+		}
+		// A stale mount cleared by the daemon frees its mount ID, and the
+		// new mount may get the same one: then ask a child process (which
+		// may block, the test process must not) whether the mount answers.
+		if len(before) > 0 && len(ents) > 0 {
+			if exec.Command("timeout", "1", "stat", "-c", "%i", m.dir).Run() == nil {
+				m.dev = ents[len(ents)-1].dev
 				return nil
 			}
 		}

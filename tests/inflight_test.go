@@ -25,6 +25,7 @@ const slowConfig = `
 [mount]
 default_batch_capacity = 4096
 close_timeout = "500ms"
+shutdown_timeout = "2s"
 
 [engine]
 max_inflight_bytes = "4TiB"
@@ -77,6 +78,7 @@ var inflight = map[string]func(t *testing.T, m *mount){
 	"SegmentCloseTimeout": testSegmentCloseTimeout,
 	"CancelOne":           testCancelOne,
 	"StatusProgresses":    testStatusProgresses,
+	"ShortReadAtEOF":      testShortReadAtEOF,
 }
 
 func TestInFlight(t *testing.T) {
@@ -306,4 +308,58 @@ func testStatusProgresses(t *testing.T, m *mount) {
 	t.Logf("status then: %.300s\nstatus now: %.300s", first, last)
 	stats := m.readJSON(t, "stats")
 	t.Logf("stats while in flight: %v", stats)
+}
+
+// testShortReadAtEOF: a file that shrinks after the submission was
+// accepted (so the range check at submit passed) but before its read
+// runs: the task fails with transferred_bytes = the bytes that remained.
+//
+// The engine checks ranges against the file's current size at submit
+// (ERANGE), so the shrink must fall between submit and I/O: the read is
+// queued in the same batch behind a group that uses the same memory (the
+// engine fences overlapping groups), and the file is truncated while it
+// waits.
+func testShortReadAtEOF(t *testing.T, m *mount) {
+	_, S := m.scratchDirs(t)
+	m.ok(t, `truncate -s 256M "$S/sparse"; head -c 1M /dev/urandom > "$T/f"; cp "$T/f" "$T/orig"`)
+	T, _ := m.scratchDirs(t)
+	x := m.register(t, "shortx", "256MiB")
+	sparse := m.openSegment(t, "shortsparse", S+"/sparse", "read")
+	f := m.openSegment(t, "shortf", T+"/f", "read")
+	n := m.clone(t)
+	// Group A: 40 x 256 MiB at queue depth 1, about a second or more.
+	// Group B (task 40): 1 MiB of f into the same memory, fenced behind A.
+	out := m.ok(t, fmt.Sprintf(`B="$M/ctl/batches/%[1]s"
+jq -nc --arg r %[2]s --arg s %[3]s '{op:"read",target:$s,requests:[range(40)|{memory:$r,offset:0,target_offset:0,length:268435456}]}' > "$T/a.json"
+cat "$T/a.json" > "$B/submit"
+echo '{"op":"read","target":"%[4]s","requests":[{"memory":"%[2]s","offset":0,"target_offset":0,"length":1048576}]}' > "$B/submit"
+truncate -s 600000 "$T/f"
+jq -r .state "$B/tasks/40"
+echo seal > "$B/ctl"
+timeout 60 cat "$B/wait"`, n, x, sparse, f))
+	lines := strings.Fields(out)
+	if len(lines) != 2 {
+		t.Fatalf("unexpected output %q", out)
+	}
+	if lines[0] != "pending" {
+		t.Skipf("the fenced read already ran (%s) before the truncate; the window was missed", lines[0])
+	}
+	if lines[1] != "failed" {
+		t.Errorf("batch ended %s, want failed (short read at EOF)", lines[1])
+	}
+	if v := m.task(t, n, 39); v["state"] != "completed" {
+		t.Errorf("task 39 (group A): %v", v)
+	}
+	v := m.task(t, n, 40)
+	wantStr(t, "tasks/40", v, "state", "failed")
+	wantNum(t, "tasks/40", v, "transferred_bytes", 600000)
+	wantNum(t, "tasks/40", v, "length", 1048576)
+	if e, _ := v["error"].(string); e == "" {
+		t.Errorf("tasks/40: no error text for the short read: %v", v)
+	} else {
+		t.Logf("tasks/40 error: %s", e)
+	}
+	s := m.readJSON(t, "ctl/batches/"+n+"/status")
+	t.Logf("status submissions: %v", s["submissions"])
+	m.ok(t, fmt.Sprintf(`cmp -n 600000 "$M/memory/%s/data" "$T/orig"`, x))
 }
