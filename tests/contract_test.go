@@ -19,28 +19,32 @@ import (
 
 // contract is the mount contract, one entry per behaviour.
 var contract = map[string]func(t *testing.T, m *mount){
-	"Version":             testVersion,
-	"Readme":              testReadme,
-	"Stats":               testStats,
-	"Metrics":             testMetrics,
-	"Walkthrough":         testWalkthrough,
-	"MemoryData":          testMemoryData,
-	"MemoryInfo":          testMemoryInfo,
-	"SegmentInfo":         testSegmentInfo,
-	"WriteRoundTrip":      testWriteRoundTrip,
-	"VectoredPadding":     testVectoredPadding,
-	"UnalignedAndDirect":  testUnalignedAndDirect,
-	"SegmentRefresh":      testSegmentRefresh,
-	"ListAndRmdir":        testListAndRmdir,
-	"StatusFresh":         testStatusFresh,
-	"SeveralSubmissions":  testSeveralSubmissions,
-	"LargeDocument":       testLargeDocument,
-	"AllowedRoots":        testAllowedRoots,
-	"OwnerOnly":           testOwnerOnly,
-	"CtlCommands":         testCtlCommands,
-	"BadInput":            testBadInput,
-	"IncompleteDocument":  testIncompleteDocument,
-	"ErrorFileIsPerBatch": testErrorFileIsPerBatch,
+	"Version":              testVersion,
+	"Readme":               testReadme,
+	"Stats":                testStats,
+	"Metrics":              testMetrics,
+	"Walkthrough":          testWalkthrough,
+	"MemoryData":           testMemoryData,
+	"MemoryInfo":           testMemoryInfo,
+	"SegmentInfo":          testSegmentInfo,
+	"WriteRoundTrip":       testWriteRoundTrip,
+	"VectoredPadding":      testVectoredPadding,
+	"UnalignedAndDirect":   testUnalignedAndDirect,
+	"SegmentRefresh":       testSegmentRefresh,
+	"ListAndRmdir":         testListAndRmdir,
+	"StatusFresh":          testStatusFresh,
+	"SeveralSubmissions":   testSeveralSubmissions,
+	"LargeDocument":        testLargeDocument,
+	"AllowedRoots":         testAllowedRoots,
+	"OwnerOnly":            testOwnerOnly,
+	"CtlCommands":          testCtlCommands,
+	"BadInput":             testBadInput,
+	"IncompleteDocument":   testIncompleteDocument,
+	"ErrorFileIsPerBatch":  testErrorFileIsPerBatch,
+	"ShortReadAfterShrink": testShortReadAfterShrink,
+	"DocumentSizeLimit":    testDocumentSizeLimit,
+	"SharedMemory":         testSharedMemory,
+	"CloneConcurrent":      testCloneConcurrent,
 }
 
 func TestContract(t *testing.T) {
@@ -780,4 +784,142 @@ func testErrorFileIsPerBatch(t *testing.T, m *mount) {
 	if strings.Contains(eb, "frob") {
 		t.Errorf("batch %s error = %q shows batch %s's error", b, eb, a)
 	}
+}
+
+// testShortReadAfterShrink is the issue's scenario as written: "file
+// shrunk with truncate after open then read: task failed with
+// transferred_bytes = remaining bytes". (inflight_test.go's
+// ShortReadAtEOF shrinks the file between submit and I/O instead.)
+func testShortReadAfterShrink(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 1M /dev/urandom > "$T/f"; cp "$T/f" "$T/orig"; echo "$T/f"`))
+	seg := m.openSegment(t, "shrink", p, "read")
+	r := m.register(t, "shrink", "1MiB")
+	m.ok(t, `truncate -s 600000 "$T/f"`)
+	n := m.clone(t)
+	res := m.run(t, fmt.Sprintf(`echo '{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":1048576}]}' > "$M/ctl/batches/%s/submit"`, seg, r, n))
+	if res.code != 0 {
+		t.Fatalf("the read of a file shrunk after open was refused at submit, want it accepted and its task failed with transferred_bytes 600000 (issue text):\n%s\nerror file: %s",
+			res, m.ok(t, `cat "$M/ctl/batches/`+n+`/error"`))
+	}
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "failed" {
+		t.Errorf("batch %s is %s, want failed (short read at EOF)", n, st)
+	}
+	v := m.task(t, n, 0)
+	wantStr(t, "tasks/0", v, "state", "failed")
+	wantNum(t, "tasks/0", v, "transferred_bytes", 600000)
+	m.ok(t, fmt.Sprintf(`cmp -n 600000 "$M/memory/%s/data" "$T/orig"`, r))
+}
+
+// testDocumentSizeLimit: a document of exactly max_document_bytes (1 MiB
+// by default) is accepted; one byte more is EFBIG and changes nothing.
+func testDocumentSizeLimit(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 4096 /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "limit", p, "read")
+	r := m.register(t, "limit", 4096)
+	doc := fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096}]`, seg, r)
+	// mk N writes a document of exactly N bytes (no newline), padded with
+	// spaces inside the object.
+	mk := fmt.Sprintf(`mk() { { printf '%%s' %s; head -c $(( $1 - %d )) /dev/zero | tr '\0' ' '; printf '}'; } > "$T/doc"; [ $(stat -c %%s "$T/doc") -eq $1 ]; }`, shq(doc), len(doc)+1)
+	n := m.clone(t)
+	res := m.run(t, mk+"\nmk 1048577 && cat \"$T/doc\" > \"$M/ctl/batches/"+n+"/submit\"")
+	if res.code == 0 || !strings.Contains(res.stderr, eFBIG) {
+		t.Errorf("a document of 1 MiB + 1 byte: %s\nwant %s", res, eFBIG)
+	}
+	if c := m.taskCount(t, n); c != 0 {
+		t.Errorf("the refused document added %d tasks", c)
+	}
+	res = m.run(t, mk+"\nmk 1048576 && cat \"$T/doc\" > \"$M/ctl/batches/"+n+"/submit\"")
+	if res.code != 0 {
+		t.Errorf("a document of exactly 1 MiB: %s\nwant it accepted", res)
+	}
+	if c := m.taskCount(t, n); c != 1 {
+		t.Errorf("after the 1 MiB document: %d tasks, want 1", c)
+	}
+}
+
+// testSharedMemory: "shm" maps an existing file under an allowed root,
+// so another process sees the bytes the engine moves.
+func testSharedMemory(t *testing.T, m *mount) {
+	_, S := m.scratchDirs(t)
+	m.ok(t, `head -c 64K /dev/urandom > "$S/kv"; head -c 64K /dev/urandom > "$T/src"; cp "$S/kv" "$T/kvorig"`)
+	name := uniq("shm")
+	m.ok(t, fmt.Sprintf(`echo '{"name":"%s","location":"cpu","bytes":"64KiB","shm":"%s/kv"}' > "$M/memory/register"`, name, S))
+	t.Cleanup(func() { m.sh(t, `rmdir "$M/memory/`+name+`"`) })
+	v := m.readJSON(t, "memory/"+name+"/info")
+	wantStr(t, "info", v, "shm", S+"/kv")
+	wantNum(t, "info", v, "bytes", 65536)
+	// The region shows the file's bytes ...
+	m.ok(t, fmt.Sprintf(`cmp "$M/memory/%s/data" "$S/kv"`, name))
+	// ... and a transfer into the region shows up in the file.
+	seg := m.openSegment(t, "shmsrc", T(m, t)+"/src", "read")
+	n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":65536}]}`, seg, name))
+	if st != "completed" {
+		t.Fatalf("batch %s %s", n, st)
+	}
+	m.ok(t, `cmp "$S/kv" "$T/src"`)
+	// The file is never resized, and must be large enough.
+	m.ok(t, `[ $(stat -c %s "$S/kv") -eq 65536 ]`)
+	// A directory symlink under /dev/shm leading out of the allowed roots
+	// must not map the file behind it (it would be mapped MAP_SHARED
+	// read-write). The victim is a scratch file in /var/tmp.
+	victim := m.line(t, `d=$(mktemp -d /var/tmp/orbitefs-e2e-victim-XXXXXX); head -c 4096 /dev/zero > "$d/f"; ln -s "$d" "$S/out"; echo "$d"`)
+	t.Cleanup(func() { m.sh(t, `rm -rf `+shq(victim)) })
+	for _, c := range []struct{ what, doc, errno string }{
+		{"directory symlink leading out of /dev/shm", `{"name":"shmout","location":"cpu","bytes":4096,"shm":"` + S + `/out/f"}`, eACCES},
+		{"file smaller than bytes", `{"name":"shmbig","location":"cpu","bytes":"1MiB","shm":"` + S + `/kv"}`, ""},
+		// The contract is silent on the errno (the daemon says EINVAL; a
+		// missing segment file is ENOENT): any failure passes.
+		{"missing file", `{"name":"shmmiss","location":"cpu","bytes":4096,"shm":"` + S + `/nope"}`, ""},
+		{"outside the allowed roots", `{"name":"shmetc","location":"cpu","bytes":4096,"shm":"/etc/passwd"}`, eACCES},
+		{"relative path", `{"name":"shmrel","location":"cpu","bytes":4096,"shm":"kv"}`, eINVAL},
+	} {
+		before := m.ls(t, "memory")
+		r := m.run(t, `echo '`+c.doc+`' > "$M/memory/register"`)
+		if r.code == 0 || (c.errno != "" && !strings.Contains(r.stderr, c.errno)) {
+			t.Errorf("shm %s: %s\nwant failure %q", c.what, r, c.errno)
+		} else {
+			t.Logf("shm %s: %s", c.what, strings.TrimSpace(r.stderr))
+		}
+		if after := m.ls(t, "memory"); strings.Join(after, " ") != strings.Join(before, " ") {
+			t.Errorf("shm %s: ls memory changed: %v -> %v", c.what, before, after)
+			if c.what == "directory symlink leading out of /dev/shm" {
+				// Show the consequence: a write to the region lands in
+				// the file outside the allowed roots.
+				m.sh(t, `printf 'ESCAPED' | dd of="$M/memory/shmout/data" conv=notrunc status=none`)
+				t.Errorf("the file outside the allowed roots now starts with %q", m.ok(t, `head -c 7 `+shq(victim+"/f")))
+				m.sh(t, `rmdir "$M/memory/shmout"`)
+			}
+		}
+	}
+}
+
+// T returns the test's ext4 scratch directory.
+func T(m *mount, t *testing.T) string {
+	d, _ := m.scratchDirs(t)
+	return d
+}
+
+// testCloneConcurrent: shells reading clone at the same time each get a
+// batch of their own.
+func testCloneConcurrent(t *testing.T, m *mount) {
+	out := m.ok(t, `for i in $(seq 20); do cat "$M/ctl/batches/clone" > "$T/c$i" & done; wait; cat "$T"/c*`)
+	ids := strings.Fields(out)
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			t.Errorf("batch %s handed out twice", id)
+		}
+		seen[id] = true
+	}
+	if len(ids) != 20 {
+		t.Errorf("20 concurrent clones returned %d ids: %v", len(ids), ids)
+	}
+	listed := m.ls(t, "ctl/batches")
+	for _, id := range ids {
+		if !contains(listed, id) {
+			t.Errorf("batch %s not in ls ctl/batches", id)
+		}
+	}
+	m.ok(t, `for id in `+strings.Join(ids, " ")+`; do rmdir "$M/ctl/batches/$id"; done`)
 }

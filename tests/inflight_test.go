@@ -232,6 +232,12 @@ func testRmdirMemoryInUse(t *testing.T, m *mount) {
 	if !contains(m.ls(t, "memory"), b.region) {
 		t.Errorf("the busy region disappeared from ls memory")
 	}
+	// Its bytes are being written by the transfer: reading them through
+	// data is refused too (the daemon's choice: EBUSY while loaned).
+	r = m.run(t, `head -c 16 "$M/memory/`+b.region+`/data" > /dev/null`)
+	if r.code == 0 || !strings.Contains(r.stderr, eBUSY) {
+		t.Errorf("reading data of a loaned region: %s\nwant %s", r, eBUSY)
+	}
 	m.ctl(t, b.n, "cancel_all")
 	m.waitBatch(t, b.n)
 	m.ok(t, `rmdir "$M/memory/`+b.region+`"`)

@@ -52,6 +52,32 @@ func TestSIGTERMWhileInFlight(t *testing.T) {
 	}
 }
 
+// TestUnmountFromOutsideWhileInFlight: `umount` of the mount by someone
+// else while a batch runs: the daemon notices, shuts down (bounded by
+// shutdown_timeout, 2s in slowConfig) and exits 0.
+func TestUnmountFromOutsideWhileInFlight(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: slowConfig})
+	b := m.startSlowBatch(t)
+	start := time.Now()
+	if err := syscall.Unmount(m.dir, 0); err != nil {
+		t.Fatalf("umount %s: %v", m.dir, err)
+	}
+	code, err := m.waitExit(10 * time.Second)
+	if err != nil {
+		t.Fatalf("after an outside umount with batch %s in flight: %v", b.n, err)
+	}
+	t.Logf("daemon exited %d, %s after the umount", code, since(start))
+	if code != 0 {
+		t.Errorf("daemon exit status %d, want 0", code)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("daemon took %s to exit", took.Round(time.Millisecond))
+	}
+	if ents := mountsAt(m.dir); len(ents) > 0 {
+		t.Errorf("mount still present: %+v", ents)
+	}
+}
+
 // TestSIGTERMWithOpenFile: a shell holding a file of the mount open does
 // not keep the daemon from exiting; the mount is detached.
 func TestSIGTERMWithOpenFile(t *testing.T) {
@@ -203,13 +229,23 @@ func TestBadConfig(t *testing.T) {
 func TestOwnMountNotATarget(t *testing.T) {
 	m := startDaemon(t, daemonOpts{})
 	reg := m.register(t, "own", 4096)
-	for _, uri := range []string{"file://$M/memory/" + reg + "/data", "file://$M/version", "file://$M/../$(basename $M)/version"} {
+	// A relative symlink under /tmp that stays beneath /tmp but leads into
+	// the mount: a lexical check of the path does not see it.
+	m.ok(t, `ln -s "../../$(basename "$M")/memory/`+reg+`/data" "$T/sneaky"; ls -l "$T/sneaky" >&2`)
+	for _, uri := range []string{"file://$M/memory/" + reg + "/data", "file://$M/version", "file://$M/../$(basename $M)/version", "file://$T/sneaky"} {
 		r := m.run(t, `timeout 5 bash -c 'echo "{\"name\":\"own\",\"uri\":\"`+uri+`\",\"permission\":\"read\"}" > "$M/segments/open"'`)
 		switch {
 		case r.code == 124:
 			t.Fatalf("opening %s hung for 5s", uri)
 		case r.code == 0:
 			t.Errorf("a segment on the daemon's own mount was accepted: %s", uri)
+			// Does I/O through it hang the daemon?
+			n := m.clone(t)
+			dst := m.register(t, "owndst", 4096)
+			r := m.run(t, fmt.Sprintf(`B="$M/ctl/batches/%s"
+timeout 5 bash -c 'echo "{\"op\":\"read\",\"target\":\"own\",\"requests\":[{\"memory\":\"%s\",\"offset\":0,\"target_offset\":0,\"length\":4096}]}" > "$0/submit"' "$B"
+echo seal > "$B/ctl"; timeout 5 cat "$B/wait"`, n, dst))
+			t.Logf("a read through it: %s", r)
 			m.sh(t, `rmdir "$M/segments/own"`)
 		case !strings.Contains(r.stderr, eACCES):
 			t.Errorf("open %s: %s\nwant %s", uri, r, eACCES)
