@@ -1,0 +1,262 @@
+//go:build linux && !noiouring
+
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/backends/iouring"
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// needIOUring skips when the kernel refuses io_uring, with the reason.
+func needIOUring(t *testing.T) {
+	t.Helper()
+	if err := iouring.Probe(); err != nil {
+		if errors.Is(err, engine.ErrUnavailable) {
+			t.Skipf("io_uring: %v", err)
+		}
+		t.Fatalf("io_uring probe failed: %v", err)
+	}
+}
+
+// newEngine builds an engine for o from base, closed at cleanup, and
+// fails the test if anything leaked.
+func newEngine(t *testing.T, o *Options, base config.Engine) *engine.Engine {
+	t.Helper()
+	cfg := o.EngineConfig(base)
+	e, err := engine.New(cfg, iouring.New(cfg.IOUring))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s := e.Stats()
+		if s.Batches != 0 || s.Segments != 0 || s.Regions != 0 || s.InflightGroups != 0 {
+			t.Errorf("leaked: %d batches, %d segments, %d regions, %d groups in flight", s.Batches, s.Segments, s.Regions, s.InflightGroups)
+		}
+		if err := e.Close(5 * time.Second); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return e
+}
+
+// tempFile makes a file of size bytes under dir (t.TempDir() if empty).
+func tempFile(t *testing.T, dir string, size uint64) string {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	p := filepath.Join(dir, "bench.bin")
+	if _, err := Prepare(p, size); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func checkResult(t *testing.T, r Result, o Options, impl string) {
+	t.Helper()
+	if r.Ops == 0 || r.Bytes != r.Ops*o.BlockSize {
+		t.Fatalf("%d ops, %d bytes (bs %d)", r.Ops, r.Bytes, o.BlockSize)
+	}
+	if r.Impl != impl || r.Op != o.Op.String() || r.Pattern != o.Pattern.String() || r.QueueDepth != o.QueueDepth {
+		t.Errorf("result echoes %s %s %s qd %d", r.Impl, r.Op, r.Pattern, r.QueueDepth)
+	}
+	if r.Seconds <= 0 || r.IOPS <= 0 || r.BytesPerSec <= 0 || r.P50Us <= 0 || r.P99Us < r.P50Us || r.MaxUs < r.P99Us {
+		t.Errorf("derived fields: %+v", r)
+	}
+	if r.Histogram().Count() != r.Ops {
+		t.Errorf("histogram has %d values for %d ops", r.Histogram().Count(), r.Ops)
+	}
+}
+
+func TestRunEngine(t *testing.T) {
+	needIOUring(t)
+	for _, c := range []struct {
+		name    string
+		op      engine.Op
+		pattern Pattern
+		direct  bool
+		qd      int
+	}{
+		{"read rand direct", engine.OpRead, Rand, true, 8},
+		{"read seq page cache", engine.OpRead, Seq, false, 4},
+		{"write seq direct", engine.OpWrite, Seq, true, 4},
+		{"write rand page cache", engine.OpWrite, Rand, false, 3},
+		{"read qd1", engine.OpRead, Seq, true, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := Options{File: tempFile(t, "", 256<<10), Op: c.op, Pattern: c.pattern, BlockSize: 4096,
+				QueueDepth: c.qd, Size: 256 << 10, Runtime: 150 * time.Millisecond, Direct: c.direct, Seed: 3}
+			// A tiny batch capacity makes the driver roll over many times.
+			base := config.DefaultEngine()
+			base.MaxBatchRequests = 1
+			e := newEngine(t, &o, base)
+			r, err := Run(context.Background(), e, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResult(t, r, o, "engine")
+			if r.Engine == nil || r.Engine.Batches < 2 {
+				t.Fatalf("engine counters %+v: want several batches (rollover)", r.Engine)
+			}
+			if r.Engine.GroupsSubmitted < r.Ops {
+				t.Errorf("%d groups for %d ops", r.Engine.GroupsSubmitted, r.Ops)
+			}
+			if c.direct && r.Engine.FixedBufferOps == 0 {
+				t.Errorf("direct run used no fixed buffers: %+v", r.Engine)
+			}
+			if !c.direct && r.Engine.FixedBufferOps != 0 {
+				t.Errorf("page cache run used fixed buffers (the O_DIRECT fd): %+v", r.Engine)
+			}
+		})
+	}
+}
+
+// TestRunWritesSlots checks the bytes a write run leaves: every block it
+// wrote holds one whole slot's buffer.
+func TestRunWritesSlots(t *testing.T) {
+	needIOUring(t)
+	const bs, qd = 4096, 4
+	path := tempFile(t, "", 16*bs)
+	zero := make([]byte, 16*bs)
+	if err := os.WriteFile(path, zero, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{File: path, Op: engine.OpWrite, Pattern: Seq, BlockSize: bs, QueueDepth: qd,
+		Size: 16 * bs, Runtime: 100 * time.Millisecond, Direct: true, Seed: 9}
+	e := newEngine(t, &o, config.DefaultEngine())
+	if _, err := Run(context.Background(), e, o); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slots := map[string]bool{}
+	for off := 0; off < len(got); off += bs {
+		blk := got[off : off+bs]
+		if bytes.Equal(blk, zero[:bs]) {
+			t.Fatalf("block at %d was never written", off)
+		}
+		slots[string(blk)] = true
+	}
+	if len(slots) > qd {
+		t.Errorf("file holds %d distinct blocks, more than the %d slots", len(slots), qd)
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	needIOUring(t)
+	o := Options{File: tempFile(t, "", 1<<20), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096,
+		QueueDepth: 4, Size: 1 << 20, Runtime: time.Hour, Direct: true}
+	e := newEngine(t, &o, config.DefaultEngine())
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r, err := Run(ctx, e, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(start); el > 5*time.Second || r.Seconds > 5 || r.Ops == 0 {
+		t.Errorf("cancelled run took %s, measured %.2fs, %d ops", el, r.Seconds, r.Ops)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	needIOUring(t)
+	small := tempFile(t, "", 64<<10)
+	ok := Options{File: small, Op: engine.OpRead, Pattern: Seq, BlockSize: 4096, QueueDepth: 2,
+		Size: 64 << 10, Runtime: 50 * time.Millisecond, Direct: true}
+	cases := []struct {
+		name string
+		edit func(*Options)
+		want string
+	}{
+		{"missing", func(o *Options) { o.File = filepath.Join(t.TempDir(), "nope") }, "does not exist; create it first (--create"},
+		{"short read", func(o *Options) { o.Size = 128 << 10 }, "less than --size 128KiB: a read needs --size bytes"},
+		{"short write", func(o *Options) { o.Op = engine.OpWrite; o.Size = 128 << 10 }, "a write run never extends the file"},
+		{"directory", func(o *Options) { o.File = t.TempDir() }, "is not a regular file"},
+		{"invalid", func(o *Options) { o.QueueDepth = 0 }, "--qd (0) must be in [1, 4096]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			o := ok
+			c.edit(&o)
+			e := newEngine(t, &ok, config.DefaultEngine())
+			_, err := Run(context.Background(), e, o)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Run: %v, want %q", err, c.want)
+			}
+			if _, err := RunPread(context.Background(), o); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("RunPread: %v, want %q", err, c.want)
+			}
+		})
+	}
+	t.Run("config mismatch", func(t *testing.T) {
+		e := newEngine(t, &Options{Direct: false, QueueDepth: 1, BlockSize: 4096}, config.DefaultEngine())
+		_, err := Run(context.Background(), e, ok)
+		if err == nil || !strings.Contains(err.Error(), "engine io_uring.direct_io is false but the workload has direct=true") {
+			t.Fatalf("Run: %v", err)
+		}
+	})
+	t.Run("direct on tmpfs", func(t *testing.T) {
+		if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+			t.Skip("no /dev/shm")
+		}
+		dir, err := os.MkdirTemp("/dev/shm", "orbitefs-bench-test")
+		if err != nil {
+			t.Skip(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		o := ok
+		o.File = tempFile(t, dir, 64<<10)
+		e := newEngine(t, &o, config.DefaultEngine())
+		_, err = Run(context.Background(), e, o)
+		if err == nil || !strings.Contains(err.Error(), "has no O_DIRECT path; run without --direct") {
+			t.Fatalf("Run: %v", err)
+		}
+		// The page cache works there.
+		o.Direct = false
+		e = newEngine(t, &o, config.DefaultEngine())
+		r, err := Run(context.Background(), e, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkResult(t, r, o, "engine")
+	})
+}
+
+func TestRunPread(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		op      engine.Op
+		pattern Pattern
+		direct  bool
+	}{
+		{"read rand direct", engine.OpRead, Rand, true},
+		{"read seq page cache", engine.OpRead, Seq, false},
+		{"write seq direct", engine.OpWrite, Seq, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := Options{File: tempFile(t, "", 256<<10), Op: c.op, Pattern: c.pattern, BlockSize: 4096,
+				QueueDepth: 4, Size: 256 << 10, Runtime: 100 * time.Millisecond, Direct: c.direct}
+			r, err := RunPread(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkResult(t, r, o, "pread")
+			if r.Engine != nil {
+				t.Error("pread result carries engine counters")
+			}
+		})
+	}
+}
