@@ -45,6 +45,9 @@ var contract = map[string]func(t *testing.T, m *mount){
 	"DocumentSizeLimit":    testDocumentSizeLimit,
 	"SharedMemory":         testSharedMemory,
 	"CloneConcurrent":      testCloneConcurrent,
+	"SplitDocument":        testSplitDocument,
+	"ConcurrentSubmits":    testConcurrentSubmits,
+	"StaleHandles":         testStaleHandles,
 }
 
 func TestContract(t *testing.T) {
@@ -205,6 +208,13 @@ cmp -n 1000 "$D" "$T/src" && echo prefix-same`, r))
 	}
 	if lines[4] != "hello" || lines[5] != "prefix-same" {
 		t.Errorf("offset write: %q %q", lines[4], lines[5])
+	}
+	// `>` truncates to 0 first: accepted, and it does not clear the
+	// region; other sizes are EINVAL.
+	m.ok(t, fmt.Sprintf(`D="$M/memory/%s/data"; echo hello > "$D"; [ $(stat -c %%s "$D") -eq 262144 ]
+[ "$(head -c 6 "$D")" = "hello" ]; cmp -n 900 -i 6:6 "$D" "$T/src"`, r))
+	if r2 := m.run(t, fmt.Sprintf(`truncate -s 100 "$M/memory/%s/data"`, r)); r2.code == 0 || !strings.Contains(r2.stderr, eINVAL) {
+		t.Errorf("truncate -s 100 data: %s\nwant %s", r2, eINVAL)
 	}
 	// Writing past the end of the region fails whole with ERANGE.
 	r2 := m.run(t, fmt.Sprintf(`printf 'xyz' | dd of="$M/memory/%s/data" bs=3 seek=87381 conv=notrunc status=none`, r))
@@ -922,4 +932,84 @@ func testCloneConcurrent(t *testing.T, m *mount) {
 		}
 	}
 	m.ok(t, `for id in `+strings.Join(ids, " ")+`; do rmdir "$M/ctl/batches/$id"; done`)
+}
+
+// testSplitDocument: one document written in pieces through one open
+// file (several write(2) calls), also when a forked child that inherited
+// the descriptor exits (its close flushes an incomplete document) before
+// the last piece.
+func testSplitDocument(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 8K /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "split", p, "read")
+	r := m.register(t, "split", "8KiB")
+	n := m.clone(t)
+	m.ok(t, fmt.Sprintf(`B="$M/ctl/batches/%[1]s"
+{ echo -n '{"op":"read",'; echo -n '"target":"%[2]s","requests":['; echo -n '{"memory":"%[3]s","offset":0,'; echo '"target_offset":0,"length":4096}]}'; } > "$B/submit"
+{ printf '{"op":"read","target":"%[2]s",'; /bin/true; printf '"requests":[{"memory":"%[3]s","offset":4096,"target_offset":4096,"length":4096}]}'; } > "$B/submit"`, n, seg, r))
+	if c := m.taskCount(t, n); c != 2 {
+		t.Errorf("two split documents made %d tasks, want 2", c)
+	}
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "completed" {
+		t.Errorf("batch %s", st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp "$M/memory/%s/data" "$T/f"`, r))
+}
+
+// testConcurrentSubmits: shells submitting to one batch at the same time
+// each get their own group; no task is lost or shared.
+func testConcurrentSubmits(t *testing.T, m *mount) {
+	p := strings.TrimSpace(m.ok(t, `head -c 64K /dev/urandom > "$T/f"; echo "$T/f"`))
+	seg := m.openSegment(t, "csub", p, "read")
+	r := m.register(t, "csub", "64KiB")
+	n := m.clone(t)
+	m.ok(t, fmt.Sprintf(`for i in $(seq 0 15); do
+  echo '{"op":"read","target":"%s","requests":[{"memory":"%s","offset":'$((i*4096))',"target_offset":'$((i*4096))',"length":4096}]}' > "$M/ctl/batches/%s/submit" &
+done; wait`, seg, r, n))
+	if c := m.taskCount(t, n); c != 16 {
+		t.Errorf("16 concurrent submits made %d tasks", c)
+	}
+	s := m.readJSON(t, "ctl/batches/"+n+"/status")
+	subs, _ := s["submissions"].([]any)
+	firsts := map[float64]bool{}
+	for _, x := range subs {
+		tr, _ := x.(map[string]any)["tasks"].(map[string]any)
+		if tr["count"] != 1.0 || firsts[tr["first"].(float64)] {
+			t.Errorf("submission task ranges overlap or are wrong: %v", subs)
+			break
+		}
+		firsts[tr["first"].(float64)] = true
+	}
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "completed" {
+		t.Errorf("batch %s", st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp "$M/memory/%s/data" "$T/f"`, r))
+}
+
+// testStaleHandles: a descriptor opened on an object that was removed
+// never reaches a new object of the same name.
+func testStaleHandles(t *testing.T, m *mount) {
+	name := uniq("stale")
+	n := m.clone(t)
+	out := m.run(t, fmt.Sprintf(`set -u
+echo '{"name":"%[1]s","location":"cpu","bytes":4096}' > "$M/memory/register"
+exec 3<> "$M/memory/%[1]s/data"
+exec 4> "$M/ctl/batches/%[2]s/submit"
+rmdir "$M/memory/%[1]s" "$M/ctl/batches/%[2]s"
+echo '{"name":"%[1]s","location":"cpu","bytes":4096}' > "$M/memory/register"
+printf 'OLD' >&3 && echo "data: write through the old handle succeeded"
+echo '{"op":"read","target":"x","requests":[{"memory":"%[1]s","length":1}]}' >&4 && echo "submit: write through the freed batch's handle succeeded"
+head -c 3 "$M/memory/%[1]s/data" | od -An -c
+rmdir "$M/memory/%[1]s"`, name, n))
+	t.Logf("%s", out)
+	if strings.Contains(out.stdout, "succeeded") {
+		t.Errorf("a stale handle still worked:\n%s", out)
+	}
+	if strings.Contains(out.stdout, "O   L   D") {
+		t.Errorf("a write through the old data handle reached the new region")
+	}
+	if !strings.Contains(out.stderr, eNOENT) {
+		t.Errorf("stale handles: want %s, got:\n%s", eNOENT, out.stderr)
+	}
 }

@@ -27,6 +27,15 @@ func TestSIGTERMWhileInFlight(t *testing.T) {
 	}
 	start := time.Now()
 	m.signal(t, syscall.SIGTERM)
+	// While it drains, new work is refused with ESHUTDOWN.
+	var refused shResult
+	eventually(t, time.Second, "clone refused while shutting down", func() bool {
+		refused = m.run(t, `cat "$M/ctl/batches/clone"`)
+		return refused.code != 0
+	})
+	if !strings.Contains(refused.stderr, "Cannot send after transport endpoint shutdown") {
+		t.Errorf("clone during shutdown: %s\nwant ESHUTDOWN", refused)
+	}
 	code, err := m.waitExit(15 * time.Second)
 	if err != nil {
 		t.Fatalf("SIGTERM with a batch in flight: %v", err)
@@ -72,6 +81,23 @@ func TestUnmountFromOutsideWhileInFlight(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("daemon took %s to exit", took.Round(time.Millisecond))
+	}
+	if ents := mountsAt(m.dir); len(ents) > 0 {
+		t.Errorf("mount still present: %+v", ents)
+	}
+}
+
+// TestSIGINT: ^C shuts down like SIGTERM: exit 0, mount gone.
+func TestSIGINT(t *testing.T) {
+	m := startDaemon(t, daemonOpts{})
+	m.ok(t, `cat "$M/version" > /dev/null`)
+	m.signal(t, syscall.SIGINT)
+	code, err := m.waitExit(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Errorf("exit status %d after SIGINT, want 0", code)
 	}
 	if ents := mountsAt(m.dir); len(ents) > 0 {
 		t.Errorf("mount still present: %+v", ents)
