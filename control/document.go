@@ -1,20 +1,29 @@
 // document.go owns the assembly of one JSON document from the write(2)
 // chunks the kernel delivers for one open file handle.
 //
-// The kernel splits a large write into chunks of at most mount.max_write
-// bytes, and a shell may write a document piecewise, so a handle buffers
-// bytes until they form one complete JSON value and hands that value over
-// on the very write that completed it: the error of acting on it is then
-// returned by that write(2), which is the only error bash's builtin echo
-// reports.
+// A document may arrive in several writes: bash's builtin echo writes in
+// 4 KiB pieces, cat in its buffer size, and the kernel splits anything
+// larger than mount.max_write. A handle therefore buffers bytes until they
+// hold one complete JSON object and hands it over on the very write that
+// completed it, so the error of acting on it is returned by that write(2),
+// the only error bash's builtin echo reports.
+//
+// Completion is found by an incremental scan (string- and escape-aware
+// brace depth), linear in the document size however it is chunked. While
+// a document is incomplete and still small, its prefix is also checked by
+// the JSON decoder, so a malformed document fails on the write that
+// carried the mistake rather than only at close.
 //
 // Invariants:
-//   - The buffer never holds more than max bytes; the write that would
-//     exceed it fails with KindTooLarge and empties the buffer.
-//   - A buffer that can no longer become a valid document (syntax error,
-//     not an object, trailing data) fails at once and is emptied.
-//   - Pending never changes the buffer, so a Flush that reports an
-//     incomplete document can run any number of times.
+//   - A document is its leading whitespace plus one JSON object; the
+//     limit (max) applies to that span. Whitespace after the object is
+//     not part of any document and is dropped; anything else after it in
+//     the same write fails that write.
+//   - The buffer never holds more than max bytes of an incomplete
+//     document: the write that would exceed it fails with KindTooLarge.
+//   - A failed Append empties the buffer; Pending never changes it, so a
+//     Flush that reports an incomplete document can run any number of
+//     times.
 
 package control
 
@@ -25,39 +34,115 @@ import (
 	"io"
 )
 
+// prefixCheckBytes bounds the incomplete documents whose prefix is
+// re-validated on each write (the check rescans the whole prefix).
+const prefixCheckBytes = 64 << 10
+
 // Document accumulates one JSON object. The zero value is unusable; use
 // NewDocument. Not safe for concurrent use.
 type Document struct {
 	buf []byte
 	max int
+
+	// Scan state over buf[:scanned].
+	scanned int
+	started bool // the opening '{' was seen
+	depth   int
+	inStr   bool
+	esc     bool
 }
 
 // NewDocument returns an empty buffer accepting documents of at most max
-// bytes (whitespace included).
+// bytes.
 func NewDocument(max int) *Document { return &Document{max: max} }
 
 // Append adds the chunk p. It returns the complete document when the
-// buffer now holds exactly one JSON object (optionally surrounded by
-// whitespace), and then starts over; nil, nil when more bytes are needed;
-// an error (KindInvalid or KindTooLarge detail) when the bytes can never
-// become a valid document.
+// buffer now holds one JSON object, and then starts over; nil, nil when
+// more bytes are needed; an error (KindInvalid or KindTooLarge) when the
+// bytes can never become a valid document of at most max bytes. The
+// returned document is only known to be balanced: the caller parses it.
 func (d *Document) Append(p []byte) ([]byte, error) {
-	if len(d.buf)+len(p) > d.max {
-		n := len(d.buf) + len(p)
-		d.buf = d.buf[:0]
-		return nil, tooLarge("document of at least %d bytes exceeds mount.max_document_bytes (%d)", n, d.max)
-	}
 	d.buf = append(d.buf, p...)
-	doc, err := complete(d.buf)
-	if doc == nil && err == nil {
-		return nil, nil
-	}
-	out := append([]byte(nil), d.buf...)
-	d.buf = d.buf[:0]
+	end, err := d.scan()
 	if err != nil {
+		d.Reset()
 		return nil, err
 	}
-	return out, nil
+	if end == 0 {
+		if len(d.buf) > d.max {
+			n := len(d.buf)
+			d.Reset()
+			return nil, tooLarge("document of at least %d bytes exceeds mount.max_document_bytes (%d)", n, d.max)
+		}
+		if d.started && len(d.buf) <= prefixCheckBytes {
+			if err := checkPrefix(d.buf); err != nil {
+				d.Reset()
+				return nil, err
+			}
+		}
+		return nil, nil
+	}
+	if end > d.max {
+		d.Reset()
+		return nil, tooLarge("document of %d bytes exceeds mount.max_document_bytes (%d)", end, d.max)
+	}
+	if rest := bytes.TrimSpace(d.buf[end:]); len(rest) > 0 {
+		d.Reset()
+		return nil, invalid("trailing data after the JSON document at byte %d: %.20q (one document per write)", end, rest)
+	}
+	doc := append([]byte(nil), d.buf[:end]...)
+	d.Reset()
+	return doc, nil
+}
+
+// scan advances over new bytes and returns the end offset of the
+// top-level object once it closed, or 0.
+func (d *Document) scan() (int, error) {
+	for i := d.scanned; i < len(d.buf); i++ {
+		c := d.buf[i]
+		switch {
+		case !d.started:
+			switch c {
+			case ' ', '\t', '\r', '\n':
+				continue
+			case '{':
+				d.started, d.depth = true, 1
+			default:
+				return 0, invalid("want a JSON object starting with '{', got %.20q", d.buf[i:])
+			}
+		case d.inStr:
+			switch {
+			case d.esc:
+				d.esc = false
+			case c == '\\':
+				d.esc = true
+			case c == '"':
+				d.inStr = false
+			}
+		case c == '"':
+			d.inStr = true
+		case c == '{' || c == '[':
+			d.depth++
+		case c == '}' || c == ']':
+			d.depth--
+			if d.depth == 0 {
+				d.scanned = i + 1
+				return i + 1, nil
+			}
+		}
+	}
+	d.scanned = len(d.buf)
+	return 0, nil
+}
+
+// checkPrefix fails when b cannot be the beginning of a JSON value.
+func checkPrefix(b []byte) error {
+	var raw json.RawMessage
+	err := json.NewDecoder(bytes.NewReader(b)).Decode(&raw)
+	if err == nil || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil
+	}
+	return jsonError(err)
 }
 
 // Pending returns an error when a document was started and not finished
@@ -71,30 +156,9 @@ func (d *Document) Pending() error {
 }
 
 // Reset drops whatever is buffered.
-func (d *Document) Reset() { d.buf = d.buf[:0] }
-
-// complete reports whether b is one whole JSON object: (b, nil) when it
-// is, (nil, nil) when it is a proper prefix of one, (nil, err) otherwise.
-func complete(b []byte) ([]byte, error) {
-	t := bytes.TrimLeft(b, " \t\r\n")
-	if len(t) == 0 {
-		return nil, nil
-	}
-	if t[0] != '{' {
-		return nil, invalid("want a JSON object starting with '{', got %.20q", t)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, nil
-		}
-		return nil, jsonError(err)
-	}
-	if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) > 0 {
-		return nil, invalid("trailing data after the JSON document at byte %d: %.20q (write one document per write)", dec.InputOffset(), rest)
-	}
-	return b, nil
+func (d *Document) Reset() {
+	d.buf = d.buf[:0]
+	d.scanned, d.started, d.depth, d.inStr, d.esc = 0, false, 0, false, false
 }
 
 // jsonError gives a decoding error a kind and, for syntax errors, the

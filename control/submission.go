@@ -106,6 +106,11 @@ func ParseSubmission(data []byte, max int) (*Submission, error) {
 	if err := decodeStrict(data, max, &s); err != nil {
 		return nil, err
 	}
+	for i := range s.Requests {
+		if len(s.Requests[i].Elements) == 0 {
+			s.Requests[i].Elements = nil // "elements": [] means none
+		}
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}

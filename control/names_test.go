@@ -1,0 +1,36 @@
+package control
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestValidateName(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"buf", true},
+		{"kv-cache_0.bin", true},
+		{"ünïcode", true},
+		{strings.Repeat("a", 255), true},
+		{strings.Repeat("a", 256), false},
+		{"", false},
+		{".", false},
+		{"..", false},
+		{"...", true},
+		{"a/b", false},
+		{"/", false},
+		{"register", false},
+		{"open", false},
+		{"a\nb", false},
+		{"a\x00b", false},
+		{"a\x7fb", false},
+		{"\xff", false},
+	} {
+		err := ValidateName(c.name)
+		if (err == nil) != c.ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+}

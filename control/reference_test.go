@@ -1,0 +1,110 @@
+package control
+
+import (
+	"flag"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/orbitefs/orbitefs/config"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated blocks in README.md and docs/mount.md")
+
+// Generated blocks are delimited by these markers in the checked-in docs.
+func markers(name string) (begin, end string) {
+	return "<!-- BEGIN GENERATED " + name + " (go test ./control -update) -->\n", "<!-- END GENERATED " + name + " -->"
+}
+
+// checkBlock fails when the block called name in path differs from want;
+// with -update it rewrites the block instead.
+func checkBlock(t *testing.T, path, name, want string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	text := string(b)
+	begin, end := markers(name)
+	i := strings.Index(text, begin)
+	j := strings.Index(text, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no %q ... %q block", path, strings.TrimSpace(begin), end)
+	}
+	got := text[i+len(begin) : j]
+	if got == want {
+		return
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(text[:i+len(begin)]+want+text[j:]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("updated %s", path)
+		return
+	}
+	t.Errorf("%s: the generated %s block is out of date; run go test ./control -update", path, name)
+}
+
+func TestDocsInSync(t *testing.T) {
+	checkBlock(t, "../README.md", "ERRNO TABLE", ErrnoTableMarkdown())
+	checkBlock(t, "../docs/mount.md", "MOUNT REFERENCE", Reference())
+}
+
+func TestReferenceRendersTable(t *testing.T) {
+	r := Reference()
+	if strings.Contains(r, "{{") || !strings.Contains(r, ErrnoTableMarkdown()) {
+		t.Errorf("reference does not carry the errno table")
+	}
+	for _, row := range ErrnoTable() {
+		if !strings.Contains(r, "| "+row.Name+" |") {
+			t.Errorf("reference lacks %s", row.Name)
+		}
+	}
+}
+
+// TestConfigDocCoversEveryKey checks docs/config.md against the embedded
+// default config: every key has a row naming it and its default.
+func TestConfigDocCoversEveryKey(t *testing.T) {
+	b, err := os.ReadFile("../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "| `") {
+			cells := strings.Split(line, "|")
+			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
+		}
+	}
+	section, keys := "", 0
+	for _, line := range strings.Split(config.DefaultTOML(), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("default.toml line %q", line)
+			}
+			key := section + "." + strings.TrimSpace(k)
+			keys++
+			row, ok := rows[key]
+			if !ok {
+				t.Errorf("docs/config.md has no row for %s", key)
+				continue
+			}
+			if def := "`" + strings.TrimSpace(v) + "`"; !strings.Contains(row, def) {
+				t.Errorf("docs/config.md row for %s does not give the default %s", key, def)
+			}
+			delete(rows, key)
+		}
+	}
+	for k := range rows {
+		t.Errorf("docs/config.md documents %s, which default.toml does not have", k)
+	}
+	if keys < 40 {
+		t.Errorf("parsed only %d keys from default.toml", keys)
+	}
+}

@@ -1,0 +1,289 @@
+package control_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/backends/iouring"
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// newService builds a Service over a real engine with the io_uring
+// transport, confined to t.TempDir().
+func newService(t *testing.T, mountDir string) (*control.Service, string) {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := config.DefaultEngine()
+	cfg.AllowedRoots = []string{dir}
+	e, err := engine.New(cfg, iouring.New(cfg.IOUring))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
+		CloseTimeout: time.Second, MountDir: mountDir})
+	t.Cleanup(func() { s.Shutdown(time.Second) })
+	return s, dir
+}
+
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno, text string) {
+	t.Helper()
+	if got := control.Errno(err); got != want || !strings.Contains(fmt.Sprint(err), text) {
+		t.Errorf("%s: %v (errno %v), want %v containing %q", what, err, got, want, text)
+	}
+}
+
+func TestServiceWalkthrough(t *testing.T) {
+	s, dir := newService(t, "")
+	data := make([]byte, 1<<20)
+	rand.Read(data)
+	path := filepath.Join(dir, "cache.bin")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register([]byte(`{"name":"buf","location":"cpu","bytes":"1MiB"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OpenSegment([]byte(`{"name":"cache","uri":"file://` + path + `","permission":"read_write"}`)); err != nil {
+		t.Fatal(err)
+	}
+	bt, err := s.Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Submit(bt, []byte(`{"op":"read","target":"cache","requests":[{"memory":"buf","offset":0,"target_offset":0,"length":1048576}]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ctl(bt, "seal\n"); err != nil {
+		t.Fatal(err)
+	}
+	word, err := s.Wait(context.Background(), bt)
+	if err != nil || string(word) != "completed\n" {
+		t.Fatalf("wait: %q, %v", word, err)
+	}
+	got := make([]byte, len(data))
+	if n, err := s.ReadMemory(s.Memory("buf"), got, 0); err != nil || n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("memory differs from the file (n=%d, err=%v)", n, err)
+	}
+	var task struct {
+		Transferred uint64 `json:"transferred_bytes"`
+		State       string `json:"state"`
+	}
+	b, err := s.Task(bt, 0)
+	if err != nil || json.Unmarshal(b, &task) != nil || task.Transferred != 1<<20 || task.State != "completed" {
+		t.Fatalf("task 0: %s, %v", b, err)
+	}
+	var st control.StatusJSON
+	b, _ = s.Status(bt)
+	if err := json.Unmarshal(b, &st); err != nil || st.State != "completed" || st.Submissions[0].Target != "cache" ||
+		st.Submissions[0].CompletedBytes != 1<<20 || st.Tasks.Completed != 1 {
+		t.Fatalf("status: %s", b)
+	}
+	if err := s.FreeBatch(bt.ID); err != nil {
+		t.Fatal(err)
+	}
+	if s.Batch(bt.ID) != nil || len(s.Batches()) != 0 {
+		t.Fatal("batch still listed after free")
+	}
+	if _, err := s.State(bt); control.Errno(err) != syscall.ENOENT {
+		t.Errorf("state after free: %v", err)
+	}
+	if err := s.Unregister("buf"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CloseSegment("cache"); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Memories()) != 0 || len(s.Segments()) != 0 {
+		t.Fatal("objects still listed")
+	}
+}
+
+func TestServiceErrors(t *testing.T) {
+	s, dir := newService(t, "/mnt/ofs")
+	path := filepath.Join(dir, "f")
+	os.WriteFile(path, make([]byte, 8192), 0o644)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(s.Register([]byte(`{"name":"buf","location":"cpu","bytes":4096}`)))
+	must(s.OpenSegment([]byte(`{"name":"ro","uri":"file://` + path + `","permission":"read"}`)))
+	bt, err := s.Clone()
+	must(err)
+
+	// Creator errors go to /error.
+	for _, c := range []struct {
+		what string
+		do   func() error
+		want syscall.Errno
+		text string
+	}{
+		{"duplicate memory", func() error { return s.Register([]byte(`{"name":"buf","location":"cpu","bytes":1}`)) }, syscall.EEXIST, `memory "buf" already exists`},
+		{"pinned", func() error { return s.Register([]byte(`{"name":"p","location":"pinned","bytes":1}`)) }, syscall.EOPNOTSUPP, "not built yet"},
+		{"shm inside the mount", func() error {
+			return s.Register([]byte(`{"name":"m","location":"cpu","bytes":1,"shm":"/mnt/ofs/memory/buf/data"}`))
+		}, syscall.EACCES, "inside the orbitefs mount"},
+		{"segment outside roots", func() error {
+			return s.OpenSegment([]byte(`{"name":"pw","uri":"file:///etc/passwd","permission":"read"}`))
+		}, syscall.EACCES, "not beneath an allowed root"},
+		{"segment inside the mount", func() error {
+			return s.OpenSegment([]byte(`{"name":"me","uri":"file:///mnt/ofs/version","permission":"read"}`))
+		}, syscall.EACCES, "inside the orbitefs mount"},
+		{"missing file", func() error {
+			return s.OpenSegment([]byte(`{"name":"nf","uri":"file://` + dir + `/nope","permission":"read"}`))
+		}, syscall.ENOENT, "no such file"},
+		{"duplicate segment", func() error {
+			return s.OpenSegment([]byte(`{"name":"ro","uri":"file://` + path + `","permission":"read"}`))
+		}, syscall.EEXIST, "already exists"},
+		{"unregister unknown", func() error { return s.Unregister("nope") }, syscall.ENOENT, `no memory "nope"`},
+		{"close unknown", func() error { return s.CloseSegment("nope") }, syscall.ENOENT, `no segment "nope"`},
+	} {
+		err := c.do()
+		wantErrno(t, c.what, err, c.want, c.text)
+		if err == nil {
+			continue
+		}
+		if last := string(s.LastError()); last != err.Error()+"\n" {
+			t.Errorf("%s: /error = %q, want %q", c.what, last, err.Error()+"\n")
+		}
+	}
+	if len(s.Memories()) != 1 || len(s.Segments()) != 1 {
+		t.Errorf("failed creators left objects behind: %d memories, %d segments", len(s.Memories()), len(s.Segments()))
+	}
+
+	// Batch errors go to the batch's error text, never to /error.
+	lastRoot := string(s.LastError())
+	sub := func(doc string) error { return s.Submit(bt, []byte(doc)) }
+	for _, c := range []struct {
+		what string
+		do   func() error
+		want syscall.Errno
+		text string
+	}{
+		{"bad json", func() error { return sub(`{"op":}`) }, syscall.EINVAL, "invalid JSON"},
+		{"unknown field", func() error { return sub(`{"op":"read","target":"ro","requests":[{"memory":"buf","length":1}],"x":1}`) }, syscall.EINVAL, `unknown field "x"`},
+		{"unknown segment", func() error { return sub(`{"op":"read","target":"nope","requests":[{"memory":"buf","length":1}]}`) }, syscall.ENOENT, `target "nope"`},
+		{"unknown memory", func() error { return sub(`{"op":"read","target":"ro","requests":[{"memory":"nope","length":1}]}`) }, syscall.ENOENT, `requests[0]: memory "nope"`},
+		{"memory range", func() error {
+			return sub(`{"op":"read","target":"ro","requests":[{"memory":"buf","offset":4000,"length":100}]}`)
+		}, syscall.ERANGE, "beyond its 4096 bytes"},
+		{"element range", func() error {
+			return sub(`{"op":"read","target":"ro","requests":[{"elements":[{"memory":"buf","length":1},{"memory":"buf","offset":4096,"length":1}]}]}`)
+		}, syscall.ERANGE, "requests[0].elements[1]"},
+		{"file range", func() error {
+			return sub(`{"op":"read","target":"ro","requests":[{"memory":"buf","target_offset":8000,"length":200}]}`)
+		}, syscall.ERANGE, "beyond file size 8192"},
+		{"permission", func() error { return sub(`{"op":"write","target":"ro","requests":[{"memory":"buf","length":1}]}`) }, syscall.EACCES, "opened read"},
+		{"too large", func() error {
+			return sub(`{"op":"read","target":"ro","requests":[{"memory":"buf","length":1}]` + strings.Repeat(" ", 5000) + `}`)
+		}, syscall.EFBIG, "max_document_bytes (4096)"},
+		{"over capacity", func() error {
+			return sub(`{"op":"read","target":"ro","requests":[` + strings.Repeat(`{"memory":"buf","length":1},`, 8) + `{"memory":"buf","length":1}]}`)
+		}, syscall.EAGAIN, "do not fit"},
+		{"bad ctl", func() error { return s.Ctl(bt, "sael") }, syscall.EINVAL, `unknown ctl command "sael"`},
+		{"cancel unknown task", func() error { return s.Ctl(bt, "cancel 5") }, syscall.ENOENT, "task 5"},
+	} {
+		err := c.do()
+		wantErrno(t, c.what, err, c.want, c.text)
+		if err == nil {
+			continue
+		}
+		if got := string(bt.Error()); got != err.Error()+"\n" {
+			t.Errorf("%s: batch error = %q", c.what, got)
+		}
+	}
+	_, err = s.Wait(context.Background(), bt)
+	wantErrno(t, "wait before seal", err, syscall.EINVAL, "not sealed")
+	if got := string(s.LastError()); got != lastRoot {
+		t.Errorf("batch errors leaked into /error: %q", got)
+	}
+	if n := s.TaskCount(bt); n != 0 {
+		t.Errorf("rejected submissions appended %d tasks", n)
+	}
+	// progress is accepted and changes nothing.
+	if err := s.Ctl(bt, "progress"); err != nil {
+		t.Errorf("progress: %v", err)
+	}
+}
+
+func TestServiceRegisterRace(t *testing.T) {
+	s, _ := newService(t, "")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.Register([]byte(`{"name":"x","location":"cpu","bytes":4096}`))
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		switch control.Errno(err) {
+		case 0:
+			ok++
+		case syscall.EEXIST:
+		default:
+			t.Errorf("unexpected %v", err)
+		}
+	}
+	if ok != 1 || len(s.Memories()) != 1 {
+		t.Errorf("%d registrations succeeded, %d listed; want 1", ok, len(s.Memories()))
+	}
+}
+
+func TestServiceWaitInterruptAndShutdown(t *testing.T) {
+	s, dir := newService(t, "")
+	path := filepath.Join(dir, "f")
+	os.WriteFile(path, make([]byte, 4096), 0o644)
+	if err := s.OpenSegment([]byte(`{"name":"f","uri":"file://` + path + `","permission":"read"}`)); err != nil {
+		t.Fatal(err)
+	}
+	bt, _ := s.Clone()
+	if err := s.Ctl(bt, "seal"); err != nil {
+		t.Fatal(err)
+	}
+	// A sealed empty batch is terminal at once.
+	if w, err := s.Wait(context.Background(), bt); err != nil || string(w) != "completed\n" {
+		t.Fatalf("empty sealed batch: %q %v", w, err)
+	}
+
+	// A cancelled context never turns into a recorded error. (An
+	// interrupted wait on a running batch is tested through the mount, in
+	// fusefs, where a slow file keeps a transfer running.)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Wait(ctx, bt); err != nil && control.Errno(err) != syscall.EINTR {
+		t.Errorf("cancelled wait: %v", err)
+	}
+	if len(bt.Error()) != 0 {
+		t.Errorf("wait recorded %q", bt.Error())
+	}
+
+	// Shutdown refuses new work with ESHUTDOWN.
+	if err := s.Shutdown(time.Second); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	_, err := s.Clone()
+	wantErrno(t, "clone after shutdown", err, syscall.ESHUTDOWN, "shutting down")
+	err = s.Register([]byte(`{"name":"late","location":"cpu","bytes":1}`))
+	wantErrno(t, "register after shutdown", err, syscall.ESHUTDOWN, "shutting down")
+	if err := s.Shutdown(time.Second); err != nil {
+		t.Errorf("second shutdown: %v", err)
+	}
+}
