@@ -48,6 +48,7 @@ var contract = map[string]func(t *testing.T, m *mount){
 	"SplitDocument":        testSplitDocument,
 	"ConcurrentSubmits":    testConcurrentSubmits,
 	"StaleHandles":         testStaleHandles,
+	"FileModes":            testFileModes,
 }
 
 func TestContract(t *testing.T) {
@@ -1011,5 +1012,41 @@ rmdir "$M/memory/%[1]s"`, name, n))
 	}
 	if !strings.Contains(out.stderr, eNOENT) {
 		t.Errorf("stale handles: want %s, got:\n%s", eNOENT, out.stderr)
+	}
+}
+
+// testFileModes: owner-only modes (0700 directories, 0400 read-only,
+// 0200 write-only, 0600 data), and opens against the mode are refused
+// even for root (EACCES; the daemon's documented choice).
+func testFileModes(t *testing.T, m *mount) {
+	r := m.register(t, "modes", 4096)
+	n := m.clone(t)
+	got := m.ok(t, fmt.Sprintf(`cd "$M"; stat -c '%%n %%a' . version stats metrics README error memory memory/register memory/%[1]s memory/%[1]s/info memory/%[1]s/data segments/open ctl/batches ctl/batches/clone ctl/batches/%[2]s/submit ctl/batches/%[2]s/ctl ctl/batches/%[2]s/state ctl/batches/%[2]s/wait`, r, n))
+	want := fmt.Sprintf(`. 700
+version 400
+stats 400
+metrics 400
+README 400
+error 400
+memory 700
+memory/register 200
+memory/%[1]s 700
+memory/%[1]s/info 400
+memory/%[1]s/data 600
+segments/open 200
+ctl/batches 700
+ctl/batches/clone 400
+ctl/batches/%[2]s/submit 200
+ctl/batches/%[2]s/ctl 200
+ctl/batches/%[2]s/state 400
+ctl/batches/%[2]s/wait 400
+`, r, n)
+	if got != want {
+		t.Errorf("modes:\n%s\nwant:\n%s", got, want)
+	}
+	for _, c := range []string{`echo x > "$M/version"`, `echo x > "$M/ctl/batches/` + n + `/state"`, `cat "$M/memory/register"`, `cat "$M/ctl/batches/` + n + `/submit"`} {
+		if r := m.run(t, c); r.code == 0 || !strings.Contains(r.stderr, eACCES) {
+			t.Errorf("%s: %s\nwant %s", c, r, eACCES)
+		}
 	}
 }

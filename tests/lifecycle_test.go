@@ -168,6 +168,31 @@ func TestStaleMountAtStart(t *testing.T) {
 	}
 }
 
+// TestLiveMountRefused: a second daemon on a mountpoint where a live
+// daemon serves is refused with a message, and the first keeps serving.
+func TestLiveMountRefused(t *testing.T) {
+	a := startDaemon(t, daemonOpts{})
+	b := startDaemon(t, daemonOpts{mountpoint: a.dir, noWait: true})
+	code, err := b.waitExit(10 * time.Second)
+	if err != nil {
+		t.Fatalf("second daemon on a live mount: %v", err)
+	}
+	if code == 0 {
+		t.Errorf("second daemon on a live mount exited 0")
+	}
+	if log := b.logText(); !strings.Contains(log, a.dir) {
+		t.Errorf("second daemon's message does not name the mountpoint: %q", log)
+	} else {
+		t.Logf("second daemon: %s", strings.TrimSpace(log))
+	}
+	if n := len(mountsAt(a.dir)); n != 1 {
+		t.Errorf("%d mounts at %s, want 1", n, a.dir)
+	}
+	if out := a.ok(t, `cat "$M/version"`); !strings.HasPrefix(out, "orbitefs ") {
+		t.Errorf("first daemon no longer serves: %q", out)
+	}
+}
+
 // TestConfigFile: --config sets allowed roots, the document limit and the
 // batch capacity.
 func TestConfigFile(t *testing.T) {
