@@ -13,7 +13,8 @@ import (
 	"github.com/orbitefs/orbitefs/control"
 )
 
-// File modes: the mount is private to its owner.
+// File modes: the mount is private to its owner. With allow_other the
+// same bits are granted to group and others (widen).
 const (
 	modeDir   = 0o700
 	modeRead  = 0o400
@@ -23,9 +24,16 @@ const (
 
 // fsys is shared by every node of one mount. Its fields never change.
 type fsys struct {
-	svc      *control.Service
-	uid, gid uint32
-	log      *slog.Logger
+	svc        *control.Service
+	uid, gid   uint32
+	allowOther bool
+	log        *slog.Logger
+}
+
+// widen copies the owner's bits to group and others.
+func widen(perm uint32) uint32 {
+	u := perm & 0o700
+	return u | u>>3 | u>>6
 }
 
 // attr fills a with permission bits, size, owner and times (the object's
@@ -33,6 +41,9 @@ type fsys struct {
 // them).
 func (f *fsys) attr(a *fuse.Attr, perm uint32, size uint64, t time.Time) {
 	a.Mode = perm
+	if f.allowOther {
+		a.Mode = widen(perm)
+	}
 	a.Size = size
 	a.Uid, a.Gid = f.uid, f.gid
 	a.Nlink = 1

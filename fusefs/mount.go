@@ -6,7 +6,8 @@
 // Invariants:
 //   - The mount is private to its owner unless Options.AllowOther: the
 //     kernel refuses other users, and default_permissions makes it check
-//     the modes (0700/0400/0200/0600) too.
+//     the modes (0700/0400/0200/0600) too. With AllowOther the modes grant
+//     group and others what the owner has.
 //   - Attribute, entry and negative timeouts are zero: the kernel asks
 //     again on every access, so the tree is never stale.
 //   - Unmount never leaves a mount behind: a busy mount is detached
@@ -84,7 +85,7 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 	if opts.MaxWrite <= 0 {
 		opts.MaxWrite = 1 << 20
 	}
-	f := &fsys{svc: svc, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), log: lg}
+	f := &fsys{svc: svc, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), allowOther: opts.AllowOther, log: lg}
 	goLog := slog.NewLogLogger(lg.Handler(), slog.LevelWarn)
 	fo := &fs.Options{
 		MountOptions: fuse.MountOptions{
