@@ -1,31 +1,41 @@
 // Package tests holds orbitefs's end-to-end suite: the real daemon, built
 // from ./cmd/orbitefs and started as a separate process, serves its mount
 // in a temporary directory, and the tests drive it with shell commands
-// (bash, cat, echo, dd, ls, rmdir, jq) exactly as a user would.
+// (bash, cat, echo, dd, ls, rmdir, jq, cmp) exactly as a user would.
 //
 // Run it as root on a machine with /dev/fuse (the daemon mounts directly,
-// without fusermount):
+// without fusermount); it takes about 30 s:
 //
 //	go test -ldflags=-checklinkname=0 -race ./tests/
 //
 // Layout:
 //   - harness_test.go: building the daemon once per test binary, starting
 //     it on a temporary mountpoint (optionally with a config file), the
-//     sh helper, and a cleanup that never leaves a mount behind (SIGTERM,
-//     then lazy unmount and an abort through the fusectl connection).
-//   - contract_test.go: the mount contract (design.md, "The mount") as a
-//     map from name to func(t, *mount), run as subtests against one
+//     sh/ok/start helpers (bash with M, T, S, BIN exported), and a cleanup
+//     that never leaves a mount behind: SIGTERM and a bounded wait, then
+//     an abort through /sys/fs/fuse/connections/<dev>/abort (mounting
+//     fusectl if needed), SIGKILL and a lazy unmount. It reports a daemon
+//     that ignores SIGTERM, exits non-zero on it or leaves its mount, and
+//     prints the daemon's log when a test failed.
+//   - objects_test.go: shell helpers that create and remove regions,
+//     segments and batches through the mount.
+//   - contract_test.go: the mount contract (design.md, "The mount
+//     (contract v1)") as a map from name to func(t, *mount), in the style
+//     of go-fuse's posixtest, run as subtests of TestContract against one
 //     daemon with the embedded default configuration.
-//   - badinput_test.go: every rejected write, table driven: errno text,
-//     the batch's error file, and "nothing changed".
-//   - inflight_test.go: behaviour while a long batch runs (interruptible
-//     wait, independent batches, EBUSY on free and rmdir), against one
-//     daemon whose config makes a batch last long enough to observe.
-//   - lifecycle_test.go: tests that stop or break a daemon (SIGTERM while
-//     a batch is in flight, a stale mount, config files, the harness's own
+//   - badinput_test.go: every rejected write, table driven (TestContract/
+//     BadInput): the errno text bash prints, the message in the batch's
+//     error file or /error and the daemon log, and "nothing changed".
+//   - inflight_test.go: TestInFlight, behaviour while a long batch runs
+//     (interruptible wait, independent batches, EBUSY on free and rmdir,
+//     the segment close timeout, cancel, a short read at EOF), against one
+//     daemon whose config makes a batch last minutes unless cancelled.
+//   - lifecycle_test.go: tests that stop, break or configure a daemon of
+//     their own (SIGTERM/SIGINT, an outside umount, stale and live mounts,
+//     config files, the daemon's own mount as a target, the harness's
 //     last-resort abort).
 //
 // Environment: ORBITEFS_BIN uses a prebuilt daemon instead of building
-// one; ORBITEFS_E2E_RACE=1 builds the daemon with -race (its race reports
-// then fail the test that owns the daemon).
+// one; ORBITEFS_E2E_RACE=1 builds the daemon with -race (a race report in
+// its log fails the test that owns the daemon).
 package tests

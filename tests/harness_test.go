@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -717,6 +718,35 @@ func (p *proc) kill() {
 // signal sends sig to the script's process group.
 func (p *proc) signal(sig syscall.Signal) {
 	syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+// blockedInRead waits (bounded) until the script's main process, which
+// must have exec'd the reader (`exec cat ...`), sleeps in read(2), so a
+// signal sent next interrupts the FUSE read rather than the start-up.
+// Where /proc/PID/syscall cannot tell (other architectures), it settles
+// for a short grace period.
+func (p *proc) blockedInRead(t *testing.T) {
+	t.Helper()
+	nr := map[string]string{"amd64": "0", "arm64": "63"}[runtime.GOARCH]
+	path := fmt.Sprintf("/proc/%d/syscall", p.cmd.Process.Pid)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if !p.running() {
+			t.Fatalf("the reader exited early: %s", p.res)
+		}
+		b, err := os.ReadFile(path)
+		if nr == "" || err != nil {
+			time.Sleep(300 * time.Millisecond)
+			return
+		}
+		if f := strings.Fields(string(b)); len(f) > 1 && f[0] == nr {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the reader is not blocked in read(2) after 5s: %s", b)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // readJSON cats a file of the mount and decodes it.

@@ -114,9 +114,7 @@ func testWaitInterruptible(t *testing.T, m *mount) {
 
 	// SIGINT to a backgrounded reader, as ^C would send.
 	p := m.start(t, `exec cat "$M/ctl/batches/`+b.n+`/wait"`)
-	if r, done := p.wait(300 * time.Millisecond); done {
-		t.Fatalf("cat wait returned before the batch ended: %s", r)
-	}
+	p.blockedInRead(t)
 	start := time.Now()
 	p.signal(syscall.SIGINT)
 	if r, done := p.wait(2 * time.Second); !done {
@@ -131,10 +129,8 @@ func testWaitInterruptible(t *testing.T, m *mount) {
 	}
 
 	// A wait still blocked when the batch is cancelled returns the state.
-	p = m.start(t, `cat "$M/ctl/batches/`+b.n+`/wait"`)
-	if r, done := p.wait(200 * time.Millisecond); done {
-		t.Fatalf("cat wait returned early: %s", r)
-	}
+	p = m.start(t, `exec cat "$M/ctl/batches/`+b.n+`/wait"`)
+	p.blockedInRead(t)
 	start = time.Now()
 	m.ctl(t, b.n, "cancel_all")
 	r, done := p.wait(5 * time.Second)
@@ -157,7 +153,8 @@ func testWaitInterruptible(t *testing.T, m *mount) {
 // another shell runs a whole cycle on batch B.
 func testBatchesIndependent(t *testing.T, m *mount) {
 	a := m.startSlowBatch(t)
-	waiter := m.start(t, `cat "$M/ctl/batches/`+a.n+`/wait"`)
+	waiter := m.start(t, `exec cat "$M/ctl/batches/`+a.n+`/wait"`)
+	waiter.blockedInRead(t)
 	statusReader := m.start(t, `for i in $(seq 50); do cat "$M/ctl/batches/`+a.n+`/status" > /dev/null || exit 1; done`)
 	start := time.Now()
 	out := m.ok(t, `

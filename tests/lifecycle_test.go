@@ -21,10 +21,8 @@ import (
 func TestSIGTERMWhileInFlight(t *testing.T) {
 	m := startDaemon(t, daemonOpts{config: slowConfig})
 	b := m.startSlowBatch(t)
-	waiter := m.start(t, `cat "$M/ctl/batches/`+b.n+`/wait"`)
-	if r, done := waiter.wait(200 * time.Millisecond); done {
-		t.Fatalf("wait returned while the batch runs: %s", r)
-	}
+	waiter := m.start(t, `exec cat "$M/ctl/batches/`+b.n+`/wait"`)
+	waiter.blockedInRead(t)
 	start := time.Now()
 	m.signal(t, syscall.SIGTERM)
 	// While it drains, new work is refused with ESHUTDOWN.
@@ -315,7 +313,7 @@ func TestHarnessAbortsHungDaemon(t *testing.T) {
 	m := startDaemon(t, daemonOpts{termWait: time.Second})
 	m.ok(t, `cat "$M/version" > /dev/null`)
 	m.signal(t, syscall.SIGSTOP)
-	blocked := m.start(t, `cat "$M/stats"`)
+	blocked := m.start(t, `exec cat "$M/stats"`)
 	if r, done := blocked.wait(300 * time.Millisecond); done {
 		t.Fatalf("a read on the stopped daemon's mount returned: %s", r)
 	}
