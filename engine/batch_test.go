@@ -304,7 +304,7 @@ func TestIdleEngine(t *testing.T) {
 			t.Fatalf("%s mapped by an idle engine", lib)
 		}
 	}
-	if _, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
+	if _, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, ioTimeout); err != nil {
 		t.Fatal(err)
 	}
 	if n := ioUringFDs(t); n <= baseFDs {

@@ -13,11 +13,13 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
+	"golang.org/x/sys/unix"
 )
 
 // Location says where a region's bytes live.
@@ -86,10 +88,14 @@ func (e *Engine) RegisterSharedFile(path string, bytes uint64) (*Region, error) 
 	if bytes == 0 {
 		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
 	}
-	if err := e.checkAllowed(path); err != nil {
-		return nil, wrap(KindPermission, "register", "memory", err)
+	// The open is confined like a segment's: no symlink or ".." leads
+	// out of the allowed roots.
+	fd, err := e.openConfined(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK)
+	if err != nil {
+		return nil, &Error{Op: "register", Name: "memory", Kind: KindOf(err), Err: errors.Unwrap(err)}
 	}
-	m, err := hostmem.SharedFile(path, bytes)
+	m, err := hostmem.SharedFile(fd, path, bytes)
+	unix.Close(fd)
 	if err != nil {
 		return nil, wrap(KindInvalid, "register", "memory", err)
 	}

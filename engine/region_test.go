@@ -49,7 +49,16 @@ func TestSharedFileRegion(t *testing.T) {
 	srcDir := t.TempDir()
 	e := newEngine(t, func(c *config.Engine) { c.AllowedRoots = []string{"/dev/shm", srcDir} }, &refTransport{})
 	_, err := e.RegisterSharedFile("/dev/shm/orbitefs-missing", 4096)
-	wantKind(t, err, engine.KindInvalid)
+	wantKind(t, err, engine.KindNotFound)
+	// A directory symlink under an allowed root must not lead out of it.
+	victim := t.TempDir()
+	os.WriteFile(victim+"/f", make([]byte, 4096), 0o600)
+	link := "/dev/shm/orbitefs-test-link"
+	os.Remove(link)
+	os.Symlink(victim, link)
+	t.Cleanup(func() { os.Remove(link) })
+	_, err = e.RegisterSharedFile(link+"/f", 4096)
+	wantKind(t, err, engine.KindPermission)
 	_, err = e.RegisterSharedFile(shm, 16384)
 	wantKind(t, err, engine.KindInvalid) // never extends the file
 	_, err = e.RegisterSharedFile("/etc/hostname", 1)

@@ -287,15 +287,6 @@ func (e *Engine) allowedRoot(path string) (root, rel string, err error) {
 	return "", "", fmt.Errorf("%s is not beneath an allowed root (%s)", path, strings.Join(e.cfg.AllowedRoots, ", "))
 }
 
-// checkAllowed is the lexical root check for paths opened elsewhere.
-func (e *Engine) checkAllowed(path string) error {
-	if len(e.cfg.AllowedRoots) == 0 {
-		return nil
-	}
-	_, _, err := e.allowedRoot(path)
-	return err
-}
-
 func openErr(path string, err error) error {
 	pe := &os.PathError{Op: "open", Path: path, Err: err}
 	switch err {

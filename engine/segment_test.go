@@ -157,7 +157,7 @@ func TestRenameUnlink(t *testing.T) {
 			randomFile(t, dir, "f", 8192) // a different file under the old name
 			os.Remove(path + ".moved")
 			r := register(t, e, 8192)
-			if _, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 8192}}, time.Second); err != nil {
+			if _, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 8192}}, ioTimeout); err != nil {
 				if !haveIOUring {
 					wantKind(t, err, engine.KindUnavailable)
 					return
@@ -170,7 +170,7 @@ func TestRenameUnlink(t *testing.T) {
 			// A write lands in the unlinked inode, not the new file.
 			now, _ := os.ReadFile(path)
 			r.WriteAt(bytes.Repeat([]byte{1}, 4096), 0)
-			if _, err := e.SubmitAndWait(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
+			if _, err := e.SubmitAndWait(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, ioTimeout); err != nil {
 				t.Fatal(err)
 			}
 			if after, _ := os.ReadFile(path); !bytes.Equal(after, now) {

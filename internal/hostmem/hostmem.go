@@ -44,32 +44,28 @@ func Anonymous(n uint64) (*Mapping, error) {
 	return &Mapping{b: b[:n:len(b)]}, nil
 }
 
-// SharedFile maps the first n bytes of the regular file at path with
-// MAP_SHARED, so another process mapping the same file sees the same bytes.
-// The file must already be at least n bytes long; it is never created,
-// truncated or extended.
-func SharedFile(path string, n uint64) (*Mapping, error) {
+// SharedFile maps the first n bytes of the open regular file fd (named
+// name in errors) with MAP_SHARED, so another process mapping the same
+// file sees the same bytes. The file must already be at least n bytes
+// long; it is never truncated or extended. The caller keeps ownership of
+// fd and may close it once SharedFile returns.
+func SharedFile(fd int, name string, n uint64) (*Mapping, error) {
 	if n == 0 {
-		return nil, fmt.Errorf("mmap %s: zero length", path)
+		return nil, fmt.Errorf("mmap %s: zero length", name)
 	}
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+		return nil, &os.PathError{Op: "fstat", Path: name, Err: err}
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil, fmt.Errorf("mmap %s: not a regular file", path)
+		return nil, fmt.Errorf("mmap %s: not a regular file", name)
 	}
 	if uint64(st.Size) < n {
-		return nil, fmt.Errorf("mmap %s: file has %d bytes, need %d", path, st.Size, n)
+		return nil, fmt.Errorf("mmap %s: file has %d bytes, need %d", name, st.Size, n)
 	}
 	b, err := unix.Mmap(fd, 0, int(n), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, &os.PathError{Op: "mmap", Path: path, Err: err}
+		return nil, &os.PathError{Op: "mmap", Path: name, Err: err}
 	}
 	return &Mapping{b: b}, nil
 }
