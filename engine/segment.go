@@ -45,6 +45,7 @@ type segEntry struct {
 	dioMem   uint64
 	dioOff   uint64
 	fsType   string
+	dev      uint64 // st_dev of the bound inode
 
 	mu struct {
 		sync.Mutex
@@ -69,6 +70,7 @@ type SegmentInfo struct {
 	DIOMemAlign    uint64     `json:"dio_mem_alignment"`
 	DIOOffsetAlign uint64     `json:"dio_offset_alignment"`
 	Filesystem     string     `json:"filesystem"`
+	Device         string     `json:"device"` // "major:minor" of the filesystem holding the inode
 	GDSMode        string     `json:"gds_mode"`
 	Aliases        int        `json:"aliases"`
 	Users          int        `json:"users"`
@@ -193,6 +195,7 @@ func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
 		return nil, wrap(KindIO, "", "", os.NewSyscallError("fcntl", err))
 	}
 	ent.mu.size, ent.mu.sizeAt = uint64(st.Size), time.Now()
+	ent.dev = st.Dev
 
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &sfs); err == nil {
@@ -352,7 +355,7 @@ func (e *Engine) FileSegmentInfo(s *Segment) (SegmentInfo, error) {
 	return SegmentInfo{
 		URI: s.uri, Path: ent.path, Size: ent.mu.size, Permission: ent.perm,
 		DirectIO: ent.direct.FD >= 0, DIOMemAlign: ent.dioMem, DIOOffsetAlign: ent.dioOff,
-		Filesystem: ent.fsType, GDSMode: e.gdsMode(), Aliases: ent.mu.handles, Users: ent.mu.users,
+		Filesystem: ent.fsType, Device: fmt.Sprintf("%d:%d", unix.Major(ent.dev), unix.Minor(ent.dev)), GDSMode: e.gdsMode(), Aliases: ent.mu.handles, Users: ent.mu.users,
 		Draining: ent.mu.draining, SizeCachedAt: ent.mu.sizeAt,
 	}, nil
 }
