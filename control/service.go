@@ -26,9 +26,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,10 +49,12 @@ type Options struct {
 	// Logger receives one line per failed operation and lifecycle events;
 	// nil discards.
 	Logger *slog.Logger
-	// MountDir is the absolute mount point. Segments and shm files inside
-	// it are refused (KindPermission): the daemon never does I/O on its
-	// own mount, which could deadlock it.
-	MountDir string
+	// OwnMount reports whether a path leads into the daemon's own mount
+	// (fusefs.LeadsInto). Segments and shm files for which it is true are
+	// refused (KindPermission) before anything opens them: the daemon
+	// never does I/O on its own mount, which could deadlock it. Nil skips
+	// the check.
+	OwnMount func(path string) bool
 }
 
 // OptionsFromConfig takes the mount section's values.
@@ -121,14 +121,10 @@ func (s *Service) MaxDocumentBytes() int { return s.opts.MaxDocumentBytes }
 // Service's life, never reused, starting at 1.
 func (s *Service) nextSeq() uint64 { return s.seq.Add(1) }
 
-// checkOutsideMount refuses a path inside the daemon's own mount.
+// checkOutsideMount refuses a path leading into the daemon's own mount.
 func (s *Service) checkOutsideMount(path string) error {
-	if s.opts.MountDir == "" {
-		return nil
-	}
-	rel, err := filepath.Rel(s.opts.MountDir, filepath.Clean(path))
-	if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
-		return detail(engine.KindPermission, "%s is inside the orbitefs mount %s; the daemon never does I/O on its own mount", path, s.opts.MountDir)
+	if s.opts.OwnMount != nil && s.opts.OwnMount(path) {
+		return detail(engine.KindPermission, "%s leads into the orbitefs mount itself; the daemon never does I/O on its own mount", path)
 	}
 	return nil
 }

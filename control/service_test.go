@@ -32,7 +32,7 @@ func newService(t *testing.T, mountDir string) (*control.Service, string) {
 		t.Fatal(err)
 	}
 	s := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
-		CloseTimeout: time.Second, MountDir: mountDir})
+		CloseTimeout: time.Second, OwnMount: func(p string) bool { return mountDir != "" && strings.HasPrefix(p, mountDir+"/") }})
 	t.Cleanup(func() { s.Shutdown(time.Second) })
 	return s, dir
 }
@@ -136,13 +136,13 @@ func TestServiceErrors(t *testing.T) {
 		{"pinned", func() error { return s.Register([]byte(`{"name":"p","location":"pinned","bytes":1}`)) }, syscall.EOPNOTSUPP, "not built yet"},
 		{"shm inside the mount", func() error {
 			return s.Register([]byte(`{"name":"m","location":"cpu","bytes":1,"shm":"/mnt/ofs/memory/buf/data"}`))
-		}, syscall.EACCES, "inside the orbitefs mount"},
+		}, syscall.EACCES, "leads into the orbitefs mount"},
 		{"segment outside roots", func() error {
 			return s.OpenSegment([]byte(`{"name":"pw","uri":"file:///etc/passwd","permission":"read"}`))
 		}, syscall.EACCES, "not beneath an allowed root"},
 		{"segment inside the mount", func() error {
 			return s.OpenSegment([]byte(`{"name":"me","uri":"file:///mnt/ofs/version","permission":"read"}`))
-		}, syscall.EACCES, "inside the orbitefs mount"},
+		}, syscall.EACCES, "leads into the orbitefs mount"},
 		{"missing file", func() error {
 			return s.OpenSegment([]byte(`{"name":"nf","uri":"file://` + dir + `/nope","permission":"read"}`))
 		}, syscall.ENOENT, "no such file"},

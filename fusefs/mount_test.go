@@ -67,7 +67,7 @@ func mount(t *testing.T) *testMount {
 	}
 	lg := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	svc := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 64, MaxDocumentBytes: 64 << 10,
-		CloseTimeout: 500 * time.Millisecond, Logger: lg, MountDir: dir})
+		CloseTimeout: 500 * time.Millisecond, Logger: lg, OwnMount: fusefs.LeadsInto(dir)})
 	srv, err := fusefs.Mount(dir, svc, fusefs.Options{MaxWrite: 1 << 20, Logger: lg})
 	if err != nil {
 		e.Close(time.Second)
@@ -281,7 +281,7 @@ func TestWriteErrorsAndErrorFiles(t *testing.T) {
 		{"memory/register", `{"name":"buf","location":"cpu","bytes":1}`, syscall.EEXIST, "error", `memory "buf" already exists`},
 		{"memory/register", `{"name":"g","location":"cuda:0","bytes":1}`, syscall.EOPNOTSUPP, "error", "not built yet"},
 		{"segments/open", `{"name":"pw","uri":"file:///etc/passwd","permission":"read"}`, syscall.EACCES, "error", "not beneath an allowed root"},
-		{"segments/open", `{"name":"me","uri":"file://` + m.dir + `/version","permission":"read"}`, syscall.EACCES, "error", "inside the orbitefs mount"},
+		{"segments/open", `{"name":"me","uri":"file://` + m.dir + `/version","permission":"read"}`, syscall.EACCES, "error", "leads into the orbitefs mount"},
 		{b + "submit", `not json`, syscall.EINVAL, b + "error", "want a JSON object"},
 		{b + "submit", `{"op":"read","target":"cache","requests":[{"memory":"buf","length":1}],"x":0}`, syscall.EINVAL, b + "error", `unknown field "x"`},
 		{b + "submit", `{"op":"read","target":"nope","requests":[{"memory":"buf","length":1}]}`, syscall.ENOENT, b + "error", `target "nope"`},

@@ -67,7 +67,7 @@ func runMount(args []string) int {
 	}
 	sopts := control.OptionsFromConfig(cfg.Mount, Version, lg)
 	if abs, err := filepath.Abs(dir); err == nil {
-		sopts.MountDir = abs
+		sopts.OwnMount = fusefs.LeadsInto(abs)
 	}
 	svc := control.New(e, sopts)
 
