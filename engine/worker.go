@@ -17,7 +17,8 @@
 // resubmitted.
 //
 // Invariants:
-//   - Only the worker (or the caller acting as it) touches w.q.
+//   - Only the worker (or the caller acting as it) touches w.q; SQEs are
+//     written outside Batch.mu (registering a fixed buffer can be slow).
 //   - A task is marked running exactly when its op is prepared on the
 //     ring, and is completed/failed only from its CQE, a submit failure of
 //     its unconsumed SQE, or the unquiesced cutoff.
@@ -37,11 +38,12 @@ import (
 )
 
 type worker struct {
-	b       *Batch
-	q       Queue
-	tainted bool
-	pending []uint64 // tokens prepared but not yet consumed by Submit
-	comps   []Completion
+	b         *Batch
+	q         Queue
+	tainted   bool
+	pending   []uint64 // tokens prepared but not yet consumed by Submit
+	toPrepare []FileOp // ops chosen under the lock, written to the ring after it
+	comps     []Completion
 }
 
 // maxReapWait bounds one blocking wait so cutoffs are checked regularly.
@@ -137,16 +139,54 @@ func (w *worker) fill() bool {
 		break
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if w.q != nil && !w.tainted {
 		w.fillLocked()
 	}
 	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
 		b.mu.worker = false
 		w.releaseQueue()
+		b.mu.Unlock()
 		return false
 	}
+	b.mu.Unlock()
+	// SQEs are written outside the batch lock: preparing may register a
+	// fixed buffer (pinning a large region takes long) and status readers
+	// must not wait for that.
+	for i := range w.toPrepare {
+		if err := w.q.Prepare(&w.toPrepare[i]); err != nil {
+			w.failUnsent(w.toPrepare[i:], err)
+			break
+		}
+		w.pending = append(w.pending, w.toPrepare[i].Token)
+	}
+	w.toPrepare = w.toPrepare[:0]
 	return true
+}
+
+// failUnsent fails ops that never reached the ring and taints it.
+func (w *worker) failUnsent(ops []FileOp, err error) {
+	b := w.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, op := range ops {
+		w.failTokenLocked(op.Token, err)
+	}
+	w.tainted = true
+	b.changedLocked()
+}
+
+// failTokenLocked fails a running task whose op was never consumed by the
+// kernel. REQUIRES: b.mu.
+func (w *worker) failTokenLocked(tok uint64, err error) {
+	b := w.b
+	t := &b.mu.tasks[tok]
+	t.state = TaskFailed
+	t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
+	b.e.st.tasksFailed.Add(1)
+	t.g.outstanding--
+	if t.g.next == t.g.n && t.g.outstanding == 0 {
+		t.g.finishLocked(true)
+	}
 }
 
 func (w *worker) releaseQueue() {
@@ -170,7 +210,8 @@ func (w *worker) fillLocked() {
 			b.changedLocked()
 		}
 	}()
-	for w.q.Space() > 0 {
+	space := func() int { return w.q.Space() - len(w.toPrepare) }
+	for space() > 0 {
 		var g *group
 		if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
 			g = b.mu.inflight[n-1]
@@ -191,7 +232,7 @@ func (w *worker) fillLocked() {
 			return
 		}
 		now := time.Now()
-		for g.next < g.n && w.q.Space() > 0 {
+		for g.next < g.n && space() > 0 {
 			i := g.next
 			t := &b.mu.tasks[g.first+i]
 			if t.state != TaskPending {
@@ -204,10 +245,7 @@ func (w *worker) fillLocked() {
 			}
 			op := g.ops[i]
 			op.Token = uint64(g.first + i)
-			if err := w.q.Prepare(&op); err != nil {
-				break
-			}
-			w.pending = append(w.pending, op.Token)
+			w.toPrepare = append(w.toPrepare, op)
 			t.state = TaskRunning
 			g.outstanding++
 			g.next++
@@ -286,14 +324,7 @@ func (w *worker) submit() {
 	w.pending = w.pending[:copy(w.pending, w.pending[n:])]
 	if err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EINTR) {
 		for _, tok := range w.pending {
-			t := &b.mu.tasks[tok]
-			t.state = TaskFailed
-			t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
-			b.e.st.tasksFailed.Add(1)
-			t.g.outstanding--
-			if t.g.next == t.g.n && t.g.outstanding == 0 {
-				t.g.finishLocked(true)
-			}
+			w.failTokenLocked(tok, err)
 		}
 		w.pending = w.pending[:0]
 		w.tainted = true
