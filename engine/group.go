@@ -214,8 +214,12 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 		return err
 	}
 	g.charge += extent
-	g.fileLo = min(g.fileLo, r.TargetOffset)
-	g.fileHi = max(g.fileHi, r.TargetOffset+extent)
+	// Fences compare whole DIO blocks: a buffered write and an O_DIRECT
+	// write sharing a page race in the page cache even without sharing
+	// bytes.
+	a := g.ent.dioOff
+	g.fileLo = min(g.fileLo, r.TargetOffset/a*a)
+	g.fileHi = max(g.fileHi, (r.TargetOffset+extent+a-1)/a*a)
 
 	file := g.ent.buffered
 	if g.ent.direct.FD >= 0 && g.dioAligned(r.TargetOffset, iov) {

@@ -367,7 +367,7 @@ dd if=/dev/zero of="$M/memory/%s/data" bs=1M count=1 conv=notrunc status=none`, 
 			reqs := []req{
 				{3, 5, 100},            // unaligned everywhere
 				{4096, 8192, 65536},    // page aligned: O_DIRECT eligible
-				{131072, 12345, 70000}, // aligned memory, unaligned file offset and length
+				{131072, 600001, 70000}, // aligned memory, unaligned file offset and length
 				{262144, 524288, 4096}, // aligned, one block
 				{300001, 1048575, 1},   // last byte of the file
 			}
@@ -384,7 +384,10 @@ dd if=/dev/zero of="$M/memory/%s/data" bs=1M count=1 conv=notrunc status=none`, 
 				m.ok(t, fmt.Sprintf(`cmp -n %d -i %d:%d "$M/memory/%s/data" "%s/src"`, q.n, q.off, q.toff, r, dir))
 			}
 
-			// And the same requests as writes into a zeroed file.
+			// And the same requests as writes into a zeroed file. The
+			// requests of one submission run concurrently, so they must
+			// not overlap (not even share a page, where a buffered and an
+			// O_DIRECT write would race in the page cache).
 			m.ok(t, fmt.Sprintf(`truncate -s 1M "%[1]s/dst"; truncate -s 1M "$T/want"`, dir))
 			for _, q := range reqs {
 				m.ok(t, fmt.Sprintf(`dd if="$M/memory/%s/data" of="$T/want" bs=64K iflag=skip_bytes,count_bytes oflag=seek_bytes skip=%d seek=%d count=%d conv=notrunc status=none`, r, q.off, q.toff, q.n))
