@@ -23,25 +23,46 @@ import (
 	"github.com/orbitefs/orbitefs/control"
 )
 
-// readFile is a read-only file whose content is rendered at open.
-type readFile struct {
+// ctlNode is what every control file shares: an inode with a fixed mode
+// and time that reports size 0 (reads go through DIRECT_IO handles).
+type ctlNode struct {
 	fs.Inode
-	f      *fsys
-	t      time.Time
-	render func(ctx context.Context) ([]byte, error)
+	f    *fsys
+	t    time.Time
+	mode uint32
 }
 
-var (
-	_ fs.NodeGetattrer = (*readFile)(nil)
-	_ fs.NodeOpener    = (*readFile)(nil)
-)
+var _ fs.NodeGetattrer = (*ctlNode)(nil)
 
-func (n *readFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeRead, 0, n.t) }
+func (n *ctlNode) fillAttr(a *fuse.Attr) { n.f.attr(a, n.mode, 0, n.t) }
 
-func (n *readFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (n *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
 	return 0
 }
+
+// writableNode is a ctlNode that accepts the truncate to 0 that
+// `echo x > file` sends before writing.
+type writableNode struct{ ctlNode }
+
+var _ fs.NodeSetattrer = (*writableNode)(nil)
+
+func (n *writableNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return truncateOK(in)
+}
+
+// readFile is a read-only file whose content is rendered at open.
+type readFile struct {
+	ctlNode
+	render func(ctx context.Context) ([]byte, error)
+}
+
+func newReadFile(f *fsys, t time.Time, render func(ctx context.Context) ([]byte, error)) *readFile {
+	return &readFile{ctlNode: ctlNode{f: f, t: t, mode: modeRead}, render: render}
+}
+
+var _ fs.NodeOpener = (*readFile)(nil)
 
 func (n *readFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if accessMode(flags) != syscall.O_RDONLY {
@@ -74,29 +95,15 @@ func window(b, dest []byte, off int64) []byte {
 
 // docFile is a write-only file taking JSON documents.
 type docFile struct {
-	fs.Inode
-	f         *fsys
-	t         time.Time
+	writableNode
 	newWriter func() *control.DocWriter
 }
 
-var (
-	_ fs.NodeGetattrer = (*docFile)(nil)
-	_ fs.NodeSetattrer = (*docFile)(nil)
-	_ fs.NodeOpener    = (*docFile)(nil)
-)
-
-func (n *docFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeWrite, 0, n.t) }
-
-func (n *docFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.fillAttr(&out.Attr)
-	return 0
+func newDocFile(f *fsys, t time.Time, newWriter func() *control.DocWriter) *docFile {
+	return &docFile{writableNode: writableNode{ctlNode{f: f, t: t, mode: modeWrite}}, newWriter: newWriter}
 }
 
-func (n *docFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	n.fillAttr(&out.Attr)
-	return truncateOK(in)
-}
+var _ fs.NodeOpener = (*docFile)(nil)
 
 func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if accessMode(flags) != syscall.O_WRONLY {
@@ -124,30 +131,18 @@ func (h *docHandle) Flush(ctx context.Context) syscall.Errno { return errno(h.w.
 
 // cmdFile is a write-only file where each write is one action.
 type cmdFile struct {
-	fs.Inode
-	f   *fsys
-	t   time.Time
+	writableNode
 	run func(p []byte) error
 }
 
+func newCmdFile(f *fsys, t time.Time, run func(p []byte) error) *cmdFile {
+	return &cmdFile{writableNode: writableNode{ctlNode{f: f, t: t, mode: modeWrite}}, run: run}
+}
+
 var (
-	_ fs.NodeGetattrer = (*cmdFile)(nil)
-	_ fs.NodeSetattrer = (*cmdFile)(nil)
-	_ fs.NodeOpener    = (*cmdFile)(nil)
-	_ fs.NodeWriter    = (*cmdFile)(nil)
+	_ fs.NodeOpener = (*cmdFile)(nil)
+	_ fs.NodeWriter = (*cmdFile)(nil)
 )
-
-func (n *cmdFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeWrite, 0, n.t) }
-
-func (n *cmdFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.fillAttr(&out.Attr)
-	return 0
-}
-
-func (n *cmdFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	n.fillAttr(&out.Attr)
-	return truncateOK(in)
-}
 
 func (n *cmdFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if accessMode(flags) != syscall.O_WRONLY {
@@ -215,22 +210,11 @@ func (n *dataFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off
 
 // waitFile blocks in Read until its batch is terminal.
 type waitFile struct {
-	fs.Inode
-	f  *fsys
+	ctlNode
 	bt *control.Batch
 }
 
-var (
-	_ fs.NodeGetattrer = (*waitFile)(nil)
-	_ fs.NodeOpener    = (*waitFile)(nil)
-)
-
-func (n *waitFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeRead, 0, n.bt.Created()) }
-
-func (n *waitFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	n.fillAttr(&out.Attr)
-	return 0
-}
+var _ fs.NodeOpener = (*waitFile)(nil)
 
 func (n *waitFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if accessMode(flags) != syscall.O_RDONLY {

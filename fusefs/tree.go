@@ -16,7 +16,7 @@ import (
 // staticFile is a readFile over a Service method that cannot fail.
 func (f *fsys) staticFile(render func() []byte) func() fs.InodeEmbedder {
 	return func() fs.InodeEmbedder {
-		return &readFile{f: f, t: f.svc.Started(), render: func(context.Context) ([]byte, error) { return render(), nil }}
+		return newReadFile(f, f.svc.Started(), func(context.Context) ([]byte, error) { return render(), nil })
 	}
 }
 
@@ -61,7 +61,7 @@ type memoryKids struct{ f *fsys }
 func (k memoryKids) register() child {
 	f := k.f
 	return child{name: "register", ino: inoRegister, node: func() fs.InodeEmbedder {
-		return &docFile{f: f, t: f.svc.Started(), newWriter: f.svc.RegisterWriter}
+		return newDocFile(f, f.svc.Started(), f.svc.RegisterWriter)
 	}}
 }
 
@@ -102,7 +102,7 @@ func (k memKids) list() []child {
 	f, m := k.f, k.m
 	return []child{
 		{name: "info", ino: objIno(m.Seq(), slotInfo), node: func() fs.InodeEmbedder {
-			return &readFile{f: f, t: m.Created(), render: func(context.Context) ([]byte, error) { return f.svc.MemoryInfo(m) }}
+			return newReadFile(f, m.Created(), func(context.Context) ([]byte, error) { return f.svc.MemoryInfo(m) })
 		}},
 		{name: "data", ino: objIno(m.Seq(), slotData), node: func() fs.InodeEmbedder { return &dataFile{f: f, m: m} }},
 	}
@@ -121,7 +121,7 @@ type segmentsKids struct{ f *fsys }
 func (k segmentsKids) open() child {
 	f := k.f
 	return child{name: "open", ino: inoOpen, node: func() fs.InodeEmbedder {
-		return &docFile{f: f, t: f.svc.Started(), newWriter: f.svc.OpenWriter}
+		return newDocFile(f, f.svc.Started(), f.svc.OpenWriter)
 	}}
 }
 
@@ -162,10 +162,10 @@ func (k segKids) list() []child {
 	f, g := k.f, k.g
 	return []child{
 		{name: "info", ino: objIno(g.Seq(), slotInfo), node: func() fs.InodeEmbedder {
-			return &readFile{f: f, t: g.Created(), render: func(context.Context) ([]byte, error) { return f.svc.SegmentInfo(g) }}
+			return newReadFile(f, g.Created(), func(context.Context) ([]byte, error) { return f.svc.SegmentInfo(g) })
 		}},
 		{name: "refresh", ino: objIno(g.Seq(), slotRefresh), node: func() fs.InodeEmbedder {
-			return &cmdFile{f: f, t: g.Created(), run: func([]byte) error { return f.svc.RefreshSegment(g) }}
+			return newCmdFile(f, g.Created(), func([]byte) error { return f.svc.RefreshSegment(g) })
 		}},
 	}
 }
@@ -183,13 +183,13 @@ type batchesKids struct{ f *fsys }
 func (k batchesKids) clone() child {
 	f := k.f
 	return child{name: "clone", ino: inoClone, node: func() fs.InodeEmbedder {
-		return &readFile{f: f, t: f.svc.Started(), render: func(context.Context) ([]byte, error) {
+		return newReadFile(f, f.svc.Started(), func(context.Context) ([]byte, error) {
 			bt, err := f.svc.Clone()
 			if err != nil {
 				return nil, err
 			}
 			return []byte(strconv.FormatUint(bt.ID, 10) + "\n"), nil
-		}}
+		})
 	}}
 }
 
@@ -244,18 +244,20 @@ func (k batchKids) list() []child {
 	f, bt := k.f, k.bt
 	svc, seq, t := f.svc, bt.Seq(), bt.Created()
 	read := func(render func(context.Context) ([]byte, error)) func() fs.InodeEmbedder {
-		return func() fs.InodeEmbedder { return &readFile{f: f, t: t, render: render} }
+		return func() fs.InodeEmbedder { return newReadFile(f, t, render) }
 	}
 	return []child{
 		{name: "submit", ino: objIno(seq, slotSubmit), node: func() fs.InodeEmbedder {
-			return &docFile{f: f, t: t, newWriter: func() *control.DocWriter { return svc.SubmitWriter(bt) }}
+			return newDocFile(f, t, func() *control.DocWriter { return svc.SubmitWriter(bt) })
 		}},
 		{name: "ctl", ino: objIno(seq, slotCtl), node: func() fs.InodeEmbedder {
-			return &cmdFile{f: f, t: t, run: func(p []byte) error { return svc.Ctl(bt, string(p)) }}
+			return newCmdFile(f, t, func(p []byte) error { return svc.Ctl(bt, string(p)) })
 		}},
 		{name: "state", ino: objIno(seq, slotState), node: read(func(context.Context) ([]byte, error) { return svc.State(bt) })},
 		{name: "status", ino: objIno(seq, slotStatus), node: read(func(context.Context) ([]byte, error) { return svc.Status(bt) })},
-		{name: "wait", ino: objIno(seq, slotWait), node: func() fs.InodeEmbedder { return &waitFile{f: f, bt: bt} }},
+		{name: "wait", ino: objIno(seq, slotWait), node: func() fs.InodeEmbedder {
+			return &waitFile{ctlNode: ctlNode{f: f, t: bt.Created(), mode: modeRead}, bt: bt}
+		}},
 		{name: "error", ino: objIno(seq, slotError), node: read(func(context.Context) ([]byte, error) { return bt.Error(), nil })},
 		{name: "tasks", ino: objIno(seq, slotTasks), dir: true, node: func() fs.InodeEmbedder {
 			return &dir{f: f, t: t, kids: tasksKids{f, bt}}
@@ -279,7 +281,7 @@ type tasksKids struct {
 func (k tasksKids) task(i int) child {
 	f, bt := k.f, k.bt
 	return child{name: strconv.Itoa(i), ino: taskIno(bt.Seq(), i), node: func() fs.InodeEmbedder {
-		return &readFile{f: f, t: bt.Created(), render: func(context.Context) ([]byte, error) { return f.svc.Task(bt, i) }}
+		return newReadFile(f, bt.Created(), func(context.Context) ([]byte, error) { return f.svc.Task(bt, i) })
 	}}
 }
 
