@@ -86,7 +86,7 @@ run_fio() { # rw bs dir(read|write)
 median() { sort -g | awk '{v[NR] = $1} END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 col() { jq -r ".$2" "$1"; } # file key -> one value per line
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) orbitefs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(uname -r) $(nproc) cores; file $file ($size bytes, $(stat -f -c %T "$(dirname "$file")")); qd $qd; ${runtime}s x $rounds rounds; raw JSON in $out" >&2
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) orbitefs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(uname -r) $(nproc) cores; file $file ($size bytes, $(findmnt -no FSTYPE -T "$file" 2>/dev/null || stat -f -c %T "$file")); qd $qd; ${runtime}s x $rounds rounds; raw JSON in $out" >&2
 for w in "${workloads[@]}"; do
 	read -r op pattern bs frw fbs <<<"$(spec "$w")"
 	: >"$out/$w.engine.json"
