@@ -112,9 +112,6 @@ type Options struct {
 	Direct     bool          // O_DIRECT (required, not best effort); false: page cache
 	Seed       uint64        // random offsets; the same seed gives the same sequence
 
-	// CallerFastPath keeps the engine's caller fast path (its default
-	// config) instead of turning it off; see EngineConfig.
-	CallerFastPath bool
 }
 
 // Validate checks every field and returns all problems joined, or nil.
@@ -164,24 +161,13 @@ func (o *Options) bufferBytes() uint64 { return uint64(o.QueueDepth) * o.BlockSi
 
 // EngineConfig returns base adjusted so an engine built from it can run
 // o at full depth: io_uring.direct_io follows o.Direct (false forces the
-// page cache), the caller fast path is off unless o.CallerFastPath, and
-// the ring depth, batch capacity (at least 4*QueueDepth, so a batch
+// page cache), and the ring depth, batch capacity (at least 4*QueueDepth, so a batch
 // lasts several rounds of every slot and the old one has drained long
 // before the new one fills) and in-flight byte limits are raised where
 // they are too small.
 func (o *Options) EngineConfig(base config.Engine) config.Engine {
 	c := base
 	c.IOUring.DirectIO = o.Direct
-	// The caller fast path (spec: an idle batch may run one small request
-	// on its submitter, blocking up to caller_fast_path_wait) stalls a
-	// pipelining client: every time its batch drains, the next Submit
-	// waits for that one request while the other slots sit idle, and the
-	// queue depth collapses towards 1 (measured in docs/performance.md).
-	// The driver keeps its own queue full, so it turns the fast path off
-	// unless asked to measure it.
-	if !o.CallerFastPath {
-		c.CallerFastPathWait = 0
-	}
 	c.IOUring.QueueDepth = max(c.IOUring.QueueDepth, o.QueueDepth)
 	if need := 4 * o.QueueDepth; c.MaxBatchRequests < need {
 		c.MaxBatchRequests = need

@@ -102,10 +102,10 @@ func TestEngineConfig(t *testing.T) {
 	if err := o.checkEngine(c); err != nil {
 		t.Fatalf("checkEngine(EngineConfig): %v", err)
 	}
-	if !c.IOUring.DirectIO || c.CallerFastPathWait != 0 || c.MaxBatchRequests < 4*o.QueueDepth {
+	if !c.IOUring.DirectIO || c.CallerFastPathWait != base.CallerFastPathWait || c.MaxBatchRequests < 4*o.QueueDepth {
 		t.Errorf("EngineConfig = direct %v, fast path wait %s, capacity %d", c.IOUring.DirectIO, c.CallerFastPathWait, c.MaxBatchRequests)
 	}
-	o.Direct, o.CallerFastPath = false, true
+	o.Direct = false
 	c = o.EngineConfig(base)
 	if c.IOUring.DirectIO || c.CallerFastPathWait != base.CallerFastPathWait {
 		t.Errorf("page cache + fast path: direct %v, wait %s", c.IOUring.DirectIO, c.CallerFastPathWait)

@@ -10,7 +10,8 @@
 // device at full queue depth for callers that stream small groups, which
 // a barrier per group would not (measured in docs/performance.md).
 //
-// Small groups may run on the submitting caller first (fastPath): one
+// A batch's first group, when small, may run on the submitting caller
+// first (fastPath): one
 // nonblocking CQ check, then at most three timed waits sharing one
 // caller_fast_path_wait window; whatever is still in flight is handed,
 // with its ring, to a worker goroutine that drains it. Nothing is ever

@@ -44,9 +44,9 @@ func TestParseBenchArgs(t *testing.T) {
 					t.Errorf("parsed %+v", a)
 				}
 			}},
-		{name: "all flags", args: append(base, "--op", "write", "--bs", "1MiB", "--qd", "32", "--size", "1GiB", "--direct", "--impl", "pread", "--seed", "5", "--create", "--cpuprofile", "x.prof", "--caller-fast-path"),
+		{name: "all flags", args: append(base, "--op", "write", "--bs", "1MiB", "--qd", "32", "--size", "1GiB", "--direct", "--impl", "pread", "--seed", "5", "--create", "--cpuprofile", "x.prof"),
 			check: func(t *testing.T, a benchArgs) {
-				if a.opts.Op != engine.OpWrite || !a.opts.Direct || a.impl != bench.ImplPread || a.opts.Seed != 5 || !a.create || a.cpuprofile != "x.prof" || !a.opts.CallerFastPath {
+				if a.opts.Op != engine.OpWrite || !a.opts.Direct || a.impl != bench.ImplPread || a.opts.Seed != 5 || !a.create || a.cpuprofile != "x.prof" {
 					t.Errorf("parsed %+v", a)
 				}
 			}},

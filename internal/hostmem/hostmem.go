@@ -32,14 +32,27 @@ func RoundUp(n uint64) uint64 {
 	return (n + p - 1) &^ (p - 1)
 }
 
-// Anonymous maps n bytes (rounded up to pages) of zeroed private memory.
+// Anonymous maps n bytes (rounded up to pages) of zeroed private memory,
+// populated up front. Regions of 2 MiB or more ask for transparent huge
+// pages first: a physically contiguous buffer lets the block layer send a
+// 1 MiB transfer as one request instead of splitting it at the device's
+// segment limit (docs/performance.md measured 0.54x -> 1.26x fio for
+// 1 MiB O_DIRECT reads). The advice is best effort.
 func Anonymous(n uint64) (*Mapping, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("mmap: zero length")
 	}
-	b, err := unix.Mmap(-1, 0, int(RoundUp(n)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	b, err := unix.Mmap(-1, 0, int(RoundUp(n)), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		return nil, os.NewSyscallError("mmap", err)
+	}
+	if len(b) >= 2<<20 {
+		_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
+	}
+	if err := unix.Madvise(b, unix.MADV_POPULATE_WRITE); err != nil {
+		for i := 0; i < len(b); i += PageSize { // kernels before 5.14
+			b[i] = 0
+		}
 	}
 	return &Mapping{b: b[:n:len(b)]}, nil
 }
