@@ -59,6 +59,7 @@ type EngineCounters struct {
 	GroupsSubmitted  uint64 `json:"groups_submitted"`
 	FastPathHits     uint64 `json:"fast_path_hits"`
 	FastPathHandoffs uint64 `json:"fast_path_handoffs"`
+	SubmitThrough    uint64 `json:"submit_through"`
 	WorkersStarted   uint64 `json:"workers_started"`
 	SQEsSubmitted    uint64 `json:"sqes_submitted"`
 	FixedBufferOps   uint64 `json:"fixed_buffer_ops"`
@@ -72,6 +73,7 @@ func countersSince(before, after engine.Stats, batches int) *EngineCounters {
 		GroupsSubmitted:  after.GroupsSubmitted - before.GroupsSubmitted,
 		FastPathHits:     after.FastPathHits - before.FastPathHits,
 		FastPathHandoffs: after.FastPathHandoffs - before.FastPathHandoffs,
+		SubmitThrough:    after.SubmitThrough - before.SubmitThrough,
 		WorkersStarted:   after.WorkersStarted - before.WorkersStarted,
 	}
 	if a, b := after.IOUring, before.IOUring; a != nil && b != nil {

@@ -47,6 +47,7 @@ var engineMetrics = []metric{
 	{"written_bytes_total", "counter", "Bytes moved from local memory into targets.", func(s *engine.Stats) float64 { return float64(s.BytesWritten) }},
 	{"fast_path_hits_total", "counter", "Small submissions completed on the submitting caller.", func(s *engine.Stats) float64 { return float64(s.FastPathHits) }},
 	{"fast_path_handoffs_total", "counter", "Small submissions handed from the caller to a worker.", func(s *engine.Stats) float64 { return float64(s.FastPathHandoffs) }},
+	{"submit_through_total", "counter", "Submissions put on a running worker's ring by the submitting goroutine.", func(s *engine.Stats) float64 { return float64(s.SubmitThrough) }},
 	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
 	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},

@@ -116,6 +116,8 @@ type Batch struct {
 	id       uint64
 	capacity int
 
+	deliverMu sync.Mutex // one goroutine at a time runs onDone
+
 	mu struct {
 		sync.Mutex
 		sealed   bool
@@ -126,6 +128,9 @@ type Batch struct {
 		inflight []*group // dispatched, not finished (worker-owned order)
 		active   int      // groups accepted and not finished
 		worker   bool
+		w        *worker // the running worker, for submit-through
+		onDone   func(Report)
+		notify   []Report // finished groups not yet handed to onDone
 		changed  chan struct{}
 		state    State
 	}
@@ -239,20 +244,22 @@ func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification,
 	// the batch drains, with the rest of its queue depth idle
 	// (docs/performance.md measured 0.26x fio for 4 KiB at QD 32).
 	fast := start && len(b.mu.groups) == 1 && len(b.mu.inflight) == 0 && g.fastPathEligible()
+	w := b.mu.w
 	if start {
-		b.mu.worker = true
+		w = &worker{b: b}
+		b.mu.worker, b.mu.w = true, w
 	}
 	b.changedLocked()
 	b.mu.Unlock()
 	b.e.st.groupsSubmitted.Add(1)
 
-	if start {
-		w := &worker{b: b}
-		if fast {
-			w.fastPath()
-		} else {
-			w.start()
-		}
+	switch {
+	case fast:
+		w.fastPath()
+	case start:
+		w.start()
+	case w != nil:
+		w.submitThrough()
 	}
 	return TaskRange{First: g.first, Count: len(reqs)}, nil
 }
@@ -299,6 +306,46 @@ func (b *Batch) Seal() error {
 	b.mu.sealed = true
 	b.changedLocked()
 	return nil
+}
+
+// OnGroupDone registers fn to receive each group's final report. fn runs
+// on the goroutine that finished the group (usually the batch worker,
+// right after reaping), with no engine lock held, one call at a time and
+// in finishing order. It must not block; it may call Submit, on this batch
+// or another, and that submission then reaches the ring from the same
+// goroutine with no handoff, the way fio's loop reaps and resubmits.
+// Register it before the first Submit; groups finished earlier are not
+// reported.
+func (b *Batch) OnGroupDone(fn func(Report)) {
+	b.mu.Lock()
+	b.mu.onDone = fn
+	b.mu.Unlock()
+}
+
+// deliver hands finished groups' reports to onDone. A goroutine that
+// finds another delivering returns at once: the deliverer re-checks for
+// new reports after it lets go, so none is stranded, and an onDone that
+// submits (and so comes back here) cannot deadlock.
+func (b *Batch) deliver() {
+	for {
+		if !b.deliverMu.TryLock() {
+			return
+		}
+		b.mu.Lock()
+		reps, fn := b.mu.notify, b.mu.onDone
+		b.mu.notify = nil
+		b.mu.Unlock()
+		for _, r := range reps {
+			fn(r)
+		}
+		b.deliverMu.Unlock()
+		b.mu.Lock()
+		more := len(b.mu.notify) > 0
+		b.mu.Unlock()
+		if !more {
+			return
+		}
+	}
 }
 
 // Changed returns a channel closed at the batch's next published change
@@ -432,6 +479,7 @@ func (b *Batch) drain(ctx context.Context) error {
 // Cancel stops task i if it has not started. A running file task cannot
 // be recalled: ErrBusy. Cancelling a finished task does nothing.
 func (b *Batch) Cancel(i int) error {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("cancel"); err != nil {
@@ -454,6 +502,7 @@ func (b *Batch) Cancel(i int) error {
 
 // CancelAll cancels every task that has not started.
 func (b *Batch) CancelAll() error {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("cancel"); err != nil {

@@ -59,6 +59,7 @@ type Engine struct {
 		bytesWritten     atomic.Uint64
 		fastPathHits     atomic.Uint64
 		fastPathHandoffs atomic.Uint64
+		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
@@ -200,6 +201,7 @@ type Stats struct {
 	BytesWritten     uint64     `json:"bytes_written"`
 	FastPathHits     uint64     `json:"fast_path_hits"`
 	FastPathHandoffs uint64     `json:"fast_path_handoffs"`
+	SubmitThrough    uint64     `json:"submit_through"`
 	WorkersStarted   uint64     `json:"workers_started"`
 	WorkersRunning   int64      `json:"workers_running"`
 	UnquiescedGroups uint64     `json:"unquiesced_groups"`
@@ -248,6 +250,7 @@ func (e *Engine) Stats() Stats {
 	s.BytesWritten = e.st.bytesWritten.Load()
 	s.FastPathHits = e.st.fastPathHits.Load()
 	s.FastPathHandoffs = e.st.fastPathHandoffs.Load()
+	s.SubmitThrough = e.st.submitThrough.Load()
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()

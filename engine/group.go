@@ -327,6 +327,9 @@ func (g *group) finishLocked(drained bool) {
 	}
 	r := g.reportLocked()
 	g.final = &r
+	if b.mu.onDone != nil {
+		b.mu.notify = append(b.mu.notify, r)
+	}
 	if r.Err != nil {
 		b.e.log.Debug("group finished with error", "batch", b.id, "task", g.first+r.RequestIndex, "err", r.Err)
 	}

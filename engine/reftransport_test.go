@@ -51,20 +51,31 @@ func (t *refTransport) release() {
 	t.mu.Unlock()
 }
 
+// refQueue follows the Queue contract: its SQ side (Space, Prepare,
+// Submit) and CQ side (Reap) may run on two goroutines at once.
 type refQueue struct {
 	t        *refTransport
+	mu       sync.Mutex
 	prepared []engine.FileOp
 	running  []engine.FileOp
 }
 
-func (q *refQueue) Space() int { return 64 - len(q.prepared) - len(q.running) }
+func (q *refQueue) Space() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return 64 - len(q.prepared) - len(q.running)
+}
 
 func (q *refQueue) Prepare(op *engine.FileOp) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	q.prepared = append(q.prepared, *op)
 	return nil
 }
 
 func (q *refQueue) Submit() (int, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
 	n := len(q.prepared)
 	q.running = append(q.running, q.prepared...)
 	q.prepared = q.prepared[:0]
@@ -88,12 +99,14 @@ func (q *refQueue) Reap(wait time.Duration, fn func(engine.Completion)) (int, er
 		}
 		return 0, nil
 	}
-	n := len(q.running)
-	for _, op := range q.running {
+	q.mu.Lock()
+	run := q.running
+	q.running = nil
+	q.mu.Unlock()
+	for _, op := range run {
 		fn(engine.Completion{Token: op.Token, Res: q.t.exec(op)})
 	}
-	q.running = q.running[:0]
-	return n, nil
+	return len(run), nil
 }
 
 func (t *refTransport) exec(op engine.FileOp) int32 {

@@ -8,8 +8,9 @@
 //     unquiesced queue, forever).
 //   - Fds in a FileOp stay open until the op completes and until
 //     ForgetFile for that key returns.
-//   - A Queue is used by one goroutine at a time: the batch worker or
-//     submitting caller that acquired it.
+//   - A Queue's SQ side (Space, Prepare, Submit) is used by one goroutine
+//     at a time; its CQ side (Reap) by one goroutine at a time; the two
+//     sides may run concurrently (a caller submits while the worker reaps).
 
 package engine
 

@@ -8,24 +8,35 @@
 // overlapping local memory or overlapping file bytes with a write (a
 // fence), in which case k+1 and everything behind it wait. This keeps the
 // device at full queue depth for callers that stream small groups, which
-// a barrier per group would not (measured in docs/performance.md).
+// a barrier per group would not.
+//
+// One turn of the worker: fill (dispatch what the FIFO allows, write the
+// SQEs) and submit; reap (block for a completion, apply it); settle (run
+// the OnGroupDone hooks, submit what they queued in one io_uring_enter,
+// exit when idle). A Submit that finds the worker running puts its group
+// on the ring itself (submitThrough) when the worker is not using the SQ
+// side, so the group does not wait for the worker to wake from its reap.
+// The SQ side is serialized by ringMu; the CQ side belongs to the worker
+// goroutine alone, as liburing allows.
 //
 // A batch's first group, when small, may run on the submitting caller
-// first (fastPath): one
-// nonblocking CQ check, then at most three timed waits sharing one
-// caller_fast_path_wait window; whatever is still in flight is handed,
-// with its ring, to a worker goroutine that drains it. Nothing is ever
-// resubmitted.
+// first (fastPath): one nonblocking CQ check, then at most three timed
+// waits sharing one caller_fast_path_wait window; whatever is still in
+// flight is handed, with its ring, to a worker goroutine that drains it.
+// Nothing is ever resubmitted.
 //
 // Invariants:
-//   - Only the worker (or the caller acting as it) touches w.q; SQEs are
-//     written outside Batch.mu (registering a fixed buffer can be slow).
-//   - A task is marked running exactly when its op is prepared on the
+//   - Only the worker goroutine (or the caller acting as it) changes w.q,
+//     and only under ringMu; SQEs are written under ringMu but outside
+//     Batch.mu (registering a fixed buffer can be slow).
+//   - A task is marked running exactly when its op is chosen for the
 //     ring, and is completed/failed only from its CQE, a submit failure of
 //     its unconsumed SQE, or the unquiesced cutoff.
 //   - A ring with a missing CQE past deadline+quiesce_grace is tainted:
 //     no new op goes on it, and once the live ops drain it is abandoned,
 //     never released to the pool.
+//   - An exited worker (w.exited, under Batch.mu) never takes new work:
+//     submitThrough checks it under the same lock that decides the exit.
 
 package engine
 
@@ -33,18 +44,39 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
 type worker struct {
-	b         *Batch
+	b *Batch
+
+	// ringMu serializes the ring's SQ side between the worker and callers
+	// submitting through (submitThrough); it guards q's identity, pending
+	// and toPrepare. Lock order: ringMu, then Batch.mu. The CQ side (Reap)
+	// runs without it, on the worker goroutine only, which is also the
+	// only goroutine that changes q.
+	ringMu    sync.Mutex
 	q         Queue
-	tainted   bool
 	pending   []uint64 // tokens prepared but not yet consumed by Submit
-	toPrepare []FileOp // ops chosen under the lock, written to the ring after it
-	comps     []Completion
+	toPrepare []FileOp // ops chosen under Batch.mu, written to the ring after it
+	tainted   atomic.Bool
+	exited    bool // guarded by Batch.mu: no caller may use this worker's ring
+	// stalled (guarded by Batch.mu) is set when the last fill stopped at
+	// a fence or a full ring: only a completion can unblock the queue, so
+	// the worker may sleep in Reap. Otherwise a group queued after the
+	// fill (a caller's submitThrough lost the race for ringMu) makes the
+	// worker turn again at once instead of sleeping until the next CQE.
+	stalled bool
+	// inDeliver is set while the worker runs OnGroupDone hooks: SQEs the
+	// hooks queue are then submitted together afterwards, in one
+	// io_uring_enter (and one device notification) instead of one each.
+	inDeliver atomic.Bool
+
+	comps []Completion // worker goroutine only
 }
 
 // maxReapWait bounds one blocking wait so cutoffs are checked regularly.
@@ -80,7 +112,8 @@ func (w *worker) fastPath() {
 		if left <= 0 {
 			break
 		}
-		if !w.reapAndIdle(left) {
+		w.reap(left)
+		if !w.settle() {
 			e.st.fastPathHits.Add(1)
 			return
 		}
@@ -91,33 +124,78 @@ func (w *worker) fastPath() {
 
 // turnNoWait fills, submits and does one nonblocking reap. It returns
 // false when the worker has exited (nothing left).
-func (w *worker) turnNoWait() bool {
-	if !w.fill() {
-		return false
-	}
-	w.submit()
-	return w.reapAndIdle(0)
-}
+func (w *worker) turnNoWait() bool { return w.turn(0) }
 
 // turn is one loop iteration of the worker goroutine.
 func (w *worker) turn(wait time.Duration) bool {
-	if !w.fill() {
+	w.ringMu.Lock()
+	more := w.fill()
+	if more {
+		w.submit()
+	}
+	w.ringMu.Unlock()
+	if !more {
+		w.b.deliver()
 		return false
 	}
-	w.submit()
-	return w.reapAndIdle(wait)
+	w.reap(wait)
+	return w.settle()
+}
+
+// submitThrough puts groups just queued onto the worker's ring from the
+// submitting goroutine, so they reach the kernel at once instead of
+// waiting until the worker, blocked reaping, wakes for the next
+// completion (measured: requests then travel in convoys and the device
+// sees a shallower queue; docs/performance.md). Best effort: when the
+// worker holds the SQ side, has no usable ring or is exiting, the group
+// stays queued and the worker dispatches it.
+func (w *worker) submitThrough() {
+	if !w.ringMu.TryLock() {
+		return
+	}
+	defer w.ringMu.Unlock()
+	if w.q == nil || w.tainted.Load() {
+		return
+	}
+	b := w.b
+	b.mu.Lock()
+	if w.exited {
+		b.mu.Unlock()
+		return
+	}
+	n := len(w.toPrepare)
+	w.fillLocked()
+	b.mu.Unlock()
+	if len(w.toPrepare) > n {
+		b.e.st.submitThrough.Add(1)
+	}
+	w.prepareChosen()
+	if !w.inDeliver.Load() {
+		w.submit()
+	} // else the worker submits everything its hooks queued at once (settle)
+}
+
+// exitLocked marks the worker gone. REQUIRES: b.mu.
+func (w *worker) exitLocked() {
+	b := w.b
+	b.mu.worker = false
+	if b.mu.w == w {
+		b.mu.w = nil
+	}
+	w.exited = true
 }
 
 // fill dispatches queued groups and prepares ops while the ring has
-// space. It returns false (after releasing the ring) when the batch is idle.
+// space. It returns false (after releasing the ring) when the batch is
+// idle. REQUIRES: w.ringMu.
 func (w *worker) fill() bool {
 	b := w.b
 	for {
-		if w.q == nil && !w.tainted {
+		if w.q == nil && !w.tainted.Load() {
 			b.mu.Lock()
 			idle := len(b.mu.queue) == 0 && len(b.mu.inflight) == 0
 			if idle {
-				b.mu.worker = false
+				w.exitLocked()
 				b.mu.Unlock()
 				return false
 			}
@@ -140,19 +218,25 @@ func (w *worker) fill() bool {
 		break
 	}
 	b.mu.Lock()
-	if w.q != nil && !w.tainted {
+	if w.q != nil && !w.tainted.Load() {
 		w.fillLocked()
 	}
 	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
-		b.mu.worker = false
-		w.releaseQueue()
+		w.exitLocked()
 		b.mu.Unlock()
+		w.releaseQueue()
 		return false
 	}
 	b.mu.Unlock()
-	// SQEs are written outside the batch lock: preparing may register a
-	// fixed buffer (pinning a large region takes long) and status readers
-	// must not wait for that.
+	w.prepareChosen()
+	return true
+}
+
+// prepareChosen writes the ops fillLocked chose to the ring. SQEs are
+// written outside the batch lock: preparing may register a fixed buffer
+// (pinning a large region takes long) and status readers must not wait
+// for that. REQUIRES: w.ringMu.
+func (w *worker) prepareChosen() {
 	for i := range w.toPrepare {
 		if err := w.q.Prepare(&w.toPrepare[i]); err != nil {
 			w.failUnsent(w.toPrepare[i:], err)
@@ -161,7 +245,6 @@ func (w *worker) fill() bool {
 		w.pending = append(w.pending, w.toPrepare[i].Token)
 	}
 	w.toPrepare = w.toPrepare[:0]
-	return true
 }
 
 // failUnsent fails ops that never reached the ring and taints it.
@@ -172,7 +255,7 @@ func (w *worker) failUnsent(ops []FileOp, err error) {
 	for _, op := range ops {
 		w.failTokenLocked(op.Token, err)
 	}
-	w.tainted = true
+	w.tainted.Store(true)
 	b.changedLocked()
 }
 
@@ -190,16 +273,20 @@ func (w *worker) failTokenLocked(tok uint64, err error) {
 	}
 }
 
+// releaseQueue gives the ring back (or abandons a tainted one).
+// REQUIRES: w.ringMu, not b.mu.
 func (w *worker) releaseQueue() {
 	if w.q == nil {
 		return
 	}
-	if w.tainted {
+	if w.tainted.Load() {
 		w.q.Abandon()
 	} else {
 		w.q.Release()
 	}
-	w.q, w.tainted = nil, false
+	w.q = nil
+	w.tainted.Store(false)
+	w.pending = w.pending[:0]
 }
 
 // fillLocked prepares ops in FIFO order. REQUIRES: b.mu.
@@ -212,6 +299,7 @@ func (w *worker) fillLocked() {
 		}
 	}()
 	space := func() int { return w.q.Space() - len(w.toPrepare) }
+	w.stalled = true
 	for space() > 0 {
 		var g *group
 		if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
@@ -230,6 +318,7 @@ func (w *worker) fillLocked() {
 			}
 			g = h
 		} else {
+			w.stalled = false
 			return
 		}
 		now := time.Now()
@@ -307,7 +396,7 @@ func (w *worker) failRestLocked(g *group, from int, err error) {
 
 // submit hands prepared ops to the kernel. A transient refusal leaves
 // them prepared for the next turn; a persistent one fails the unsent
-// tail and taints the ring.
+// tail and taints the ring. REQUIRES: w.ringMu.
 func (w *worker) submit() {
 	if len(w.pending) == 0 || w.q == nil {
 		return
@@ -328,19 +417,22 @@ func (w *worker) submit() {
 			w.failTokenLocked(tok, err)
 		}
 		w.pending = w.pending[:0]
-		w.tainted = true
+		w.tainted.Store(true)
 		b.changedLocked()
 	}
 	b.mu.Unlock()
 }
 
-// reapAndIdle reaps completions (waiting up to wait when ops are in
-// flight), applies them and the unquiesced cutoff, and reports whether
-// the worker still has anything to do.
-func (w *worker) reapAndIdle(wait time.Duration) bool {
+// reap reaps completions (waiting up to wait when ops are in flight, not
+// at all when queued groups could be dispatched) and applies them and the
+// unquiesced cutoff.
+func (w *worker) reap(wait time.Duration) {
 	b := w.b
 	e := b.e
 	b.mu.Lock()
+	if len(b.mu.queue) > 0 && !w.stalled {
+		wait = 0
+	}
 	live := 0
 	cutoff := time.Time{}
 	for _, g := range b.mu.inflight {
@@ -353,50 +445,60 @@ func (w *worker) reapAndIdle(wait time.Duration) bool {
 		}
 	}
 	b.mu.Unlock()
-	if live > 0 && w.q != nil {
-		if !cutoff.IsZero() {
-			wait = min(wait, max(time.Until(cutoff), 0))
-		}
-		w.comps = w.comps[:0]
-		_, err := w.q.Reap(wait, func(c Completion) { w.comps = append(w.comps, c) })
-		b.mu.Lock()
-		for _, c := range w.comps {
-			w.completeLocked(c)
-		}
-		if err != nil {
-			e.log.Warn("reap failed", "batch", b.id, "err", err)
-		}
-		w.cutoffLocked(time.Now())
-		if len(w.comps) > 0 {
-			b.changedLocked()
-		}
-		b.mu.Unlock()
-	} else if live > 0 {
-		// The ring was abandoned with live ops: only the cutoff ends them.
-		time.Sleep(min(wait, time.Until(cutoff)))
-		b.mu.Lock()
-		w.cutoffLocked(time.Now())
-		b.mu.Unlock()
+	if live == 0 || w.q == nil {
+		return
 	}
+	if !cutoff.IsZero() {
+		wait = min(wait, max(time.Until(cutoff), 0))
+	}
+	w.comps = w.comps[:0]
+	_, err := w.q.Reap(wait, func(c Completion) { w.comps = append(w.comps, c) })
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if w.tainted && w.q != nil {
-		live = 0
-		for _, g := range b.mu.inflight {
-			live += g.outstanding
-		}
-		if live == 0 {
-			w.q.Abandon()
-			w.q, w.tainted = nil, false
-			w.pending = w.pending[:0]
+	for _, c := range w.comps {
+		w.completeLocked(c)
+	}
+	if err != nil {
+		e.log.Warn("reap failed", "batch", b.id, "err", err)
+	}
+	w.cutoffLocked(time.Now())
+	if len(w.comps) > 0 {
+		b.changedLocked()
+	}
+	b.mu.Unlock()
+}
+
+// settle runs the OnGroupDone hooks of the groups that finished, submits
+// what they queued on this ring in one io_uring_enter, drops a tainted
+// ring once its live ops drained, and exits when the batch has nothing
+// left. It reports whether the worker goes on.
+func (w *worker) settle() bool {
+	b := w.b
+	w.inDeliver.Store(true)
+	b.deliver()
+	w.inDeliver.Store(false)
+	w.ringMu.Lock()
+	defer w.ringMu.Unlock()
+	w.submit()
+	b.mu.Lock()
+	drained := true
+	for _, g := range b.mu.inflight {
+		if g.outstanding > 0 {
+			drained = false
+			break
 		}
 	}
-	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
-		b.mu.worker = false
+	abandon := w.tainted.Load() && w.q != nil && drained
+	exit := len(b.mu.queue) == 0 && len(b.mu.inflight) == 0
+	if exit {
+		w.exitLocked()
+	}
+	b.mu.Unlock()
+	if abandon || exit {
+		// A tainted ring goes once its live ops drained; releaseQueue
+		// abandons rather than pools it.
 		w.releaseQueue()
-		return false
 	}
-	return true
+	return !exit
 }
 
 // completeLocked applies one CQE. REQUIRES: b.mu.
@@ -478,7 +580,7 @@ func (w *worker) cutoffLocked(now time.Time) {
 		}
 		g.outstanding = 0
 		g.next = g.n
-		w.tainted = true
+		w.tainted.Store(true)
 		e.st.unquiesced.Add(1)
 		e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
 		g.finishLocked(false)

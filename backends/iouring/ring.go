@@ -5,6 +5,9 @@
 // Invariants:
 //   - inflight + prepared never exceeds depth, so the CQ (2*depth entries)
 //     cannot overflow.
+//   - The SQ side (Prepare, Submit) and the CQ side (Reap) may run on two
+//     goroutines at once, as liburing allows: one producer, one consumer.
+//     inflight is the only state they share, so it is atomic.
 //   - A table slot maps to at most one key; the kernel keeps the old
 //     registration alive for ops already in flight when a slot is replaced.
 
@@ -14,6 +17,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -34,7 +38,7 @@ type ring struct {
 	r        *giouring.Ring
 	depth    int
 	prepared int
-	inflight int
+	inflight atomic.Int64
 
 	bufs  table
 	files table
@@ -87,7 +91,7 @@ func newRing(t *Transport) (*ring, error) {
 func (r *ring) close() { r.r.QueueExit() }
 
 // Space implements engine.Queue.
-func (r *ring) Space() int { return r.depth - r.inflight - r.prepared }
+func (r *ring) Space() int { return r.depth - int(r.inflight.Load()) - r.prepared }
 
 // Prepare implements engine.Queue.
 func (r *ring) Prepare(op *engine.FileOp) error {
@@ -211,7 +215,7 @@ func (r *ring) Submit() (int, error) {
 	}
 	n, err := r.r.Submit()
 	r.prepared -= int(n)
-	r.inflight += int(n)
+	r.inflight.Add(int64(n))
 	r.t.st.submitted.Add(uint64(n))
 	if err != nil {
 		return int(n), os.NewSyscallError("io_uring_enter", err)
@@ -222,7 +226,7 @@ func (r *ring) Submit() (int, error) {
 // Reap implements engine.Queue.
 func (r *ring) Reap(wait time.Duration, fn func(engine.Completion)) (int, error) {
 	got := r.drain(fn)
-	if got > 0 || wait <= 0 || r.inflight == 0 {
+	if got > 0 || wait <= 0 || r.inflight.Load() == 0 {
 		return got, nil
 	}
 	ts := syscall.NsecToTimespec(int64(wait))
@@ -249,7 +253,7 @@ func (r *ring) drain(fn func(engine.Completion)) int {
 			if c.UserData == liburingTimeout {
 				continue
 			}
-			r.inflight--
+			r.inflight.Add(-1)
 			total++
 			fn(engine.Completion{Token: c.UserData, Res: c.Res})
 		}
