@@ -365,11 +365,11 @@ dd if=/dev/zero of="$M/memory/%s/data" bs=1M count=1 conv=notrunc status=none`, 
 			t.Logf("segment info: %v", info)
 			type req struct{ off, toff, n int }
 			reqs := []req{
-				{3, 5, 100},            // unaligned everywhere
-				{4096, 8192, 65536},    // page aligned: O_DIRECT eligible
+				{3, 5, 100},             // unaligned everywhere
+				{4096, 8192, 65536},     // page aligned: O_DIRECT eligible
 				{131072, 600001, 70000}, // aligned memory, unaligned file offset and length
-				{262144, 524288, 4096}, // aligned, one block
-				{300001, 1048575, 1},   // last byte of the file
+				{262144, 524288, 4096},  // aligned, one block
+				{300001, 1048575, 1},    // last byte of the file
 			}
 			var parts []string
 			for _, q := range reqs {
