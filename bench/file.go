@@ -305,19 +305,29 @@ func (d *driver) onDone(lv *live) func(engine.Report) {
 		lv.outstanding--
 		s.b = nil
 		d.idle = append(d.idle, i)
-		d.cond.Broadcast()
+		// Wake run only when it has something to do: waking it for every
+		// completion cost a futex round trip per op.
+		if d.err != nil || (lv == d.prev && lv.outstanding == 0) || (!d.measuring && len(d.idle) == len(d.slots)) {
+			d.cond.Broadcast()
+		}
 		d.mu.Unlock()
-		if d.subMu.TryLock() {
-			err := d.fill()
-			d.subMu.Unlock()
-			if err != nil {
-				d.mu.Lock()
-				if d.err == nil {
-					d.err = err
-				}
-				d.cond.Broadcast()
-				d.mu.Unlock()
+		if !d.subMu.TryLock() {
+			// Another goroutine is submitting; its fill loop re-reads the
+			// idle slots, but it may be past its last check: let run look.
+			d.mu.Lock()
+			d.cond.Broadcast()
+			d.mu.Unlock()
+			return
+		}
+		err := d.fill()
+		d.subMu.Unlock()
+		if err != nil {
+			d.mu.Lock()
+			if d.err == nil {
+				d.err = err
 			}
+			d.cond.Broadcast()
+			d.mu.Unlock()
 		}
 	}
 }

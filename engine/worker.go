@@ -11,9 +11,10 @@
 // a barrier per group would not.
 //
 // One turn of the worker: fill (dispatch what the FIFO allows, write the
-// SQEs) and submit; reap (block for a completion, apply it); settle (run
-// the OnGroupDone hooks, submit what they queued in one io_uring_enter,
-// exit when idle). A Submit that finds the worker running puts its group
+// SQEs) and submit; reap (block for a completion, then publish each
+// completion and run its OnGroupDone hook before looking at the next, so
+// a hook's replacement request reaches the kernel at once); settle
+// (submit anything left prepared, exit when idle). A Submit that finds the worker running puts its group
 // on the ring itself (submitThrough) when the worker is not using the SQ
 // side, so the group does not wait for the worker to wake from its reap.
 // The SQ side is serialized by ringMu; the CQ side belongs to the worker
@@ -71,12 +72,6 @@ type worker struct {
 	// fill (a caller's submitThrough lost the race for ringMu) makes the
 	// worker turn again at once instead of sleeping until the next CQE.
 	stalled bool
-	// inDeliver is set while the worker runs OnGroupDone hooks: SQEs the
-	// hooks queue are then submitted together afterwards, in one
-	// io_uring_enter (and one device notification) instead of one each.
-	inDeliver atomic.Bool
-
-	comps []Completion // worker goroutine only
 }
 
 // maxReapWait bounds one blocking wait so cutoffs are checked regularly.
@@ -170,9 +165,7 @@ func (w *worker) submitThrough() {
 		b.e.st.submitThrough.Add(1)
 	}
 	w.prepareChosen()
-	if !w.inDeliver.Load() {
-		w.submit()
-	} // else the worker submits everything its hooks queued at once (settle)
+	w.submit()
 }
 
 // exitLocked marks the worker gone. REQUIRES: b.mu.
@@ -451,31 +444,34 @@ func (w *worker) reap(wait time.Duration) {
 	if !cutoff.IsZero() {
 		wait = min(wait, max(time.Until(cutoff), 0))
 	}
-	w.comps = w.comps[:0]
-	_, err := w.q.Reap(wait, func(c Completion) { w.comps = append(w.comps, c) })
-	b.mu.Lock()
-	for _, c := range w.comps {
+	// Each completion is published and handed to the hooks before the next
+	// one is looked at, so a hook's replacement request reaches the kernel
+	// while the rest of a burst is still being reaped. Applying a whole
+	// burst first and submitting the replacements together made requests
+	// travel in convoys: a bare ring driven that way did 50.9k 4 KiB IOPS
+	// here, one resubmitting per completion 61.9k (fio: 55.6k).
+	_, err := w.q.Reap(wait, func(c Completion) {
+		b.mu.Lock()
 		w.completeLocked(c)
-	}
+		b.changedLocked()
+		b.mu.Unlock()
+		b.deliver()
+	})
+	b.mu.Lock()
 	if err != nil {
 		e.log.Warn("reap failed", "batch", b.id, "err", err)
 	}
 	w.cutoffLocked(time.Now())
-	if len(w.comps) > 0 {
-		b.changedLocked()
-	}
 	b.mu.Unlock()
 }
 
-// settle runs the OnGroupDone hooks of the groups that finished, submits
-// what they queued on this ring in one io_uring_enter, drops a tainted
-// ring once its live ops drained, and exits when the batch has nothing
-// left. It reports whether the worker goes on.
+// settle runs the OnGroupDone hooks of groups finished outside a reap
+// (cutoffs), submits anything still prepared, drops a tainted ring once
+// its live ops drained, and exits when the batch has nothing left. It
+// reports whether the worker goes on.
 func (w *worker) settle() bool {
 	b := w.b
-	w.inDeliver.Store(true)
 	b.deliver()
-	w.inDeliver.Store(false)
 	w.ringMu.Lock()
 	defer w.ringMu.Unlock()
 	w.submit()
