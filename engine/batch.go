@@ -13,8 +13,8 @@
 //     pending -> running -> completed|failed, or pending -> cancelled.
 //   - Before seal the state is open; after seal it becomes terminal once
 //     every group has finished, and a terminal state never changes.
-//   - b.mu guards everything in mu; b.mu.changed is closed and replaced on
-//     every published change, so waiters never miss one.
+//   - b.mu guards everything in mu; b.mu.changed (made when someone waits)
+//     is closed at every published change, so waiters never miss one.
 
 package engine
 
@@ -165,7 +165,6 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	}
 	e.mu.nextBatch++
 	b := &Batch{e: e, id: e.mu.nextBatch, capacity: capacity}
-	b.mu.changed = make(chan struct{})
 	e.mu.batches[b.id] = b
 	e.mu.reserved += capacity
 	return b, nil
@@ -273,8 +272,10 @@ func (b *Batch) checkLocked(op string) error {
 
 // changedLocked wakes every waiter. REQUIRES: b.mu.
 func (b *Batch) changedLocked() {
-	close(b.mu.changed)
-	b.mu.changed = make(chan struct{})
+	if b.mu.changed != nil {
+		close(b.mu.changed)
+		b.mu.changed = nil
+	}
 	if b.mu.sealed && b.mu.active == 0 && b.mu.state == StateOpen {
 		b.mu.state = b.terminalStateLocked()
 	}
@@ -354,6 +355,15 @@ func (b *Batch) deliver() {
 func (b *Batch) Changed() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.changedChanLocked()
+}
+
+// changedChanLocked returns the channel the next change closes, making it
+// on demand: most changes have nobody waiting. REQUIRES: b.mu.
+func (b *Batch) changedChanLocked() chan struct{} {
+	if b.mu.changed == nil {
+		b.mu.changed = make(chan struct{})
+	}
 	return b.mu.changed
 }
 
@@ -446,7 +456,7 @@ func (b *Batch) WaitContext(ctx context.Context) (State, error) {
 			b.mu.Unlock()
 			return StateOpen, errorf(KindInvalid, "wait", b.name(), "batch is not sealed; seal it first")
 		}
-		st, ch := b.mu.state, b.mu.changed
+		st, ch := b.mu.state, b.changedChanLocked()
 		b.mu.Unlock()
 		if st.Terminal() {
 			return st, nil
@@ -463,7 +473,7 @@ func (b *Batch) WaitContext(ctx context.Context) (State, error) {
 func (b *Batch) drain(ctx context.Context) error {
 	for {
 		b.mu.Lock()
-		active, ch := b.mu.active, b.mu.changed
+		active, ch := b.mu.active, b.changedChanLocked()
 		b.mu.Unlock()
 		if active == 0 {
 			return nil

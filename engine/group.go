@@ -54,54 +54,53 @@ type hostRange struct {
 // prepare validates a submission and admits it. Nothing is queued yet.
 func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (*group, error) {
 	const verb = "submit"
-	name := b.name()
 	if err := e.checkOpen(verb); err != nil {
 		return nil, err
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
-		return nil, errorf(KindInvalid, verb, name, "target %T is not a file segment", target)
+		return nil, errorf(KindInvalid, verb, b.name(), "target %T is not a file segment", target)
 	}
 	if err := seg.check(verb); err != nil {
 		return nil, err
 	}
 	if op != OpRead && op != OpWrite {
-		return nil, errorf(KindInvalid, verb, name, "op %d: want read or write", op)
+		return nil, errorf(KindInvalid, verb, b.name(), "op %d: want read or write", op)
 	}
 	if note != nil {
-		return nil, errorf(KindInvalid, verb, name, "local file targets reject attached notifications")
+		return nil, errorf(KindInvalid, verb, b.name(), "local file targets reject attached notifications")
 	}
 	if len(reqs) == 0 {
-		return nil, errorf(KindInvalid, verb, name, "no requests")
+		return nil, errorf(KindInvalid, verb, b.name(), "no requests")
 	}
 	if !seg.ent.perm.allows(op) {
-		return nil, errorf(KindPermission, verb, name, "%s on %s, opened %s", op, seg.uri, seg.ent.perm)
+		return nil, errorf(KindPermission, verb, b.name(), "%s on %s, opened %s", op, seg.uri, seg.ent.perm)
 	}
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
 	}
 	for i := range reqs {
 		if reqs[i].Transport == TransportGDS {
-			return nil, errorf(KindUnavailable, verb, name, "requests[%d]: transport gds: cuFile is not available in this build", i)
+			return nil, errorf(KindUnavailable, verb, b.name(), "requests[%d]: transport gds: cuFile is not available in this build", i)
 		}
 		if reqs[i].Transport > TransportGDS {
-			return nil, errorf(KindInvalid, verb, name, "requests[%d]: transport %d unknown", i, reqs[i].Transport)
+			return nil, errorf(KindInvalid, verb, b.name(), "requests[%d]: transport %d unknown", i, reqs[i].Transport)
 		}
 	}
 	if err := e.fileReady(); err != nil {
-		return nil, &Error{Op: verb, Name: name, Kind: KindUnavailable, Err: err.(*Error).Err}
+		return nil, &Error{Op: verb, Name: b.name(), Kind: KindUnavailable, Err: err.(*Error).Err}
 	}
 	ent := seg.ent
 	size, err := ent.currentSize()
 	if err != nil {
-		return nil, wrap(KindIO, verb, name, err)
+		return nil, wrap(KindIO, verb, b.name(), err)
 	}
 	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent, transport: TransportIOUring,
 		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)),
 		fileLo: ^uint64(0), lastSubmitted: -1}
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
-		return nil, &Error{Op: verb, Name: name, Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
+		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
 	}
 	for i := range reqs {
 		r := &reqs[i]
@@ -115,26 +114,26 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if e.mu.closed {
 		e.mu.Unlock()
 		g.unmapScratch()
-		return nil, errorf(KindClosed, verb, name, "engine is closed")
+		return nil, errorf(KindClosed, verb, b.name(), "engine is closed")
 	}
 	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
 		n := e.mu.inflightGroups
 		e.mu.Unlock()
 		g.unmapScratch()
-		return nil, errorf(KindExhausted, verb, name, "%d submissions in flight reach max_inflight_batches (%d)", n, e.cfg.MaxInflightBatches)
+		return nil, errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", n, e.cfg.MaxInflightBatches)
 	}
 	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
 		n := e.mu.inflightBytes
 		e.mu.Unlock()
 		g.unmapScratch()
-		return nil, errorf(KindExhausted, verb, name, "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, n, uint64(e.cfg.MaxInflightBytes))
+		return nil, errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, n, uint64(e.cfg.MaxInflightBytes))
 	}
 	e.mu.inflightGroups++
 	e.mu.inflightBytes += g.charge
 	e.mu.Unlock()
 	if !ent.admit() {
 		g.release()
-		return nil, errorf(KindBusy, verb, name, "segment %s is closing", seg.uri)
+		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", seg.uri)
 	}
 	return g, nil
 }
