@@ -90,6 +90,9 @@ func (s *Service) OpenSegment(doc []byte) error {
 	s.mu.Unlock()
 
 	seg, err := s.e.OpenFileSegment(spec.URI, perm)
+	if err == nil {
+		err = s.checkNotOwnDevice(seg)
+	}
 	s.mu.Lock()
 	if err != nil {
 		delete(s.mu.segments, spec.Name)
@@ -101,6 +104,27 @@ func (s *Service) OpenSegment(doc []byte) error {
 	s.mu.Unlock()
 	s.log.Info("segment opened", "op", "open", "segment", g.Name, "uri", g.URI, "permission", perm.String())
 	return nil
+}
+
+// checkNotOwnDevice closes seg and refuses it when its file lives on the
+// daemon's own mount (no transfer has used it yet).
+func (s *Service) checkNotOwnDevice(seg *engine.Segment) error {
+	if s.opts.OwnDevice == nil {
+		return nil
+	}
+	own := s.opts.OwnDevice()
+	if own == "" {
+		return nil
+	}
+	info, err := s.e.FileSegmentInfo(seg)
+	if err == nil && info.Device != own {
+		return nil
+	}
+	s.e.CloseFileSegment(seg, s.opts.CloseTimeout)
+	if err != nil {
+		return err
+	}
+	return detail(engine.KindPermission, "%s is on the orbitefs mount itself (device %s); the daemon never does I/O on its own mount", info.Path, own)
 }
 
 // CloseSegment closes the segment called name (rmdir), draining admitted

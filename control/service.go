@@ -55,6 +55,12 @@ type Options struct {
 	// never does I/O on its own mount, which could deadlock it. Nil skips
 	// the check.
 	OwnMount func(path string) bool
+	// OwnDevice returns the mount's device ("major:minor") once mounted,
+	// or "". A segment whose file turns out to live on that device is
+	// closed again and refused (KindPermission): the path walk above can
+	// be raced by a symlink swapped between the check and the open, the
+	// device of the opened inode cannot. Nil skips the check.
+	OwnDevice func() string
 }
 
 // OptionsFromConfig takes the mount section's values.

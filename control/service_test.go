@@ -18,6 +18,7 @@ import (
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/control"
 	"github.com/orbitefs/orbitefs/engine"
+	"golang.org/x/sys/unix"
 )
 
 // newService builds a Service over a real engine with the io_uring
@@ -285,5 +286,38 @@ func TestServiceWaitInterruptAndShutdown(t *testing.T) {
 	wantErrno(t, "register after shutdown", err, syscall.ESHUTDOWN, "shutting down")
 	if err := s.Shutdown(time.Second); err != nil {
 		t.Errorf("second shutdown: %v", err)
+	}
+}
+
+// TestServiceRefusesOwnDevice: a file that turns out to live on the
+// mount's own device is closed again and refused, whatever path led to it.
+func TestServiceRefusesOwnDevice(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "f"), make([]byte, 4096), 0o644)
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	own := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	cfg := config.DefaultEngine()
+	cfg.AllowedRoots = []string{dir}
+	e, err := engine.New(cfg, iouring.New(cfg.IOUring))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
+		CloseTimeout: time.Second, OwnDevice: func() string { return own }})
+	t.Cleanup(func() { s.Shutdown(time.Second) })
+	doc := fmt.Sprintf(`{"name":"seg","uri":"file://%s/f","permission":"read"}`, dir)
+	wantErrno(t, "open on the own device", s.OpenSegment([]byte(doc)), syscall.EACCES, "on the orbitefs mount itself")
+	if st := e.Stats(); st.Segments != 0 {
+		t.Fatalf("the refused segment stayed open in the engine: %d", st.Segments)
+	}
+	// Another device is fine.
+	s2 := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
+		CloseTimeout: time.Second, OwnDevice: func() string { return "0:999999" }})
+	t.Cleanup(func() { s2.Shutdown(time.Second) })
+	if err := s2.OpenSegment([]byte(doc)); err != nil {
+		t.Fatalf("open on another device: %v", err)
 	}
 }

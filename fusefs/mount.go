@@ -58,6 +58,7 @@ type Server struct {
 	dir    string
 	direct bool
 	conn   uint32 // /sys/fs/fuse/connections/<conn>; 0 if unknown
+	dev    string // "major:minor" of the mount; "" if unknown
 	log    *slog.Logger
 	done   chan struct{}
 }
@@ -112,6 +113,7 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 	var st unix.Stat_t
 	if err := unix.Stat(abs, &st); err == nil {
 		s.conn = unix.Minor(st.Dev)
+		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	}
 	go func() {
 		srv.Wait()
@@ -127,6 +129,10 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	w.lg.Debug(strings.TrimRight(string(p), "\n"), "op", "fuse")
 	return len(p), nil
 }
+
+// Device is the mount's device number as "major:minor" ("" if unknown),
+// the form engine.SegmentInfo.Device uses.
+func (s *Server) Device() string { return s.dev }
 
 // Dir is the absolute mount point.
 func (s *Server) Dir() string { return s.dir }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,6 +70,13 @@ func runMount(args []string) int {
 	if abs, err := filepath.Abs(dir); err == nil {
 		sopts.OwnMount = fusefs.LeadsInto(abs)
 	}
+	var ownDev atomic.Pointer[string] // set once mounted
+	sopts.OwnDevice = func() string {
+		if d := ownDev.Load(); d != nil {
+			return *d
+		}
+		return ""
+	}
 	svc := control.New(e, sopts)
 
 	// Signals are caught before mounting, so one arriving during the
@@ -84,6 +92,8 @@ func runMount(args []string) int {
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
 	}
+	dev := srv.Device()
+	ownDev.Store(&dev)
 	source := "embedded default config"
 	if *cfgPath != "" {
 		source = *cfgPath
