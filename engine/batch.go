@@ -223,6 +223,15 @@ func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification,
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, errorf(KindInvalid, "submit", b.name(), "batch is sealed")
 	}
+	// Close may have begun after admission; checking again under b.mu
+	// (which Close's drain also takes) means Close either sees this group
+	// active or this Submit sees Close.
+	if err := b.e.checkOpen("submit"); err != nil {
+		b.mu.Unlock()
+		g.release()
+		b.e.st.groupsRejected.Add(1)
+		return TaskRange{}, err
+	}
 	if used := len(b.mu.tasks); used+len(reqs) > b.capacity {
 		b.mu.Unlock()
 		g.release()
@@ -259,6 +268,7 @@ func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification,
 		w.start()
 	case w != nil:
 		w.submitThrough()
+		b.deliver() // a group it finished without I/O reports here
 	}
 	return TaskRange{First: g.first, Count: len(reqs)}, nil
 }
@@ -320,6 +330,9 @@ func (b *Batch) Seal() error {
 func (b *Batch) OnGroupDone(fn func(Report)) {
 	b.mu.Lock()
 	b.mu.onDone = fn
+	if fn == nil {
+		b.mu.notify = nil
+	}
 	b.mu.Unlock()
 }
 
@@ -337,7 +350,9 @@ func (b *Batch) deliver() {
 		b.mu.notify = nil
 		b.mu.Unlock()
 		for _, r := range reps {
-			fn(r)
+			if fn != nil { // unregistered meanwhile: reports are dropped
+				fn(r)
+			}
 		}
 		b.deliverMu.Unlock()
 		b.mu.Lock()
@@ -549,7 +564,7 @@ func (b *Batch) cancelTaskLocked(i int) {
 			break
 		}
 	}
-	g.finishLocked(false)
+	g.finishLocked(true) // never dispatched: nothing of it reached the kernel
 }
 
 var errCancelled = errors.New("cancelled before it started")

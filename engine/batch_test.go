@@ -1,11 +1,13 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -117,8 +119,11 @@ func TestCancel(t *testing.T) {
 			t.Errorf("task %d %v, want %v", i, ts.State, w)
 		}
 	}
+	if rep := b.Submissions()[1]; !rep.LocallyDrained || rep.RequestIndex != 0 {
+		t.Errorf("partly cancelled group: %+v", rep)
+	}
 	// CancelAll of a batch whose groups are all queued ends them at once.
-	ref.stall = make(chan struct{})
+	ref.stallAgain()
 	b2, _ := e.AllocateBatch(4)
 	b2.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 8192}}, nil, 5*time.Second)
 	b2.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 10}}, nil, 5*time.Second)
@@ -127,6 +132,22 @@ func TestCancel(t *testing.T) {
 	ref.release()
 	if st, _ := b2.Wait(5 * time.Second); st != engine.StateCancelled {
 		t.Fatalf("state %v", st)
+	}
+	// A cancelled queued group gives back its admission charge and its
+	// segment user: nothing of it reached the kernel.
+	for _, rep := range b2.Submissions() {
+		if !rep.LocallyDrained {
+			t.Errorf("cancelled queued group reports locally_drained=false: %+v", rep)
+		}
+	}
+	if st := e.Stats(); st.InflightGroups != 0 || st.InflightBytes != 0 {
+		t.Fatalf("charges left after cancel: %+v", st)
+	}
+	if info, _ := e.FileSegmentInfo(s); info.Users != 0 {
+		t.Fatalf("segment users %d after cancel", info.Users)
+	}
+	if err := e.CloseFileSegment(s, time.Second); err != nil {
+		t.Fatalf("close after cancel: %v", err)
 	}
 }
 
@@ -415,5 +436,86 @@ func TestOnGroupDone(t *testing.T) {
 			}
 			b.Free()
 		})
+	}
+}
+
+// TestFastPathNeverWaitsForARing: with every ring held by another batch,
+// a fast-path Submit returns at once and a worker goroutine waits for the
+// ring instead (a hook submitting to a fresh batch must not deadlock).
+func TestFastPathNeverWaitsForARing(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{}), limit: 1}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	s := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	a, _ := e.AllocateBatch(1)
+	a.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+	waitFor(t, "a holding the only queue", func() bool { ts, _ := a.TaskStatus(0); return ts.State == engine.TaskRunning })
+	start := time.Now()
+	b, err := e.SubmitAsync(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + 8192, Length: 4096}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("fast-path Submit waited %v for a ring", d)
+	}
+	ref.release()
+	if st, _ := b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
+	}
+	a.Seal()
+	a.Wait(ioTimeout)
+}
+
+// TestHookUnregistersItself: a hook that cancels a queued group and then
+// unregisters drops the queued report instead of calling a nil hook.
+func TestHookUnregistersItself(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	s := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	b, _ := e.AllocateBatch(4)
+	var calls atomic.Int32
+	b.OnGroupDone(func(rep engine.Report) {
+		calls.Add(1)
+		b.Cancel(1) // the queued, fenced group: its report is queued now
+		b.OnGroupDone(nil)
+	})
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+	b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, nil, ioTimeout) // fenced behind the first
+	ref.release()
+	b.Seal()
+	if st, _ := b.Wait(ioTimeout); st != engine.StateCancelled {
+		t.Fatalf("state %v", st)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("hook ran %d times, want 1", n)
+	}
+}
+
+// TestSQPoll runs a stream of groups through rings with a kernel
+// submission thread, whose Submit counts differently.
+func TestSQPoll(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, func(c *config.Engine) { c.IOUring.SQPoll = true })
+	path, data := randomFile(t, t.TempDir(), "f", 1<<20)
+	s := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<20)
+	b, _ := e.AllocateBatch(256)
+	for i := uint64(0); i < 256; i++ {
+		if _, err := b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if !bytes.Equal(regionBytes(t, r), data) {
+		t.Fatal("bytes differ")
+	}
+	if st := e.Stats(); st.IOUring.Submitted != 256 {
+		t.Fatalf("sqes submitted %d, want 256", st.IOUring.Submitted)
 	}
 }

@@ -33,10 +33,11 @@
 //
 // # Lock order
 //
-// Engine.segMu, then Batch.mu, then Engine.mu, then segEntry.mu, then
-// Region.mu. No lock is held across a blocking wait; the worker holds
-// Batch.mu while preparing SQEs (no syscall) and drops it to submit and
-// reap.
+// Engine.segMu; worker.ringMu (the ring's submission side), then
+// Batch.mu, then Engine.mu, then segEntry.mu, then Region.mu. No lock is
+// held across a blocking wait; Batch.mu is never held across a syscall on
+// the ring. OnGroupDone hooks run with no lock held (Batch.deliverMu is
+// only tried, so a hook may Submit, Cancel or Free).
 //
 // # Errors
 //

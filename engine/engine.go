@@ -6,8 +6,9 @@
 //     first file submission probes the file transport.
 //   - inflightBytes and inflightGroups count admitted, not yet finished
 //     groups; a group that ends unquiesced keeps its charge forever.
-//   - Lock order: segMu, then Engine.mu, then segEntry.mu / Batch.mu,
-//     then Region.mu. No lock is held across I/O or a blocking wait.
+//   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
+//     then segEntry.mu, then Region.mu. No lock is held across a blocking
+//     wait; Batch.deliverMu is only ever tried (TryLock).
 
 package engine
 

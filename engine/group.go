@@ -132,7 +132,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	e.mu.inflightBytes += g.charge
 	e.mu.Unlock()
 	if !ent.admit() {
-		g.release()
+		g.unadmit()
 		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", seg.uri)
 	}
 	return g, nil
@@ -293,12 +293,18 @@ func (g *group) unmapScratch() {
 // release returns the admission charge and segment user of a group that
 // has drained (or was never queued).
 func (g *group) release() {
+	g.ent.done()
+	g.unadmit()
+}
+
+// unadmit returns the engine-wide admission charge and the scratch
+// mappings, but no segment user (for a group the segment refused).
+func (g *group) unadmit() {
 	e := g.b.e
 	e.mu.Lock()
 	e.mu.inflightGroups--
 	e.mu.inflightBytes -= g.charge
 	e.mu.Unlock()
-	g.ent.done()
 	g.unmapScratch()
 }
 

@@ -21,6 +21,8 @@ type refTransport struct {
 	errno    unix.Errno
 	shortNth int64 // 1-based op number to shorten by half
 	lose     bool  // stalled ops never complete (missing CQE)
+	limit    int   // queues that may be held at once; 0: no limit
+	held     int   // guarded by mu
 	ops      atomic.Int64
 	acquired atomic.Int64
 	released atomic.Int64
@@ -36,12 +38,42 @@ func (t *refTransport) FileStats() engine.FileStats {
 	return engine.FileStats{Available: true, Submitted: uint64(t.ops.Load())}
 }
 
-func (t *refTransport) Acquire() (engine.Queue, error) {
+// TryAcquire honours limit, as the io_uring pool honours max_rings.
+func (t *refTransport) TryAcquire() (engine.Queue, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.limit > 0 && t.held >= t.limit {
+		return nil, nil
+	}
+	t.held++
 	t.acquired.Add(1)
 	return &refQueue{t: t}, nil
 }
 
+// Acquire waits while limit queues are held.
+func (t *refTransport) Acquire() (engine.Queue, error) {
+	for {
+		if q, _ := t.TryAcquire(); q != nil {
+			return q, nil
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (t *refTransport) put() {
+	t.mu.Lock()
+	t.held--
+	t.mu.Unlock()
+}
+
 // release lets stalled ops run.
+// stallAgain makes new ops wait until the next release.
+func (t *refTransport) stallAgain() {
+	t.mu.Lock()
+	t.stall = make(chan struct{})
+	t.mu.Unlock()
+}
+
 func (t *refTransport) release() {
 	t.mu.Lock()
 	if t.stall != nil {
@@ -141,5 +173,5 @@ func (t *refTransport) exec(op engine.FileOp) int32 {
 	return int32(done)
 }
 
-func (q *refQueue) Release() { q.t.released.Add(1) }
-func (q *refQueue) Abandon() { q.t.abandons.Add(1) }
+func (q *refQueue) Release() { q.t.released.Add(1); q.t.put() }
+func (q *refQueue) Abandon() { q.t.abandons.Add(1); q.t.put() }

@@ -221,8 +221,8 @@ func (e *Engine) Regions() []*Region {
 // acquireLoans takes exclusive loans for every range of g, all or none.
 // A range overlapping another group's loan fails with ErrBusy.
 func acquireLoans(g *group) error {
-	// Group ranges by region; the regions are locked one at a time in
-	// address order, and anything taken is returned on failure.
+	// One region lock at a time (never two at once), and anything taken
+	// is returned on failure, so no order among regions is needed.
 	var taken []*Region
 	for _, rr := range g.ranges {
 		r := rr.region

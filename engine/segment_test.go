@@ -202,8 +202,14 @@ func TestCloseWithTimeout(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("close took %v with a 50ms timeout", d)
 	}
-	_, err = b.Submit(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress() + 4096, Length: 4096}}, nil, time.Second)
-	wantKind(t, err, engine.KindBusy)
+	for range 2 {
+		_, err = b.Submit(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress() + 4096, Length: 4096}}, nil, time.Second)
+		wantKind(t, err, engine.KindBusy)
+	}
+	// A refused group never counted as a user, so none is taken back.
+	if info, _ := e.FileSegmentInfo(alias); info.Users != 1 {
+		t.Fatalf("users %d after two refused submits, want the 1 admitted", info.Users)
+	}
 	_, err = e.OpenFileSegment("file://"+path, engine.PermRead)
 	wantKind(t, err, engine.KindBusy)
 	ref.release()

@@ -37,6 +37,10 @@ type FileTransport interface {
 	// gives it back. Acquire may block only briefly (it creates a queue
 	// when the pool is empty and the limit allows).
 	Acquire() (Queue, error)
+	// TryAcquire is Acquire without waiting: (nil, nil) when every queue
+	// is held and no new one may be created. The caller fast path uses it,
+	// so a Submit never waits for another batch to release a ring.
+	TryAcquire() (Queue, error)
 	// ForgetBuffer drops any registration of the buffer with this key;
 	// called before the memory is unmapped.
 	ForgetBuffer(key uint64)

@@ -72,6 +72,7 @@ type worker struct {
 	// fill (a caller's submitThrough lost the race for ringMu) makes the
 	// worker turn again at once instead of sleeping until the next CQE.
 	stalled bool
+	fast    bool // running on the submitting caller (fastPath): never wait for a ring
 }
 
 // maxReapWait bounds one blocking wait so cutoffs are checked regularly.
@@ -91,6 +92,7 @@ func (w *worker) start() {
 // fastPath runs the single small group just queued on the caller.
 func (w *worker) fastPath() {
 	e := w.b.e
+	w.fast = true
 	if !w.turnNoWait() {
 		e.st.fastPathHits.Add(1)
 		return
@@ -114,6 +116,7 @@ func (w *worker) fastPath() {
 		}
 	}
 	e.st.fastPathHandoffs.Add(1)
+	w.fast = false // before the goroutine owns w
 	w.start()
 }
 
@@ -193,7 +196,17 @@ func (w *worker) fill() bool {
 				return false
 			}
 			b.mu.Unlock()
-			q, err := b.e.file.Acquire()
+			var q Queue
+			var err error
+			if w.fast {
+				// The caller must not wait for another batch's ring: with
+				// none free, the group goes to a worker goroutine.
+				if q, err = b.e.file.TryAcquire(); q == nil && err == nil {
+					break
+				}
+			} else {
+				q, err = b.e.file.Acquire()
+			}
 			if err != nil {
 				b.mu.Lock()
 				if len(b.mu.queue) > 0 {
@@ -257,6 +270,9 @@ func (w *worker) failUnsent(ops []FileOp, err error) {
 func (w *worker) failTokenLocked(tok uint64, err error) {
 	b := w.b
 	t := &b.mu.tasks[tok]
+	if t.state != TaskRunning {
+		return // already ended (the unquiesced cutoff)
+	}
 	t.state = TaskFailed
 	t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
 	b.e.st.tasksFailed.Add(1)
@@ -395,6 +411,7 @@ func (w *worker) submit() {
 		return
 	}
 	n, err := w.q.Submit()
+	n = min(n, len(w.pending))
 	b := w.b
 	b.mu.Lock()
 	for _, tok := range w.pending[:n] {
@@ -472,6 +489,16 @@ func (w *worker) reap(wait time.Duration) {
 func (w *worker) settle() bool {
 	b := w.b
 	b.deliver()
+	more := w.settleRing()
+	// A caller's submitThrough may have finished a group without I/O
+	// between the deliver above and the ring lock: report it before the
+	// worker possibly exits.
+	b.deliver()
+	return more
+}
+
+func (w *worker) settleRing() bool {
+	b := w.b
 	w.ringMu.Lock()
 	defer w.ringMu.Unlock()
 	w.submit()

@@ -39,6 +39,7 @@ type ring struct {
 	depth    int
 	prepared int
 	inflight atomic.Int64
+	sqpoll   bool
 
 	bufs  table
 	files table
@@ -72,7 +73,7 @@ func newRing(t *Transport) (*ring, error) {
 	if err := gr.QueueInit(uint32(depth), flags); err != nil {
 		return nil, os.NewSyscallError("io_uring_setup", err)
 	}
-	r := &ring{t: t, r: gr, depth: depth,
+	r := &ring{t: t, r: gr, depth: depth, sqpoll: t.cfg.SQPoll,
 		bufs: newTable(bufSlots, t.cfg.FixedBuffers), files: newTable(fileSlots, t.cfg.RegisterFiles),
 		cqes: make([]*giouring.CompletionQueueEvent, 2*depth)}
 	if r.bufs.enabled {
@@ -213,14 +214,22 @@ func (r *ring) Submit() (int, error) {
 	if r.prepared == 0 {
 		return 0, nil
 	}
-	n, err := r.r.Submit()
-	r.prepared -= int(n)
+	got, err := r.r.Submit()
+	n := int(got)
+	if r.sqpoll && err == nil {
+		// With SQPOLL, Submit reports the entries the kernel thread has
+		// not consumed yet (counting earlier ones again); every prepared
+		// entry has been handed over once the tail is published.
+		n = r.prepared
+	}
+	n = min(n, r.prepared)
+	r.prepared -= n
 	r.inflight.Add(int64(n))
 	r.t.st.submitted.Add(uint64(n))
 	if err != nil {
-		return int(n), os.NewSyscallError("io_uring_enter", err)
+		return n, os.NewSyscallError("io_uring_enter", err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // Reap implements engine.Queue.

@@ -65,6 +65,11 @@ func Probe() error { return probeOnce() }
 var probeOnce = sync.OnceValue(probe)
 
 func probe() error {
+	// Timed waits must not touch the SQ (the worker reaps while callers
+	// submit): that needs IORING_ENTER_EXT_ARG, Linux 5.11.
+	if ok, err := giouring.CheckKernelVersion(5, 11, 0); err == nil && !ok {
+		return fmt.Errorf("%w: io_uring: Linux 5.11 or newer needed (IORING_ENTER_EXT_ARG)", engine.ErrUnavailable)
+	}
 	r, err := giouring.CreateRing(2)
 	if err != nil {
 		return fmt.Errorf("%w: io_uring_setup: %v (kernel without io_uring, or disabled by kernel.io_uring_disabled)", engine.ErrUnavailable, err)
@@ -75,7 +80,12 @@ func probe() error {
 
 // Acquire returns an idle ring or creates one; at max_rings it waits for
 // a release.
-func (t *Transport) Acquire() (engine.Queue, error) {
+func (t *Transport) Acquire() (engine.Queue, error) { return t.acquire(true) }
+
+// TryAcquire is Acquire that returns (nil, nil) instead of waiting.
+func (t *Transport) TryAcquire() (engine.Queue, error) { return t.acquire(false) }
+
+func (t *Transport) acquire(wait bool) (engine.Queue, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for {
@@ -100,6 +110,9 @@ func (t *Transport) Acquire() (engine.Queue, error) {
 			}
 			t.mu.held[r] = struct{}{}
 			return r, nil
+		}
+		if !wait {
+			return nil, nil
 		}
 		t.mu.cond.Wait()
 	}
