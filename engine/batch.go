@@ -626,7 +626,12 @@ func (e *Engine) SubmitAndWait(op Op, target Target, reqs []Request, timeout tim
 	}
 	// The worker's own cutoff is deadline + quiesce grace; wait that long.
 	if _, err := b.Wait(timeout + e.cfg.QuiesceGrace.D() + time.Second); err != nil {
-		return b.Submissions()[0], err
+		rep := b.Submissions()[0]
+		go func() { // free the reservation once the work has ended
+			b.WaitContext(context.Background())
+			b.Free()
+		}()
+		return rep, err
 	}
 	rep := b.Submissions()[0]
 	b.Free()

@@ -34,7 +34,8 @@ type Engine struct {
 	probeOnce sync.Once
 	probeErr  error
 
-	segMu sync.Mutex // serializes segment opens
+	segMu   sync.Mutex // serializes segment opens
+	closeMu sync.Mutex // serializes Close
 
 	mu struct {
 		sync.RWMutex
@@ -122,6 +123,8 @@ func (e *Engine) gdsMode() string { return "unavailable" }
 // owners (and the resources they hold) in place; calling Close again
 // retries. Later calls after success return nil.
 func (e *Engine) Close(timeout time.Duration) error {
+	e.closeMu.Lock() // one Close at a time; a second one retries the drain
+	defer e.closeMu.Unlock()
 	e.mu.Lock()
 	e.mu.closed = true
 	batches := make([]*Batch, 0, len(e.mu.batches))

@@ -47,6 +47,8 @@ type segEntry struct {
 	fsType   string
 	dev      uint64 // st_dev of the bound inode
 
+	closeOnce sync.Once
+
 	mu struct {
 		sync.Mutex
 		handles  int
@@ -305,15 +307,19 @@ func openErr(path string, err error) error {
 	return wrap(KindIO, "", "", pe)
 }
 
+// closeFDs closes the entry's fds exactly once (the last alias's close
+// and Engine.Close may both get here). The fd numbers stay in place:
+// readers racing a close see a stale number, never a torn write, and
+// admit refuses them before any I/O.
 func (ent *segEntry) closeFDs() {
-	if ent.direct.FD >= 0 {
-		unix.Close(ent.direct.FD)
-		ent.direct.FD = -1
-	}
-	if ent.buffered.FD >= 0 {
-		unix.Close(ent.buffered.FD)
-		ent.buffered.FD = -1
-	}
+	ent.closeOnce.Do(func() {
+		if ent.direct.FD >= 0 {
+			unix.Close(ent.direct.FD)
+		}
+		if ent.buffered.FD >= 0 {
+			unix.Close(ent.buffered.FD)
+		}
+	})
 }
 
 // currentSize fstats the bound inode.

@@ -75,7 +75,9 @@ func newRing(t *Transport) (*ring, error) {
 	}
 	r := &ring{t: t, r: gr, depth: depth, sqpoll: t.cfg.SQPoll,
 		bufs: newTable(bufSlots, t.cfg.FixedBuffers), files: newTable(fileSlots, t.cfg.RegisterFiles),
-		cqes: make([]*giouring.CompletionQueueEvent, 2*depth)}
+		// giouring's PeekBatchCQE writes len(cqes) pointers on every call,
+		// ready or not: a short window keeps each peek cheap.
+		cqes: make([]*giouring.CompletionQueueEvent, 32)}
 	if r.bufs.enabled {
 		if _, err := gr.RegisterBuffersSparse(bufSlots); err != nil {
 			r.bufs.enabled = false
