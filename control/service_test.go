@@ -26,16 +26,27 @@ import (
 func newService(t *testing.T, mountDir string) (*control.Service, string) {
 	t.Helper()
 	dir := t.TempDir()
+	s, _ := serviceOver(t, dir, func(o *control.Options) {
+		o.OwnMount = func(p string) bool { return mountDir != "" && strings.HasPrefix(p, mountDir+"/") }
+	})
+	return s, dir
+}
+
+// serviceOver builds a Service over a fresh engine confined to dir; mut
+// adjusts the options.
+func serviceOver(t *testing.T, dir string, mut func(*control.Options)) (*control.Service, *engine.Engine) {
+	t.Helper()
 	cfg := config.DefaultEngine()
 	cfg.AllowedRoots = []string{dir}
 	e, err := engine.New(cfg, iouring.New(cfg.IOUring))
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
-		CloseTimeout: time.Second, OwnMount: func(p string) bool { return mountDir != "" && strings.HasPrefix(p, mountDir+"/") }})
+	o := control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096, CloseTimeout: time.Second}
+	mut(&o)
+	s := control.New(e, o)
 	t.Cleanup(func() { s.Shutdown(time.Second) })
-	return s, dir
+	return s, e
 }
 
 func wantErrno(t *testing.T, what string, err error, want syscall.Errno, text string) {
@@ -299,24 +310,14 @@ func TestServiceRefusesOwnDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	own := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-	cfg := config.DefaultEngine()
-	cfg.AllowedRoots = []string{dir}
-	e, err := engine.New(cfg, iouring.New(cfg.IOUring))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
-		CloseTimeout: time.Second, OwnDevice: func() string { return own }})
-	t.Cleanup(func() { s.Shutdown(time.Second) })
+	s, e := serviceOver(t, dir, func(o *control.Options) { o.OwnDevice = func() string { return own } })
 	doc := fmt.Sprintf(`{"name":"seg","uri":"file://%s/f","permission":"read"}`, dir)
 	wantErrno(t, "open on the own device", s.OpenSegment([]byte(doc)), syscall.EACCES, "on the orbitefs mount itself")
 	if st := e.Stats(); st.Segments != 0 {
 		t.Fatalf("the refused segment stayed open in the engine: %d", st.Segments)
 	}
 	// Another device is fine.
-	s2 := control.New(e, control.Options{Version: "test", DefaultBatchCapacity: 8, MaxDocumentBytes: 4096,
-		CloseTimeout: time.Second, OwnDevice: func() string { return "0:999999" }})
-	t.Cleanup(func() { s2.Shutdown(time.Second) })
+	s2, _ := serviceOver(t, dir, func(o *control.Options) { o.OwnDevice = func() string { return "0:999999" } })
 	if err := s2.OpenSegment([]byte(doc)); err != nil {
 		t.Fatalf("open on another device: %v", err)
 	}
