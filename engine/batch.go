@@ -211,32 +211,11 @@ func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification,
 		return TaskRange{}, err
 	}
 	b.mu.Lock()
-	if err := b.checkLocked("submit"); err != nil {
+	if err := b.acceptLocked(len(reqs)); err != nil {
 		b.mu.Unlock()
 		g.release()
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, err
-	}
-	if b.mu.sealed {
-		b.mu.Unlock()
-		g.release()
-		b.e.st.groupsRejected.Add(1)
-		return TaskRange{}, errorf(KindInvalid, "submit", b.name(), "batch is sealed")
-	}
-	// Close may have begun after admission; checking again under b.mu
-	// (which Close's drain also takes) means Close either sees this group
-	// active or this Submit sees Close.
-	if err := b.e.checkOpen("submit"); err != nil {
-		b.mu.Unlock()
-		g.release()
-		b.e.st.groupsRejected.Add(1)
-		return TaskRange{}, err
-	}
-	if used := len(b.mu.tasks); used+len(reqs) > b.capacity {
-		b.mu.Unlock()
-		g.release()
-		b.e.st.groupsRejected.Add(1)
-		return TaskRange{}, errorf(KindExhausted, "submit", b.name(), "%d requests do not fit: %d of %d task slots used", len(reqs), used, b.capacity)
 	}
 	g.first = len(b.mu.tasks)
 	for i := range reqs {
@@ -271,6 +250,27 @@ func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification,
 		b.deliver() // a group it finished without I/O reports here
 	}
 	return TaskRange{First: g.first, Count: len(reqs)}, nil
+}
+
+// acceptLocked says whether an admitted group of n requests may join the
+// batch. REQUIRES: b.mu.
+func (b *Batch) acceptLocked(n int) error {
+	if err := b.checkLocked("submit"); err != nil {
+		return err
+	}
+	if b.mu.sealed {
+		return errorf(KindInvalid, "submit", b.name(), "batch is sealed")
+	}
+	// Close may have begun after admission; checking again under b.mu
+	// (which Close's drain also takes) means Close either sees this group
+	// active or this Submit sees Close.
+	if err := b.e.checkOpen("submit"); err != nil {
+		return err
+	}
+	if used := len(b.mu.tasks); used+n > b.capacity {
+		return errorf(KindExhausted, "submit", b.name(), "%d requests do not fit: %d of %d task slots used", n, used, b.capacity)
+	}
+	return nil
 }
 
 func (b *Batch) checkLocked(op string) error {

@@ -101,8 +101,6 @@ func (e *Engine) checkOpen(op string) error {
 	return nil
 }
 
-func (e *Engine) fileTransport() FileTransport { return e.file }
-
 // fileReady probes the file transport once, lazily.
 func (e *Engine) fileReady() error {
 	if e.file == nil {
@@ -157,11 +155,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 		ent.mu.Lock()
 		ent.mu.gone = true
 		ent.mu.Unlock()
-		if e.file != nil {
-			e.file.ForgetFile(ent.buffered.Key)
-			e.file.ForgetFile(ent.direct.Key)
-		}
-		ent.closeFDs()
+		e.closeEntry(ent)
 	}
 	for _, r := range regions {
 		r.mu.Lock()

@@ -143,8 +143,8 @@ func (e *Engine) Unregister(r *Region) error {
 		}
 	}
 	e.mu.Unlock()
-	if ft := e.fileTransport(); ft != nil && r.anon {
-		ft.ForgetBuffer(r.key)
+	if e.file != nil && r.anon {
+		e.file.ForgetBuffer(r.key)
 	}
 	e.log.Info("memory unregistered", "region", r.name(), "bytes", r.Len())
 	return r.m.Close()

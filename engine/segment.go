@@ -322,6 +322,16 @@ func (ent *segEntry) closeFDs() {
 	})
 }
 
+// closeEntry drops the entry's fd registrations from the transport, then
+// closes its fds. Only for an entry no group can use any more.
+func (e *Engine) closeEntry(ent *segEntry) {
+	if e.file != nil {
+		e.file.ForgetFile(ent.buffered.Key)
+		e.file.ForgetFile(ent.direct.Key)
+	}
+	ent.closeFDs()
+}
+
 // currentSize fstats the bound inode.
 func (ent *segEntry) currentSize() (uint64, error) {
 	var st unix.Stat_t
@@ -490,11 +500,7 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		e.mu.Lock()
 		delete(e.mu.segments, fmt.Sprintf("%s\x00%d", ent.path, ent.perm))
 		e.mu.Unlock()
-		if ft := e.fileTransport(); ft != nil {
-			ft.ForgetFile(ent.buffered.Key)
-			ft.ForgetFile(ent.direct.Key)
-		}
-		ent.closeFDs()
+		e.closeEntry(ent)
 	}
 	e.log.Info("segment closed", "segment", s.uri, "last_alias", last)
 	return nil

@@ -93,7 +93,7 @@ func (w *worker) start() {
 func (w *worker) fastPath() {
 	e := w.b.e
 	w.fast = true
-	if !w.turnNoWait() {
+	if !w.turn(0) { // fill, submit, one nonblocking reap
 		e.st.fastPathHits.Add(1)
 		return
 	}
@@ -119,10 +119,6 @@ func (w *worker) fastPath() {
 	w.fast = false // before the goroutine owns w
 	w.start()
 }
-
-// turnNoWait fills, submits and does one nonblocking reap. It returns
-// false when the worker has exited (nothing left).
-func (w *worker) turnNoWait() bool { return w.turn(0) }
 
 // turn is one loop iteration of the worker goroutine.
 func (w *worker) turn(wait time.Duration) bool {
