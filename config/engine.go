@@ -56,6 +56,7 @@ type Engine struct {
 	MaxPendingNotifyBytes     Size     `toml:"max_pending_notification_bytes" json:"max_pending_notification_bytes"`
 	StagingChunkCount         int      `toml:"staging_chunk_count" json:"staging_chunk_count"`
 	StagingChunkSize          Size     `toml:"staging_chunk_size" json:"staging_chunk_size"`
+	StagingLanes              int      `toml:"staging_lanes" json:"staging_lanes"`
 	GDSEnabled                bool     `toml:"gds_enabled" json:"gds_enabled"`
 	GDSBatchDepth             int      `toml:"gds_batch_depth" json:"gds_batch_depth"`
 	GDSRequireNative          bool     `toml:"gds_require_native" json:"gds_require_native"`
@@ -226,6 +227,10 @@ func (c *Engine) validate(p *problems, pre string) {
 	p.between(pre+"max_receiver_credit_sessions", c.MaxReceiverCreditSessions, 0, MaxReceiverCreditSessions)
 	p.between(pre+"max_pending_notifications", c.MaxPendingNotifications, 0, 1<<20)
 	p.between(pre+"staging_chunk_count", c.StagingChunkCount, 1, 1<<16)
+	p.between(pre+"staging_lanes", c.StagingLanes, 0, 256)
+	if total := uint64(c.StagingChunkCount) * uint64(c.StagingChunkSize); total > MaxStagingTotal {
+		p.addf("%sstaging_chunk_count (%d) * staging_chunk_size (%s) = %s exceeds 1GiB (one io_uring fixed buffer)", pre, c.StagingChunkCount, c.StagingChunkSize, Size(total))
+	}
 	if c.StagingChunkSize < 4096 || c.StagingChunkSize%4096 != 0 {
 		p.addf("%sstaging_chunk_size (%d) must be a positive multiple of 4096", pre, c.StagingChunkSize)
 	}

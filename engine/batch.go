@@ -233,7 +233,7 @@ func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification,
 	fast := start && len(b.mu.groups) == 1 && len(b.mu.inflight) == 0 && g.fastPathEligible()
 	w := b.mu.w
 	if start {
-		w = &worker{b: b}
+		w = &worker{b: b, wake: make(chan struct{}, 1)}
 		b.mu.worker, b.mu.w = true, w
 	}
 	b.changedLocked()
@@ -413,7 +413,7 @@ func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 func (b *Batch) taskStatusLocked(i int) TaskStatus {
 	t := &b.mu.tasks[i]
 	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
-		Transport: t.g.transport, PhysicalOwner: i, Err: t.err, RemoteEffect: t.effect}
+		Transport: t.g.routes[i-t.g.first].transport(), PhysicalOwner: i, Err: t.err, RemoteEffect: t.effect}
 }
 
 // TaskStatuses returns every task's state, in index order.

@@ -28,8 +28,10 @@ import (
 type Engine struct {
 	cfg        config.Engine
 	log        *slog.Logger
-	transports []Transport
+	backends   []Backend
 	file       FileTransport // nil in a build without a file backend
+	gpu        gpuState      // CUDA memory and staging; zero when no GPU backend
+	gds        gdsState      // cuFile; zero when no GDS backend
 
 	probeOnce sync.Once
 	probeErr  error
@@ -68,19 +70,31 @@ type Engine struct {
 	}
 }
 
-// New validates cfg and builds an idle engine over the given transports.
-// It starts nothing: no goroutine, no ring, no library load.
-func New(cfg config.Engine, transports ...Transport) (*Engine, error) {
+// New validates cfg and builds an idle engine over the given backends
+// (file transports, a GPU, GDS). It starts nothing: no goroutine, no
+// ring, no library load.
+func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, wrap(KindInvalid, "new", "engine", err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, transports: transports}
+	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	for _, t := range transports {
-		if ft, ok := t.(FileTransport); ok && e.file == nil && t.Kind() == TransportIOUring {
-			e.file = ft
+	for _, t := range backends {
+		switch t := t.(type) {
+		case FileTransport:
+			if e.file == nil && t.Kind() == TransportIOUring {
+				e.file = t
+			}
+		case GPU:
+			if e.gpu.b == nil {
+				e.gpu.b = t
+			}
+		case GDS:
+			if e.gds.b == nil && cfg.GDSEnabled {
+				e.gds.b = t
+			}
 		}
 	}
 	e.mu.segments = make(map[string]*segEntry)
@@ -113,7 +127,6 @@ func (e *Engine) fileReady() error {
 	return nil
 }
 
-func (e *Engine) gdsMode() string { return "unavailable" }
 
 // Close refuses new work, cancels queued groups, waits up to timeout for
 // running ones, then closes segments, regions and transports. If running
@@ -168,15 +181,16 @@ func (e *Engine) Close(timeout time.Duration) error {
 		if e.file != nil && r.anon {
 			e.file.ForgetBuffer(r.key)
 		}
-		r.m.Close()
+		r.free()
 	}
+	e.closeStaging()
 	var first error
-	for _, t := range e.transports {
+	for _, t := range e.backends {
 		if err := t.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
-	e.transports = nil
+	e.backends = nil
 	return first
 }
 
@@ -203,14 +217,10 @@ type Stats struct {
 	WorkersStarted   uint64     `json:"workers_started"`
 	WorkersRunning   int64      `json:"workers_running"`
 	UnquiescedGroups uint64     `json:"unquiesced_groups"`
-	IOUring          *FileStats `json:"io_uring"`
-	GDS              GDSStats   `json:"gds"`
+	IOUring          *FileStats    `json:"io_uring"`
+	Staging          *StagingStats `json:"staging,omitempty"`
+	GDS              GDSStats      `json:"gds"`
 	RuntimeQueue     QueueStats `json:"runtime_queue"`
-}
-
-// GDSStats reports the cuFile path.
-type GDSStats struct {
-	Mode string `json:"mode"`
 }
 
 // QueueStats reports the runtime admission queue.
@@ -256,7 +266,11 @@ func (e *Engine) Stats() Stats {
 		fs := e.file.FileStats()
 		s.IOUring = &fs
 	}
-	s.GDS.Mode = e.gdsMode()
+	s.GDS = e.gdsStats()
+	if p := e.gpu.staging.Load(); p != nil {
+		st := p.stats()
+		s.Staging = &st
+	}
 	s.RuntimeQueue.Enabled = e.cfg.RuntimeQueue.Enabled
 	return s
 }

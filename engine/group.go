@@ -25,12 +25,17 @@ type group struct {
 	ent       *segEntry
 	deadline  time.Time
 	charge    uint64
-	transport TransportKind
 
 	ops     []FileOp
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
 	scratch []*hostmem.Mapping
 	ranges  []hostRange // every local range, for loans
+	routes  []route     // per request (route.go)
+	pieces  [][]piece   // per off-ring request: its elements in file order
+	// offRing: some request touches device memory, so the whole group
+	// runs on the off-ring executors (offring.go) instead of the ring.
+	offRing      bool
+	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
 	bounds  []hostRange // per-region bounding box, for same-batch fences
 	fileLo  uint64
 	fileHi  uint64
@@ -80,9 +85,6 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		timeout = e.cfg.DefaultTimeout.D()
 	}
 	for i := range reqs {
-		if reqs[i].Transport == TransportGDS {
-			return nil, errorf(KindUnavailable, verb, b.name(), "requests[%d]: transport gds: cuFile is not available in this build", i)
-		}
 		if reqs[i].Transport > TransportGDS {
 			return nil, errorf(KindInvalid, verb, b.name(), "requests[%d]: transport %d unknown", i, reqs[i].Transport)
 		}
@@ -95,8 +97,8 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
-	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent, transport: TransportIOUring,
-		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)),
+	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent,
+		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)),
 		fileLo: ^uint64(0), lastSubmitted: -1}
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
@@ -140,6 +142,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 
 // build validates request i and prepares its file op.
 func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
+	firstRange := len(g.ranges)
 	var iov []IOVec
 	var buf Buffer
 	var extent uint64
@@ -212,6 +215,9 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 	if err := checkFileRange(g.seg, g.op, r.TargetOffset, extent, size); err != nil {
 		return err
 	}
+	if err := g.route(e, i, r, firstRange); err != nil {
+		return err
+	}
 	g.charge += extent
 	// Fences compare whole DIO blocks: a buffered write and an O_DIRECT
 	// write sharing a page race in the page cache even without sharing
@@ -279,7 +285,7 @@ func (g *group) conflicts(h *group) bool {
 
 func (g *group) fastPathEligible() bool {
 	e := g.b.e
-	return g.n == 1 && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
+	return !g.offRing && g.n == 1 && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
 		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0
 }
 
@@ -367,4 +373,71 @@ func (g *group) reportLocked() Report {
 		}
 	}
 	return r
+}
+
+// route chooses request i's route (route.go) from the ranges build
+// resolved for it (g.ranges[first:]), and for an off-ring request
+// records its pieces in file order.
+func (g *group) route(e *Engine, i int, r *Request, first int) error {
+	var m reqMemory
+	for _, rr := range g.ranges[first:] {
+		if rr.region.dev != nil {
+			m.device = true
+		} else {
+			m.host = true
+		}
+	}
+	for _, el := range r.Elements {
+		m.padding = m.padding || el.Padding != 0
+	}
+	rt, err := e.chooseRoute(g.ent, r, m)
+	if err != nil {
+		return err
+	}
+	if rt == routeGDS {
+		for _, rr := range g.ranges[first:] {
+			if err := e.gdsRegister(rr.region); err != nil {
+				if r.Transport == TransportGDS {
+					return detail(KindUnavailable, "transport gds: %v", err)
+				}
+				rt = routeStaged
+				break
+			}
+		}
+	}
+	g.routes[i] = rt
+	if rt == routeRing {
+		return nil
+	}
+	g.offRing = true
+	// Pieces in file order; ranges appear in g.ranges in element order.
+	k := first
+	var rel uint64
+	add := func(p piece) {
+		p.rel = rel
+		rel += p.n
+		g.pieces[i] = append(g.pieces[i], p)
+	}
+	if g.pieces == nil {
+		g.pieces = make([][]piece, g.n)
+	}
+	elems := r.Elements
+	if len(elems) == 0 {
+		elems = []Element{{Address: r.Address, Length: r.Length}}
+	}
+	for _, el := range elems {
+		if el.Padding != 0 {
+			add(piece{kind: piecePad, n: el.Padding})
+			continue
+		}
+		reg := g.ranges[k].region
+		k++
+		if reg.dev != nil {
+			add(piece{kind: pieceDevice, n: el.Length, addr: el.Address, dev: reg.dev.Device()})
+			continue
+		}
+		lo := el.Address - reg.BaseAddress()
+		add(piece{kind: pieceHost, n: el.Length, addr: el.Address, host: reg.m.Bytes()[lo : lo+el.Length]})
+	}
+	return nil
 }

@@ -40,7 +40,17 @@ func newEngine(t *testing.T, mut func(*config.Engine), transports ...engine.Tran
 	if transports == nil {
 		transports = realTransports(cfg)
 	}
-	e, err := engine.New(cfg, transports...)
+	var bs []engine.Backend
+	for _, t := range transports {
+		bs = append(bs, t)
+	}
+	return newEngineOver(t, cfg, bs...)
+}
+
+// newEngineOver builds an engine over explicit backends, closed at cleanup.
+func newEngineOver(t *testing.T, cfg config.Engine, backends ...engine.Backend) *engine.Engine {
+	t.Helper()
+	e, err := engine.New(cfg, backends...)
 	if err != nil {
 		t.Fatal(err)
 	}

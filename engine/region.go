@@ -22,19 +22,18 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Location says where a region's bytes live.
-type Location string
-
-// LocationCPU is pageable host memory.
-const LocationCPU Location = "cpu"
-
 // Region is one registered memory range. Safe for concurrent use.
 type Region struct {
 	e    *Engine
 	key  uint64
-	m    *hostmem.Mapping
+	loc  Location
+	m    *hostmem.Mapping // host bytes; nil for device memory
+	dev  DeviceMemory     // device memory (cuda:N); nil for host memory
 	shm  string
 	anon bool
+	// unpin undoes the page-locking of a pinned region; it runs before
+	// the mapping goes.
+	unpin func() error
 
 	mu struct {
 		sync.Mutex
@@ -48,14 +47,41 @@ type loan struct {
 	owner  *group
 }
 
-// BaseAddress is the address of the region's first byte.
-func (r *Region) BaseAddress() uint64 { return r.m.Addr() }
+// BaseAddress is the address of the region's first byte (a device
+// address for device memory).
+func (r *Region) BaseAddress() uint64 {
+	if r.dev != nil {
+		return r.dev.Ptr()
+	}
+	return r.m.Addr()
+}
 
 // Len is the region's size in bytes.
-func (r *Region) Len() uint64 { return r.m.Len() }
+func (r *Region) Len() uint64 {
+	if r.dev != nil {
+		return r.dev.Len()
+	}
+	return r.m.Len()
+}
 
 // Location is where the bytes live.
-func (r *Region) Location() Location { return LocationCPU }
+func (r *Region) Location() Location { return r.loc }
+
+// free releases the region's memory: unpin, then unmap or free the
+// device allocation.
+func (r *Region) free() error {
+	if r.dev != nil {
+		return r.dev.Free()
+	}
+	var err error
+	if r.unpin != nil {
+		err = r.unpin()
+	}
+	if cerr := r.m.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
 
 // SharedPath is the file mapped MAP_SHARED, or "" for private memory.
 func (r *Region) SharedPath() string { return r.shm }
@@ -75,7 +101,7 @@ func (e *Engine) RegisterMemory(bytes uint64) (*Region, error) {
 	if err != nil {
 		return nil, wrap(KindExhausted, "register", "memory", err)
 	}
-	return e.addRegion(&Region{e: e, m: m, anon: true})
+	return e.addRegion(&Region{e: e, loc: LocationCPU, m: m, anon: true})
 }
 
 // RegisterSharedFile maps the first bytes of an existing file (typically
@@ -99,14 +125,14 @@ func (e *Engine) RegisterSharedFile(path string, bytes uint64) (*Region, error) 
 	if err != nil {
 		return nil, wrap(KindInvalid, "register", "memory", err)
 	}
-	return e.addRegion(&Region{e: e, m: m, shm: path})
+	return e.addRegion(&Region{e: e, loc: LocationCPU, m: m, shm: path})
 }
 
 func (e *Engine) addRegion(r *Region) (*Region, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.mu.closed {
-		r.m.Close()
+		r.free()
 		return nil, errorf(KindClosed, "register", "memory", "engine is closed")
 	}
 	e.mu.nextKey++
@@ -115,7 +141,7 @@ func (e *Engine) addRegion(r *Region) (*Region, error) {
 	e.mu.regions = append(e.mu.regions, nil)
 	copy(e.mu.regions[i+1:], e.mu.regions[i:])
 	e.mu.regions[i] = r
-	e.log.Info("memory registered", "region", r.name(), "bytes", r.Len(), "shm", r.shm)
+	e.log.Info("memory registered", "region", r.name(), "location", r.loc, "bytes", r.Len(), "shm", r.shm)
 	return r, nil
 }
 
@@ -146,8 +172,9 @@ func (e *Engine) Unregister(r *Region) error {
 	if e.file != nil && r.anon {
 		e.file.ForgetBuffer(r.key)
 	}
+	e.gdsForgetRegion(r)
 	e.log.Info("memory unregistered", "region", r.name(), "bytes", r.Len())
-	return r.m.Close()
+	return r.free()
 }
 
 // ReadAt copies region bytes into p (io.ReaderAt semantics). It fails
@@ -187,6 +214,9 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 		if l.lo < hi && lo < l.hi {
 			return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
 		}
+	}
+	if r.dev != nil {
+		return r.deviceCopy(op, p[:end-uint64(off)], uint64(off), write)
 	}
 	b := r.m.Bytes()[off:end]
 	if write {

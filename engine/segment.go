@@ -325,6 +325,7 @@ func (ent *segEntry) closeFDs() {
 // closeEntry drops the entry's fd registrations from the transport, then
 // closes its fds. Only for an entry no group can use any more.
 func (e *Engine) closeEntry(ent *segEntry) {
+	e.gdsForgetFile(ent)
 	if e.file != nil {
 		e.file.ForgetFile(ent.buffered.Key)
 		e.file.ForgetFile(ent.direct.Key)

@@ -18,16 +18,12 @@ import "time"
 
 // Transport is a data path the engine can route requests to.
 type Transport interface {
+	// Probe (from Backend) is called lazily, on the first submission that
+	// considers this transport; Close after all queues are released or
+	// abandoned.
+	Backend
 	// Kind names the path (io_uring, gds).
 	Kind() TransportKind
-	// Probe reports availability: nil when usable, an error wrapping
-	// ErrUnavailable when absent (no kernel support, library missing), any
-	// other error when the probe itself failed. It is called lazily, on the
-	// first submission that considers this transport, and may be cached.
-	Probe() error
-	// Close releases every resource; called once by Engine.Close after all
-	// queues are released or abandoned.
-	Close() error
 }
 
 // FileTransport executes DRAM<->file I/O.

@@ -73,6 +73,17 @@ type worker struct {
 	// worker turn again at once instead of sleeping until the next CQE.
 	stalled bool
 	fast    bool // running on the submitting caller (fastPath): never wait for a ring
+	// wake is poked by off-ring executors after each task, so a worker
+	// with nothing on its ring learns that a fence may have cleared.
+	wake chan struct{}
+}
+
+// poke wakes the worker if it waits for off-ring work; never blocks.
+func (w *worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
 }
 
 // maxReapWait bounds one blocking wait so cutoffs are checked regularly.
@@ -321,6 +332,10 @@ func (w *worker) fillLocked() {
 			if !w.dispatchLocked(h) {
 				continue
 			}
+			if h.offRing {
+				w.startOffRingLocked(h)
+				continue
+			}
 			g = h
 		} else {
 			w.stalled = false
@@ -439,9 +454,13 @@ func (w *worker) reap(wait time.Duration) {
 	if len(b.mu.queue) > 0 && !w.stalled {
 		wait = 0
 	}
-	live := 0
+	live, offLive := 0, 0
 	cutoff := time.Time{}
 	for _, g := range b.mu.inflight {
+		if g.offRing {
+			offLive += g.outstanding // its executor enforces its own cutoff
+			continue
+		}
 		live += g.outstanding
 		if g.outstanding > 0 {
 			c := g.deadline.Add(e.cfg.QuiesceGrace.D())
@@ -452,7 +471,19 @@ func (w *worker) reap(wait time.Duration) {
 	}
 	b.mu.Unlock()
 	if live == 0 || w.q == nil {
+		if offLive > 0 && wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-w.wake:
+			case <-t.C:
+			}
+			t.Stop()
+		}
 		return
+	}
+	if offLive > 0 {
+		// Off-ring completions cannot interrupt a ring wait: poll.
+		wait = min(wait, time.Millisecond)
 	}
 	if !cutoff.IsZero() {
 		wait = min(wait, max(time.Until(cutoff), 0))
@@ -578,7 +609,7 @@ func (w *worker) cutoffLocked(now time.Time) {
 	grace := e.cfg.QuiesceGrace.D()
 	for k := 0; k < len(b.mu.inflight); k++ {
 		g := b.mu.inflight[k]
-		if g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
+		if g.offRing || g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
 			continue
 		}
 		for i := 0; i < g.n; i++ {

@@ -9,6 +9,6 @@ import (
 )
 
 // transports returns the data paths built into this binary.
-func transports(cfg config.Engine) []engine.Transport {
-	return []engine.Transport{iouring.New(cfg.IOUring)}
+func transports(cfg config.Engine) []engine.Backend {
+	return append([]engine.Backend{iouring.New(cfg.IOUring)}, gpuBackends(cfg)...)
 }

@@ -9,4 +9,4 @@ import (
 
 // transports returns the data paths built into this binary: none in a
 // build without io_uring, so file READ/WRITE report unavailable.
-func transports(config.Engine) []engine.Transport { return nil }
+func transports(cfg config.Engine) []engine.Backend { return gpuBackends(cfg) }

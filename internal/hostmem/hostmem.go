@@ -106,3 +106,7 @@ func (m *Mapping) Close() error {
 	})
 	return err
 }
+
+// AddrOf is the address of b's first byte (b must not be empty). For
+// memory outside the Go heap (mappings), where addresses are stable.
+func AddrOf(b []byte) uint64 { return uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b)))) }

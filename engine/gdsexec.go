@@ -1,0 +1,275 @@
+// gdsexec.go owns the GDS path: device memory <-> file through cuFile.
+//
+// cuFile is loaded when a submission first considers it (never at New,
+// segment open or info). Each segment entry gets one cuFile handle on its
+// O_DIRECT fd, registered on first use and deregistered when the entry
+// closes. Device regions are registered with cuFile on first GDS use; a
+// failed registration is counted and leaves the region to staging
+// (an explicit gds request for it is Unavailable).
+//
+// A job's units are slices of at most 16 MiB (gdsSlice) of one device
+// range; up to gds_batch_depth of them run at once, each a blocking cuFile
+// call on its own goroutine. A call that does not return by deadline +
+// quiesce_grace leaves its units unquiesced: the group keeps its loans and
+// charges, and the handle is never deregistered.
+
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// gdsSlice is the largest cuFile call (the spec splits requests at
+// 16 MiB).
+const gdsSlice = 16 << 20
+
+type gdsState struct {
+	b         GDS
+	probeOnce sync.Once
+	probeErr  error
+
+	mu      sync.Mutex
+	files   map[uint64]GDSFile // by the entry's direct fd key
+	regs    map[uint64]error   // device region key -> registration result
+	busy    map[uint64]int     // calls in flight per file key
+	retired map[uint64]bool    // entries closed while a call was in flight
+
+	regFailures atomic.Uint64
+	reads       atomic.Uint64
+	writes      atomic.Uint64
+	unquiesced  atomic.Uint64
+}
+
+// GDSStats reports the cuFile path.
+type GDSStats struct {
+	// Mode is "unavailable" (no backend or disabled), "unprobed" (not
+	// loaded yet), or the driver's policy once probed.
+	Mode                       string `json:"mode"`
+	ProbeError                 string `json:"probe_error,omitempty"`
+	Files                      int    `json:"files"`
+	BufferRegistrations        int    `json:"buffer_registrations"`
+	BufferRegistrationFailures uint64 `json:"buffer_registration_failures"`
+	Reads                      uint64 `json:"reads"`
+	Writes                     uint64 `json:"writes"`
+	Unquiesced                 uint64 `json:"unquiesced_calls"`
+}
+
+// gdsReady probes cuFile once.
+func (e *Engine) gdsReady() error {
+	if e.gds.b == nil {
+		return errors.New("cuFile is not available in this build")
+	}
+	if err := e.gpuReady("", ""); err != nil {
+		return err
+	}
+	e.gds.probeOnce.Do(func() { e.gds.probeErr = e.gds.b.Probe() })
+	if e.gds.probeErr != nil {
+		return e.gds.probeErr
+	}
+	if e.cfg.GDSRequireNative && e.gds.b.Mode() != "native" {
+		return fmt.Errorf("gds_require_native is set and cuFile runs in mode %s", e.gds.b.Mode())
+	}
+	return nil
+}
+
+func (e *Engine) gdsMode() string {
+	if e.gds.b == nil {
+		return "unavailable"
+	}
+	done := false
+	e.gds.mu.Lock()
+	done = e.gds.files != nil || e.gds.regs != nil
+	e.gds.mu.Unlock()
+	if !done && e.gds.probeErr == nil {
+		// Not probed by a submission yet (Stats never probes).
+		return "unprobed"
+	}
+	if e.gds.probeErr != nil {
+		return "unavailable"
+	}
+	return e.gds.b.Mode()
+}
+
+func (e *Engine) gdsStats() GDSStats {
+	s := GDSStats{Mode: e.gdsMode(), BufferRegistrationFailures: e.gds.regFailures.Load(),
+		Reads: e.gds.reads.Load(), Writes: e.gds.writes.Load(), Unquiesced: e.gds.unquiesced.Load()}
+	if e.gds.probeErr != nil {
+		s.ProbeError = e.gds.probeErr.Error()
+	}
+	e.gds.mu.Lock()
+	s.Files = len(e.gds.files)
+	for _, err := range e.gds.regs {
+		if err == nil {
+			s.BufferRegistrations++
+		}
+	}
+	e.gds.mu.Unlock()
+	return s
+}
+
+// gdsRegister registers device region r with cuFile once; the result is
+// cached (a failure leaves r to staging).
+func (e *Engine) gdsRegister(r *Region) error {
+	e.gds.mu.Lock()
+	defer e.gds.mu.Unlock()
+	if e.gds.regs == nil {
+		e.gds.regs = map[uint64]error{}
+	}
+	if err, ok := e.gds.regs[r.key]; ok {
+		return err
+	}
+	err := e.gds.b.RegisterBuffer(r.dev.Device(), r.BaseAddress(), r.Len())
+	if err != nil {
+		e.gds.regFailures.Add(1)
+		err = fmt.Errorf("cuFile buffer registration of %s failed: %w", r.name(), err)
+	}
+	e.gds.regs[r.key] = err
+	return err
+}
+
+// gdsForgetRegion deregisters r before its memory is freed.
+func (e *Engine) gdsForgetRegion(r *Region) {
+	if e.gds.b == nil || r.dev == nil {
+		return
+	}
+	e.gds.mu.Lock()
+	err, ok := e.gds.regs[r.key]
+	delete(e.gds.regs, r.key)
+	e.gds.mu.Unlock()
+	if ok && err == nil {
+		e.gds.b.DeregisterBuffer(r.dev.Device(), r.BaseAddress())
+	}
+}
+
+// gdsFile returns the entry's cuFile handle, registering it on first use,
+// and counts a call in flight (gdsDone ends it).
+func (e *Engine) gdsFile(ent *segEntry) (GDSFile, error) {
+	e.gds.mu.Lock()
+	defer e.gds.mu.Unlock()
+	if e.gds.files == nil {
+		e.gds.files, e.gds.busy, e.gds.retired = map[uint64]GDSFile{}, map[uint64]int{}, map[uint64]bool{}
+	}
+	f, ok := e.gds.files[ent.direct.Key]
+	if !ok {
+		var err error
+		if f, err = e.gds.b.OpenFile(ent.direct.FD); err != nil {
+			return nil, err
+		}
+		e.gds.files[ent.direct.Key] = f
+	}
+	e.gds.busy[ent.direct.Key]++
+	return f, nil
+}
+
+func (e *Engine) gdsDone(ent *segEntry) {
+	e.gds.mu.Lock()
+	e.gds.busy[ent.direct.Key]--
+	e.gds.mu.Unlock()
+}
+
+// gdsForgetFile deregisters the entry's handle before its fds close.
+// A handle with a call still in flight (unquiesced) is never closed.
+func (e *Engine) gdsForgetFile(ent *segEntry) {
+	if e.gds.b == nil {
+		return
+	}
+	e.gds.mu.Lock()
+	f, ok := e.gds.files[ent.direct.Key]
+	busy := e.gds.busy[ent.direct.Key] > 0
+	if ok && !busy {
+		delete(e.gds.files, ent.direct.Key)
+		delete(e.gds.busy, ent.direct.Key)
+	}
+	e.gds.mu.Unlock()
+	if ok && !busy {
+		f.Close()
+	}
+}
+
+// runGDS runs a GDS job to the end.
+func (e *Engine) runGDS(x *offRing) {
+	g := x.g
+	f, err := e.gdsFile(g.ent)
+	if err != nil {
+		x.failRest(wrap(KindIO, g.op.String(), g.seg.name(), fmt.Errorf("cuFile handle: %w", err)))
+		return
+	}
+	defer e.gdsDone(g.ent)
+	n := x.lanes(e.cfg.GDSBatchDepth)
+	var wg sync.WaitGroup
+	var stuck atomic.Bool
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := x.take(); k >= 0; k = x.take() {
+				if !e.gdsUnit(x, f, k) {
+					stuck.Store(true)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if stuck.Load() {
+		// Keep the handle counted busy forever: it is never closed.
+		e.gds.mu.Lock()
+		e.gds.busy[g.ent.direct.Key]++
+		e.gds.mu.Unlock()
+	}
+}
+
+// gdsUnit runs one cuFile call; false when it did not return in time.
+func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
+	g := x.g
+	u := &x.units[k]
+	if time.Now().After(g.deadline) {
+		x.resolve(k, 0, unitErr(g, k, u, KindTimeout, errors.New("deadline passed before these bytes started")))
+		return true
+	}
+	p := u.pieces[0]
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	if g.op == OpWrite {
+		x.markSubmitted(k)
+	}
+	go func() {
+		var r result
+		if g.op == OpRead {
+			r.n, r.err = f.Read(p.dev, p.addr, u.n, u.off)
+			e.gds.reads.Add(1)
+		} else {
+			r.n, r.err = f.Write(p.dev, p.addr, u.n, u.off)
+			e.gds.writes.Add(1)
+		}
+		done <- r
+	}()
+	cut := time.NewTimer(time.Until(g.deadline.Add(e.cfg.QuiesceGrace.D())))
+	defer cut.Stop()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			x.resolve(k, 0, unitErr(g, k, u, KindIO, r.err))
+		} else {
+			x.resolve(k, uint64(max(r.n, 0)), nil)
+		}
+		return true
+	case <-cut.C:
+		e.gds.unquiesced.Add(1)
+		x.mu.Lock()
+		x.undrained = true
+		x.mu.Unlock()
+		x.resolve(k, 0, unitErr(g, k, u, KindIO, fmt.Errorf("unquiesced: cuFile call did not return %s after the deadline; its memory and file stay retained", e.cfg.QuiesceGrace.D())))
+		for j := x.take(); j >= 0; j = x.take() {
+			x.resolve(j, 0, unitErr(g, j, &x.units[j], KindTimeout, errors.New("deadline passed before these bytes started")))
+		}
+		return false
+	}
+}

@@ -1,0 +1,103 @@
+// gpu.go owns the contract between the engine and its GPU backends: the
+// CUDA driver (device memory, pinning, streams, events) and cuFile (GDS).
+// The engine knows them only through these interfaces; backends/cuda and
+// backends/gds implement them and cmd/orbitefs plugs them in through New.
+//
+// Rules a backend may rely on, and must keep:
+//   - Every method is safe to call from any goroutine: a backend that
+//     needs a per-thread context (CUDA) binds it itself.
+//   - Nothing is loaded before Probe: an engine that never sees GPU memory
+//     never opens libcuda or libcufile.
+//   - Device addresses live in the same 64-bit virtual address space as
+//     host memory (CUDA's unified addressing), so the engine's address
+//     index holds both without overlap.
+
+package engine
+
+// Backend is anything New accepts: a transport or a GPU backend.
+type Backend interface {
+	// Probe reports availability: nil when usable, an error wrapping
+	// ErrUnavailable when absent. Called lazily and cached by the engine.
+	Probe() error
+	// Close releases every resource; called once by Engine.Close.
+	Close() error
+}
+
+// GPU is the CUDA driver as the engine uses it.
+type GPU interface {
+	Backend
+	// Devices is the number of CUDA devices.
+	Devices() (int, error)
+	// Alloc allocates n bytes of device memory on device dev.
+	Alloc(dev int, n uint64) (DeviceMemory, error)
+	// ImportIPC maps another process's allocation from its IPC handle.
+	ImportIPC(dev int, handle []byte) (DeviceMemory, error)
+	// Pin page-locks host memory [addr, addr+n) for every context
+	// (portable), so device copies from and to it run at DMA speed. The
+	// returned func undoes it and must run before the memory is unmapped.
+	Pin(addr uintptr, n uint64) (unpin func() error, err error)
+	// NewStream creates a copy stream on device dev.
+	NewStream(dev int) (Stream, error)
+}
+
+// DeviceMemory is one device allocation (or an imported IPC mapping).
+type DeviceMemory interface {
+	Device() int
+	Ptr() uint64
+	Len() uint64
+	// CopyOut copies len(p) bytes at off to host memory p (synchronous).
+	CopyOut(p []byte, off uint64) error
+	// CopyIn copies p to off (synchronous).
+	CopyIn(off uint64, p []byte) error
+	// Free releases the allocation (or closes the IPC mapping).
+	Free() error
+}
+
+// Stream is an ordered queue of asynchronous copies on one device.
+// One goroutine uses a stream at a time.
+type Stream interface {
+	// HtoD enqueues a copy of n bytes from host src to device dst.
+	HtoD(dst uint64, src uintptr, n uint64) error
+	// DtoH enqueues a copy of n bytes from device src to host dst.
+	DtoH(dst uintptr, src uint64, n uint64) error
+	// Record returns an event that completes after every copy enqueued
+	// so far.
+	Record() (Event, error)
+	// Sync waits for every enqueued copy.
+	Sync() error
+	Close() error
+}
+
+// Event marks a point in a stream.
+type Event interface {
+	// Done reports completion without waiting; an error means the copies
+	// before it failed or their outcome is unknown.
+	Done() (bool, error)
+	// Wait blocks until the event completes.
+	Wait() error
+	Close() error
+}
+
+// GDS is cuFile as the engine uses it.
+type GDS interface {
+	Backend
+	// Mode is the driver's compatibility policy: "native",
+	// "compat-permitted", "compat-forced" or "disabled"; "" before Probe.
+	Mode() string
+	// OpenFile registers an O_DIRECT fd with cuFile.
+	OpenFile(fd int) (GDSFile, error)
+	// RegisterBuffer registers device memory for cuFile I/O. A failure
+	// leaves the memory usable by other paths.
+	RegisterBuffer(dev int, ptr, n uint64) error
+	DeregisterBuffer(dev int, ptr uint64) error
+}
+
+// GDSFile is one cuFile handle.
+type GDSFile interface {
+	// Read reads n bytes at file offset off into device memory ptr on
+	// device dev; it returns the bytes read (short at EOF).
+	Read(dev int, ptr, n, off uint64) (int, error)
+	// Write writes n bytes from device memory ptr to file offset off.
+	Write(dev int, ptr, n, off uint64) (int, error)
+	Close() error
+}

@@ -1,0 +1,197 @@
+// memory.go owns memory locations and the GPU-backed registrations:
+// page-locked ("pinned") host memory and CUDA device memory, allocated or
+// imported from another process's IPC handle.
+//
+// Invariants:
+//   - A region is host memory (m != nil, bytes addressable by the CPU and
+//     by io_uring) or device memory (dev != nil, reached only through the
+//     GPU backend); never both.
+//   - Pinned regions are ordinary host regions that are also page-locked:
+//     every host path (io_uring, fixed buffers, data file) treats them as
+//     cpu memory, and device copies from them run at DMA speed.
+//   - The GPU backend is probed once, on the first registration or
+//     transfer that needs it; an engine that never sees GPU memory never
+//     loads libcuda.
+
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/orbitefs/orbitefs/internal/hostmem"
+)
+
+// Location says where a region's bytes live: "cpu", "pinned" or
+// "cuda:N".
+type Location string
+
+const (
+	// LocationCPU is pageable host memory.
+	LocationCPU Location = "cpu"
+	// LocationPinned is page-locked host memory, visible to every CUDA
+	// context.
+	LocationPinned Location = "pinned"
+)
+
+// LocationCUDA names device memory on CUDA device dev.
+func LocationCUDA(dev int) Location { return Location("cuda:" + strconv.Itoa(dev)) }
+
+// ParseLocation checks a location's spelling.
+func ParseLocation(s string) (Location, error) {
+	switch s {
+	case string(LocationCPU), string(LocationPinned):
+		return Location(s), nil
+	}
+	if n, ok := strings.CutPrefix(s, "cuda:"); ok {
+		d, err := strconv.Atoi(n)
+		if err == nil && d >= 0 && strconv.Itoa(d) == n {
+			return Location(s), nil
+		}
+	}
+	return "", fmt.Errorf("location %q: want cpu, pinned or cuda:N", s)
+}
+
+// Device returns the CUDA device of a cuda:N location.
+func (l Location) Device() (int, bool) {
+	n, ok := strings.CutPrefix(string(l), "cuda:")
+	if !ok {
+		return 0, false
+	}
+	d, err := strconv.Atoi(n)
+	return d, err == nil
+}
+
+// gpuState is the engine's GPU backend and what it built lazily.
+type gpuState struct {
+	b         GPU
+	probeOnce sync.Once
+	probeErr  error
+
+	stagingOnce sync.Once
+	staging     atomic.Pointer[stagingPool]
+	stagingErr  error
+
+	streamMu sync.Mutex
+	streams  map[int][]Stream // idle copy streams by device
+}
+
+// gpuReady probes the GPU backend once. Errors are KindUnavailable and
+// say why (no backend in this build, no libcuda, no device).
+func (e *Engine) gpuReady(op, name string) error {
+	if e.gpu.b == nil {
+		return errorf(KindUnavailable, op, name, "cuda: no GPU backend in this build")
+	}
+	e.gpu.probeOnce.Do(func() { e.gpu.probeErr = e.gpu.b.Probe() })
+	if e.gpu.probeErr != nil {
+		return wrap(KindUnavailable, op, name, e.gpu.probeErr)
+	}
+	return nil
+}
+
+// checkDevice verifies that device dev exists.
+func (e *Engine) checkDevice(op, name string, dev int) error {
+	if err := e.gpuReady(op, name); err != nil {
+		return err
+	}
+	n, err := e.gpu.b.Devices()
+	if err != nil {
+		return wrap(KindUnavailable, op, name, err)
+	}
+	if dev < 0 || dev >= n {
+		return errorf(KindUnavailable, op, name, "no CUDA device %d (this machine has %d)", dev, n)
+	}
+	return nil
+}
+
+// RegisterPinned allocates bytes of zeroed, page-aligned host memory and
+// page-locks it for every CUDA context.
+func (e *Engine) RegisterPinned(bytes uint64) (*Region, error) {
+	if err := e.checkOpen("register"); err != nil {
+		return nil, err
+	}
+	if bytes == 0 {
+		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
+	}
+	if err := e.gpuReady("register", "memory"); err != nil {
+		return nil, err
+	}
+	m, err := hostmem.Anonymous(bytes)
+	if err != nil {
+		return nil, wrap(KindExhausted, "register", "memory", err)
+	}
+	unpin, err := e.gpu.b.Pin(uintptr(m.Addr()), m.Len())
+	if err != nil {
+		m.Close()
+		return nil, wrap(KindExhausted, "register", "memory", fmt.Errorf("pinning %d bytes: %w", bytes, err))
+	}
+	return e.addRegion(&Region{e: e, loc: LocationPinned, m: m, anon: true, unpin: unpin})
+}
+
+// RegisterDevice allocates bytes of device memory on CUDA device dev.
+func (e *Engine) RegisterDevice(dev int, bytes uint64) (*Region, error) {
+	if err := e.checkOpen("register"); err != nil {
+		return nil, err
+	}
+	if bytes == 0 {
+		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
+	}
+	if err := e.checkDevice("register", "memory", dev); err != nil {
+		return nil, err
+	}
+	d, err := e.gpu.b.Alloc(dev, bytes)
+	if err != nil {
+		return nil, wrap(KindExhausted, "register", "memory", err)
+	}
+	return e.addRegion(&Region{e: e, loc: LocationCUDA(dev), dev: d})
+}
+
+// ImportDevice maps another process's device allocation from its CUDA IPC
+// handle. bytes may be less than the exporter's allocation; the exporter
+// must keep it alive until Unregister.
+func (e *Engine) ImportDevice(dev int, handle []byte, bytes uint64) (*Region, error) {
+	if err := e.checkOpen("register"); err != nil {
+		return nil, err
+	}
+	if bytes == 0 {
+		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
+	}
+	if err := e.checkDevice("register", "memory", dev); err != nil {
+		return nil, err
+	}
+	d, err := e.gpu.b.ImportIPC(dev, handle)
+	if err != nil {
+		return nil, wrap(KindInvalid, "register", "memory", fmt.Errorf("cuda_ipc_handle: %w", err))
+	}
+	if d.Len() != 0 && d.Len() < bytes {
+		d.Free()
+		return nil, errorf(KindRange, "register", "memory", "the imported allocation has %d bytes, fewer than %d", d.Len(), bytes)
+	}
+	return e.addRegion(&Region{e: e, loc: LocationCUDA(dev), dev: sized{d, bytes}})
+}
+
+// sized narrows an imported mapping to the registered length.
+type sized struct {
+	DeviceMemory
+	n uint64
+}
+
+func (s sized) Len() uint64 { return s.n }
+
+// deviceCopy serves ReadAt/WriteAt on device memory through a bounce in
+// host memory (the backend's synchronous copy). REQUIRES: r.mu.
+func (r *Region) deviceCopy(op string, p []byte, off uint64, write bool) (int, error) {
+	var err error
+	if write {
+		err = r.dev.CopyIn(off, p)
+	} else {
+		err = r.dev.CopyOut(p, off)
+	}
+	if err != nil {
+		return 0, wrap(KindIO, op, r.name(), err)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,316 @@
+// offring.go owns the execution of groups that leave the batch worker's
+// ring: requests that touch device memory, run through pinned staging
+// (staged.go) or cuFile (gdsexec.go).
+//
+// The worker still owns the group's place in the batch: FIFO dispatch,
+// fences against earlier groups, loans and the deadline check at
+// dispatch. At dispatch it marks every task running and hands the group
+// to an offRing job, which splits each request's file extent into units
+// and runs them on several lanes at once (one io_uring ring, a set of
+// staging chunks and a CUDA stream per lane; or one cuFile call per lane
+// for GDS), so the disk, the copy engine and every core overlap.
+//
+// Invariants:
+//   - A unit resolves exactly once (resolve); a task reports once, when
+//     its last unit resolves, through Batch.finishOffRing.
+//   - A task's transferred bytes are its consecutive fully successful
+//     units from the start, plus the returned prefix of the first short
+//     one; a gap stops the count even if later units succeeded.
+//   - A WRITE unit that reached the kernel (or cuFile) and failed makes
+//     its task's remote effect unknown.
+//   - A lane that cannot prove its units drained (no CQE past deadline +
+//     quiesce_grace, an uncertain device copy) marks the job undrained
+//     before resolving them: the group then ends unquiesced and keeps its
+//     loans and charges, and the lane keeps its ring and chunks forever.
+
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+type pieceKind uint8
+
+const (
+	pieceHost pieceKind = iota
+	pieceDevice
+	piecePad
+)
+
+// piece is one element of a request in file order.
+type piece struct {
+	kind pieceKind
+	rel  uint64 // offset in the request's file extent
+	n    uint64
+	addr uint64 // host or device address
+	host []byte // host bytes (pieceHost)
+	dev  int    // CUDA device (pieceDevice)
+}
+
+// unit is the slice of one request's file extent that one lane moves at
+// once: at most one staging chunk, or one cuFile call.
+type unit struct {
+	task   int    // group-relative request index
+	off    uint64 // file offset
+	rel    uint64 // offset within the request's extent
+	n      uint64
+	pieces []piece // the parts of the request this unit covers, clipped
+}
+
+type unitResult struct {
+	done      bool
+	got       uint64
+	err       error
+	submitted bool // a WRITE reached the kernel or cuFile
+}
+
+// offRing is one group's off-ring execution.
+type offRing struct {
+	g     *group
+	route route
+	units []unit
+	next  atomic.Int64
+
+	mu        sync.Mutex
+	res       []unitResult
+	left      []int // per task: units not yet resolved
+	first     []int // per task: index of its first unit
+	undrained bool
+}
+
+// newOffRing splits the group's requests into units of at most size
+// bytes. byPiece keeps every unit within one piece (cuFile moves one
+// device range per call).
+// Tasks that are not live (cancelled before dispatch) get no unit.
+func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) bool) *offRing {
+	x := &offRing{g: g, route: rt, left: make([]int, g.n), first: make([]int, g.n)}
+	for i := 0; i < g.n; i++ {
+		x.first[i] = len(x.units)
+		if !live(i) {
+			continue
+		}
+		ps := g.pieces[i]
+		var extent uint64
+		for _, p := range ps {
+			extent = max(extent, p.rel+p.n)
+		}
+		if byPiece {
+			for _, p := range ps {
+				for at := uint64(0); at < p.n; at += size {
+					n := min(size, p.n-at)
+					q := p
+					q.rel, q.n = 0, n
+					q.addr += at
+					x.units = append(x.units, unit{task: i, off: g.ops[i].Offset + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
+				}
+			}
+		} else {
+			for at := uint64(0); at < extent; at += size {
+				u := unit{task: i, off: g.ops[i].Offset + at, rel: at, n: min(size, extent-at)}
+				u.pieces = clip(ps, at, u.n)
+				x.units = append(x.units, u)
+			}
+		}
+		x.left[i] = len(x.units) - x.first[i]
+	}
+	x.res = make([]unitResult, len(x.units))
+	return x
+}
+
+// clip returns the parts of ps inside [at, at+n), with rel made relative
+// to at.
+func clip(ps []piece, at, n uint64) []piece {
+	var out []piece
+	for _, p := range ps {
+		lo, hi := max(p.rel, at), min(p.rel+p.n, at+n)
+		if lo >= hi {
+			continue
+		}
+		q := p
+		d := lo - p.rel
+		q.rel, q.n = lo-at, hi-lo
+		q.addr += d
+		if q.host != nil {
+			q.host = q.host[d : d+q.n]
+		}
+		out = append(out, q)
+	}
+	return out
+}
+
+// take hands out the next unit, in file order, or -1.
+func (x *offRing) take() int {
+	k := int(x.next.Add(1) - 1)
+	if k >= len(x.units) {
+		return -1
+	}
+	return k
+}
+
+// markSubmitted records that a WRITE unit reached the kernel.
+func (x *offRing) markSubmitted(k int) {
+	x.mu.Lock()
+	x.res[k].submitted = true
+	x.mu.Unlock()
+}
+
+// resolve records unit k's outcome and reports its task when it was the
+// task's last unit.
+func (x *offRing) resolve(k int, got uint64, err error) {
+	x.mu.Lock()
+	r := &x.res[k]
+	if r.done {
+		x.mu.Unlock()
+		return
+	}
+	r.done, r.got, r.err = true, got, err
+	i := x.units[k].task
+	x.left[i]--
+	if x.left[i] > 0 {
+		x.mu.Unlock()
+		return
+	}
+	transferred, terr, effect := x.taskResultLocked(i)
+	drained := !x.undrained
+	x.mu.Unlock()
+	x.g.b.finishOffRing(x.g, i, transferred, terr, effect, drained)
+}
+
+// taskResultLocked folds task i's units. REQUIRES: x.mu.
+func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
+	g := x.g
+	end := len(x.units)
+	if i+1 < g.n {
+		end = x.first[i+1]
+	}
+	var got uint64
+	var err error
+	effect := EffectNone
+	prefix := true
+	for k := x.first[i]; k < end; k++ {
+		u, r := &x.units[k], &x.res[k]
+		if g.op == OpWrite && r.submitted && (r.err != nil || r.got < u.n) {
+			effect = EffectUnknown
+		}
+		if !prefix {
+			continue
+		}
+		got += min(r.got, u.n)
+		switch {
+		case r.err != nil:
+			err, prefix = r.err, false
+		case r.got < u.n:
+			what := "short read"
+			if g.op == OpWrite {
+				what = "short write"
+			}
+			err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
+			prefix = false
+		}
+	}
+	return got, err, effect
+}
+
+// failRest resolves every unit not yet handed out with err (used when a
+// lane cannot start: no ring, no staging).
+func (x *offRing) failRest(err error) {
+	for k := x.take(); k >= 0; k = x.take() {
+		x.resolve(k, 0, err)
+	}
+}
+
+// lanes is how many lanes a job runs on.
+func (x *offRing) lanes(limit int) int {
+	return max(1, min(limit, len(x.units)))
+}
+
+// finishOffRing publishes one off-ring task's outcome and finishes the
+// group after its last task.
+func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+	e := b.e
+	b.mu.Lock()
+	t := &b.mu.tasks[g.first+i]
+	if t.state == TaskRunning {
+		t.transferred = transferred
+		t.effect = effect
+		if err == nil {
+			t.state = TaskCompleted
+			e.st.tasksCompleted.Add(1)
+		} else {
+			t.state = TaskFailed
+			t.err = err
+			e.st.tasksFailed.Add(1)
+		}
+		if g.op == OpRead {
+			e.st.bytesRead.Add(transferred)
+		} else {
+			e.st.bytesWritten.Add(transferred)
+		}
+		if !drained {
+			g.offUndrained = true
+		}
+		g.outstanding--
+		if g.outstanding == 0 {
+			drained = !g.offUndrained
+			if !drained {
+				e.st.unquiesced.Add(1)
+				e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
+			}
+			g.finishLocked(drained)
+		}
+		b.changedLocked()
+	}
+	w := b.mu.w
+	b.mu.Unlock()
+	b.deliver()
+	if w != nil {
+		w.poke()
+	}
+}
+
+// startOffRing hands a dispatched group to its executor. Every pending
+// task becomes running. REQUIRES: b.mu.
+func (w *worker) startOffRingLocked(g *group) {
+	b := w.b
+	for i := 0; i < g.n; i++ {
+		t := &b.mu.tasks[g.first+i]
+		if t.state == TaskPending {
+			t.state = TaskRunning
+			t.submitted = true
+			g.outstanding++
+		}
+	}
+	g.next = g.n
+	g.offRing = true
+	if g.outstanding == 0 {
+		g.finishLocked(true)
+		return
+	}
+	// One job per route, so cuFile and staging units of one group run at
+	// once; a host-only request in such a group goes through staging.
+	e := b.e
+	var gds, staged bool
+	for i := 0; i < g.n; i++ {
+		if b.mu.tasks[g.first+i].state == TaskRunning {
+			gds = gds || g.routes[i] == routeGDS
+			staged = staged || g.routes[i] != routeGDS
+		}
+	}
+	running := func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning }
+	if gds {
+		x := newOffRing(g, routeGDS, gdsSlice, true, func(i int) bool { return running(i) && g.routes[i] == routeGDS })
+		go e.runGDS(x)
+	}
+	if staged {
+		x := newOffRing(g, routeStaged, uint64(e.cfg.StagingChunkSize), false, func(i int) bool { return running(i) && g.routes[i] != routeGDS })
+		go e.runStaged(x)
+	}
+}
+
+// unitErr wraps a lane failure for one unit.
+func unitErr(g *group, k int, u *unit, kind Kind, err error) error {
+	return &Error{Op: g.op.String(), Name: g.seg.name(), Kind: kind,
+		Err: fmt.Errorf("requests[%d]: bytes [%d, %d): %w", u.task, u.rel, u.rel+u.n, err)}
+}

@@ -1,0 +1,108 @@
+// route.go owns transport selection: the one place that decides, per
+// request, which path moves its bytes.
+//
+// Routes:
+//   - routeRing: host memory <-> file on the batch worker's io_uring ring.
+//   - routeStaged: any request touching device memory, through pinned
+//     staging chunks on io_uring rings (staged.go); the task reports
+//     transport io_uring.
+//   - routeGDS: device memory <-> file through cuFile (gdsexec.go).
+//
+// Selection (spec "transport preference", with one documented narrowing):
+//   - transport gds: honoured when cuFile is usable and the request is
+//     eligible, otherwise Unavailable naming the reason; never silently
+//     rerouted.
+//   - transport io_uring: the ring for host memory, staging for device
+//     memory.
+//   - unspec: GDS when eligible, else staging, for requests that touch
+//     device memory; host-only requests keep the ring (cuFile would only
+//     add a copy for DRAM, and would load libcufile for every DRAM user).
+//
+// Eligibility for GDS: a GDS backend that probes usable, gds_enabled, an
+// O_DIRECT fd on a filesystem with a block device (not tmpfs), no padding,
+// device memory only, and the file offset, every length and every device
+// address aligned to the file's DIO alignment.
+
+package engine
+
+import "fmt"
+
+type route uint8
+
+const (
+	routeRing route = iota
+	routeStaged
+	routeGDS
+)
+
+// transport is the kind a task on this route reports.
+func (r route) transport() TransportKind {
+	if r == routeGDS {
+		return TransportGDS
+	}
+	return TransportIOUring
+}
+
+// reqMemory summarizes what local memory a request touches.
+type reqMemory struct {
+	device  bool // some range is device memory
+	host    bool // some range is host memory
+	padding bool
+	devices []int // distinct CUDA devices
+}
+
+// chooseRoute picks request r's route. It may probe cuFile.
+func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, error) {
+	switch r.Transport {
+	case TransportGDS:
+		if why := e.gdsIneligible(ent, r, m); why != "" {
+			return 0, detail(KindUnavailable, "transport gds: %s", why)
+		}
+		return routeGDS, nil
+	case TransportIOUring, TransportUnspec:
+	default:
+		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
+	}
+	if !m.device {
+		return routeRing, nil
+	}
+	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" {
+		return routeGDS, nil
+	}
+	return routeStaged, nil
+}
+
+// gdsIneligible returns why r cannot use cuFile, or "".
+func (e *Engine) gdsIneligible(ent *segEntry, r *Request, m reqMemory) string {
+	switch {
+	case !e.cfg.GDSEnabled:
+		return "gds_enabled is false"
+	case e.gds.b == nil:
+		return "cuFile is not available in this build"
+	case m.padding:
+		return "a vector with padding cannot use cuFile"
+	case m.host || !m.device:
+		return "cuFile here serves device memory only"
+	case ent.direct.FD < 0:
+		return fmt.Sprintf("%s has no O_DIRECT descriptor (filesystem %s)", ent.path, ent.fsType)
+	}
+	if err := e.gdsReady(); err != nil {
+		return err.Error()
+	}
+	a := ent.dioOff
+	if r.TargetOffset%a != 0 {
+		return fmt.Sprintf("file offset %d is not a multiple of %d", r.TargetOffset, a)
+	}
+	if len(r.Elements) == 0 {
+		if r.Length%a != 0 || r.Address%a != 0 {
+			return fmt.Sprintf("address %#x or length %d is not a multiple of %d", r.Address, r.Length, a)
+		}
+		return ""
+	}
+	for j, el := range r.Elements {
+		if el.Length%a != 0 || el.Address%a != 0 {
+			return fmt.Sprintf("elements[%d]: address %#x or length %d is not a multiple of %d", j, el.Address, el.Length, a)
+		}
+	}
+	return ""
+}
