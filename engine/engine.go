@@ -26,12 +26,12 @@ import (
 
 // Engine is the transfer engine. Safe for concurrent use.
 type Engine struct {
-	cfg        config.Engine
-	log        *slog.Logger
-	backends   []Backend
-	file       FileTransport // nil in a build without a file backend
-	gpu        gpuState      // CUDA memory and staging; zero when no GPU backend
-	gds        gdsState      // cuFile; zero when no GDS backend
+	cfg      config.Engine
+	log      *slog.Logger
+	backends []Backend
+	file     FileTransport // nil in a build without a file backend
+	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
+	gds      gdsState      // cuFile; zero when no GDS backend
 
 	probeOnce sync.Once
 	probeErr  error
@@ -127,7 +127,6 @@ func (e *Engine) fileReady() error {
 	return nil
 }
 
-
 // Close refuses new work, cancels queued groups, waits up to timeout for
 // running ones, then closes segments, regions and transports. If running
 // work does not drain in time it returns ErrTimeout and leaves those
@@ -196,31 +195,31 @@ func (e *Engine) Close(timeout time.Duration) error {
 
 // Stats is a snapshot of engine counters.
 type Stats struct {
-	Segments         int        `json:"segments"`
-	SegmentsDraining int        `json:"segments_draining"`
-	Regions          int        `json:"regions"`
-	RegionBytes      uint64     `json:"region_bytes"`
-	Batches          int        `json:"batches"`
-	ReservedRequests int        `json:"reserved_requests"`
-	InflightGroups   int        `json:"inflight_groups"`
-	InflightBytes    uint64     `json:"inflight_bytes"`
-	GroupsSubmitted  uint64     `json:"groups_submitted"`
-	GroupsRejected   uint64     `json:"groups_rejected"`
-	TasksCompleted   uint64     `json:"tasks_completed"`
-	TasksFailed      uint64     `json:"tasks_failed"`
-	TasksCancelled   uint64     `json:"tasks_cancelled"`
-	BytesRead        uint64     `json:"bytes_read"`
-	BytesWritten     uint64     `json:"bytes_written"`
-	FastPathHits     uint64     `json:"fast_path_hits"`
-	FastPathHandoffs uint64     `json:"fast_path_handoffs"`
-	SubmitThrough    uint64     `json:"submit_through"`
-	WorkersStarted   uint64     `json:"workers_started"`
-	WorkersRunning   int64      `json:"workers_running"`
-	UnquiescedGroups uint64     `json:"unquiesced_groups"`
+	Segments         int           `json:"segments"`
+	SegmentsDraining int           `json:"segments_draining"`
+	Regions          int           `json:"regions"`
+	RegionBytes      uint64        `json:"region_bytes"`
+	Batches          int           `json:"batches"`
+	ReservedRequests int           `json:"reserved_requests"`
+	InflightGroups   int           `json:"inflight_groups"`
+	InflightBytes    uint64        `json:"inflight_bytes"`
+	GroupsSubmitted  uint64        `json:"groups_submitted"`
+	GroupsRejected   uint64        `json:"groups_rejected"`
+	TasksCompleted   uint64        `json:"tasks_completed"`
+	TasksFailed      uint64        `json:"tasks_failed"`
+	TasksCancelled   uint64        `json:"tasks_cancelled"`
+	BytesRead        uint64        `json:"bytes_read"`
+	BytesWritten     uint64        `json:"bytes_written"`
+	FastPathHits     uint64        `json:"fast_path_hits"`
+	FastPathHandoffs uint64        `json:"fast_path_handoffs"`
+	SubmitThrough    uint64        `json:"submit_through"`
+	WorkersStarted   uint64        `json:"workers_started"`
+	WorkersRunning   int64         `json:"workers_running"`
+	UnquiescedGroups uint64        `json:"unquiesced_groups"`
 	IOUring          *FileStats    `json:"io_uring"`
 	Staging          *StagingStats `json:"staging,omitempty"`
 	GDS              GDSStats      `json:"gds"`
-	RuntimeQueue     QueueStats `json:"runtime_queue"`
+	RuntimeQueue     QueueStats    `json:"runtime_queue"`
 }
 
 // QueueStats reports the runtime admission queue.

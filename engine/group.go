@@ -18,13 +18,13 @@ import (
 )
 
 type group struct {
-	b         *Batch
-	first, n  int
-	op        Op
-	seg       *Segment
-	ent       *segEntry
-	deadline  time.Time
-	charge    uint64
+	b        *Batch
+	first, n int
+	op       Op
+	seg      *Segment
+	ent      *segEntry
+	deadline time.Time
+	charge   uint64
 
 	ops     []FileOp
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
@@ -35,10 +35,10 @@ type group struct {
 	// offRing: some request touches device memory, so the whole group
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
-	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
-	bounds  []hostRange // per-region bounding box, for same-batch fences
-	fileLo  uint64
-	fileHi  uint64
+	offUndrained bool        // guarded by b.mu: an off-ring lane could not prove its drain
+	bounds       []hostRange // per-region bounding box, for same-batch fences
+	fileLo       uint64
+	fileHi       uint64
 
 	// Guarded by b.mu.
 	dispatched    bool
