@@ -1,0 +1,373 @@
+package engine_test
+
+// gpu_test.go: the device-memory paths (pinned staging lanes and GDS)
+// with real io_uring on real ext4 and tmpfs files, over the test-only
+// GPU backend of fakegpu_test.go. The GPU gate (tests/gpu) runs the same
+// checks on CUDA.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// gpuEngine is an engine over real io_uring, the fake GPU and, when gds is
+// not nil, the fake cuFile. Small chunks make every request span several
+// units and lanes.
+func gpuEngine(t *testing.T, gpu *fakeGPU, gds *fakeGDS, mut func(*config.Engine)) *engine.Engine {
+	t.Helper()
+	needIOUring(t)
+	cfg := config.DefaultEngine()
+	cfg.StagingChunkCount = 8
+	cfg.StagingChunkSize = 64 << 10
+	cfg.StagingLanes = 3
+	if mut != nil {
+		mut(&cfg)
+	}
+	bs := []engine.Backend{}
+	for _, tr := range realTransports(cfg) {
+		bs = append(bs, tr)
+	}
+	bs = append(bs, gpu)
+	if gds != nil {
+		bs = append(bs, gds)
+	}
+	return newEngineOver(t, cfg, bs...)
+}
+
+func deviceRegion(t *testing.T, e *engine.Engine, dev int, n uint64) *engine.Region {
+	t.Helper()
+	r, err := e.RegisterDevice(dev, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestStagedRoundTrip moves file -> device -> file through staging, with
+// sizes below, at and across chunk and lane boundaries, aligned and not.
+func TestStagedRoundTrip(t *testing.T) {
+	cases := []struct {
+		name    string
+		fileOff uint64
+		length  uint64
+	}{
+		{"4k", 0, 4096},
+		{"one-chunk", 64 << 10, 64 << 10},
+		{"many-chunks", 0, 1<<20 + 4096},
+		{"unaligned", 3, 200001},
+	}
+	for fsName, dir := range filesystems(t) {
+		t.Run(fsName, func(t *testing.T) {
+			gpu := newFakeGPU(1)
+			e := gpuEngine(t, gpu, nil, nil)
+			path, orig := randomFile(t, dir, "src", 2<<20)
+			out, _ := randomFile(t, dir, "dst", 2<<20)
+			src := openSeg(t, e, path, engine.PermRead)
+			dst := openSeg(t, e, out, engine.PermReadWrite)
+			d := deviceRegion(t, e, 0, 2<<20)
+			if d.Location() != "cuda:0" {
+				t.Fatalf("location %q", d.Location())
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					req := []engine.Request{{Address: d.BaseAddress() + 4096, TargetOffset: c.fileOff, Length: c.length}}
+					rep, err := e.SubmitAndWait(engine.OpRead, src, req, ioTimeout)
+					if err != nil || rep.CompletedBytes != c.length || !rep.LocallyDrained {
+						t.Fatalf("read: %v %+v", err, rep)
+					}
+					got := make([]byte, c.length)
+					if _, err := d.ReadAt(got, 4096); err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got, orig[c.fileOff:c.fileOff+c.length]) {
+						t.Fatal("device bytes differ from the file")
+					}
+					rep, err = e.SubmitAndWait(engine.OpWrite, dst, req, ioTimeout)
+					if err != nil || rep.CompletedBytes != c.length {
+						t.Fatalf("write: %v %+v", err, rep)
+					}
+					back, _ := os.ReadFile(out)
+					if !bytes.Equal(back[c.fileOff:c.fileOff+c.length], got) {
+						t.Fatal("file bytes differ from the device")
+					}
+				})
+			}
+			st := e.Stats()
+			if st.Staging == nil || st.Staging.Leases == 0 || st.Staging.InUse != 0 || st.Staging.Chunks != 8 {
+				t.Fatalf("staging stats %+v", st.Staging)
+			}
+			if gpu.copies.Load() == 0 {
+				t.Fatal("no device copy ran")
+			}
+		})
+	}
+}
+
+// TestStagedVector: a vector mixing device ranges, host ranges and
+// padding, through staging, both directions.
+func TestStagedVector(t *testing.T) {
+	for fsName, dir := range filesystems(t) {
+		t.Run(fsName, func(t *testing.T) {
+			e := gpuEngine(t, newFakeGPU(2), nil, nil)
+			path, orig := randomFile(t, dir, "f", 1<<20)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			d0 := deviceRegion(t, e, 0, 256<<10)
+			d1 := deviceRegion(t, e, 1, 256<<10)
+			h := register(t, e, 256<<10)
+			elems := []engine.Element{
+				engine.Range(d0.BaseAddress(), 100000),
+				engine.Pad(5000),
+				engine.Range(h.BaseAddress()+7, 70000),
+				engine.Range(d1.BaseAddress()+4096, 90000),
+				engine.Pad(3),
+			}
+			const off = 12345
+			rep, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(engine.TransportUnspec, off, elems...)}, ioTimeout)
+			if err != nil || rep.CompletedBytes != 265003 {
+				t.Fatalf("read: %v %+v", err, rep)
+			}
+			check := func(r *engine.Region, roff, foff, n int) {
+				t.Helper()
+				got := make([]byte, n)
+				r.ReadAt(got, int64(roff))
+				if !bytes.Equal(got, orig[foff:foff+n]) {
+					t.Fatalf("%s [%d,+%d) != file [%d,+%d)", r.Location(), roff, n, foff, n)
+				}
+			}
+			check(d0, 0, off, 100000)
+			check(h, 7, off+105000, 70000)
+			check(d1, 4096, off+175000, 90000)
+
+			// WRITE the same vector: padding becomes zeros.
+			rand.Read(orig[off : off+265003])
+			d0.WriteAt(orig[off:off+100000], 0)
+			h.WriteAt(orig[off+105000:off+175000], 7)
+			d1.WriteAt(orig[off+175000:off+265000], 4096)
+			rep, err = e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{engine.Vector(engine.TransportIOUring, off, elems...)}, ioTimeout)
+			if err != nil || rep.CompletedBytes != 265003 {
+				t.Fatalf("write: %v %+v", err, rep)
+			}
+			clear(orig[off+100000 : off+105000])
+			clear(orig[off+265000 : off+265003])
+			back, _ := os.ReadFile(path)
+			if !bytes.Equal(back, orig) {
+				t.Fatal("file after vectored WRITE differs")
+			}
+		})
+	}
+}
+
+// TestStagedShortRead: a file shrunk between submit and I/O gives each
+// task its exact prefix; only bytes before the gap count.
+func TestStagedShortRead(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	gpu := newFakeGPU(1)
+	cfg := config.DefaultEngine()
+	cfg.StagingChunkCount, cfg.StagingChunkSize, cfg.StagingLanes = 4, 4096, 2
+	e := newEngineOver(t, cfg, ref, gpu)
+	path, orig := randomFile(t, t.TempDir(), "f", 32768)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 32768)
+	b, _ := e.AllocateBatch(4)
+	reqs := []engine.Request{
+		{Address: d.BaseAddress(), TargetOffset: 0, Length: 12288},            // 3 units, complete
+		{Address: d.BaseAddress() + 12288, TargetOffset: 12288, Length: 8192}, // short: 12288+5000
+		{Address: d.BaseAddress() + 20480, TargetOffset: 24576, Length: 4096}, // 0 at EOF
+	}
+	if _, err := b.Submit(engine.OpRead, seg, reqs, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	os.Truncate(path, 12288+5000)
+	ref.release()
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateFailed {
+		t.Fatalf("state %v err %v", st, err)
+	}
+	want := []struct {
+		state engine.TaskState
+		n     uint64
+	}{{engine.TaskCompleted, 12288}, {engine.TaskFailed, 5000}, {engine.TaskFailed, 0}}
+	for i, w := range want {
+		ts, _ := b.TaskStatus(i)
+		if ts.State != w.state || ts.Transferred != w.n || ts.Transport != engine.TransportIOUring {
+			t.Errorf("task %d: %v %d bytes via %v, want %v %d (%v)", i, ts.State, ts.Transferred, ts.Transport, w.state, w.n, ts.Err)
+		}
+	}
+	got := make([]byte, 17288)
+	d.ReadAt(got, 0)
+	if !bytes.Equal(got, orig[:17288]) {
+		t.Fatal("returned prefix not on the device")
+	}
+	b.Free()
+}
+
+// TestRoutes: the one place that picks a path, observed per task.
+func TestRoutes(t *testing.T) {
+	needIOUring(t)
+	shm, err := os.MkdirTemp("/dev/shm", "orbitefs-routes-")
+	if err != nil {
+		t.Skip("no /dev/shm")
+	}
+	t.Cleanup(func() { os.RemoveAll(shm) })
+	gds := &fakeGDS{}
+	e := gpuEngine(t, newFakeGPU(1), gds, nil)
+	ext4, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	tmpfs, _ := randomFile(t, shm, "f", 1<<20)
+	segExt4 := openSeg(t, e, ext4, engine.PermReadWrite)
+	segTmpfs := openSeg(t, e, tmpfs, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	h := register(t, e, 1<<20)
+
+	run := func(seg *engine.Segment, r engine.Request) (engine.TransportKind, error) {
+		b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{r}, nil, ioTimeout)
+		if err != nil {
+			return 0, err
+		}
+		defer b.Free()
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			ts, _ := b.TaskStatus(0)
+			t.Fatalf("state %v %v %v", st, err, ts.Err)
+		}
+		ts, _ := b.TaskStatus(0)
+		return ts.Transport, nil
+	}
+	cases := []struct {
+		name string
+		seg  *engine.Segment
+		req  engine.Request
+		want engine.TransportKind
+		err  string // Unavailable text, when refused
+	}{
+		{"host stays on the ring", segExt4, engine.Request{Address: h.BaseAddress(), Length: 65536}, engine.TransportIOUring, ""},
+		{"aligned device on ext4 prefers gds", segExt4, engine.Request{Address: d.BaseAddress(), Length: 65536}, engine.TransportGDS, ""},
+		{"unaligned device falls back to staging", segExt4, engine.Request{Address: d.BaseAddress() + 1, Length: 65536}, engine.TransportIOUring, ""},
+		{"tmpfs device uses staging", segTmpfs, engine.Request{Address: d.BaseAddress(), Length: 65536}, engine.TransportIOUring, ""},
+		{"explicit io_uring honoured", segExt4, engine.Request{Transport: engine.TransportIOUring, Address: d.BaseAddress(), Length: 65536}, engine.TransportIOUring, ""},
+		{"explicit gds", segExt4, engine.Request{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: 65536}, engine.TransportGDS, ""},
+		{"explicit gds on tmpfs", segTmpfs, engine.Request{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: 65536}, 0, "no O_DIRECT descriptor"},
+		{"explicit gds with padding", segExt4, engine.Vector(engine.TransportGDS, 0, engine.Range(d.BaseAddress(), 4096), engine.Pad(4096)), 0, "padding"},
+		{"explicit gds for host memory", segExt4, engine.Request{Transport: engine.TransportGDS, Address: h.BaseAddress(), Length: 4096}, 0, "device memory only"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := run(c.seg, c.req)
+			if c.err != "" {
+				wantKind(t, err, engine.KindUnavailable)
+				if !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("error %q does not say %q", err, c.err)
+				}
+				return
+			}
+			if err != nil || got != c.want {
+				t.Fatalf("transport %v err %v, want %v", got, err, c.want)
+			}
+		})
+	}
+	if gds.reads.Load() == 0 || gds.opened.Load() != 1 {
+		t.Fatalf("cuFile reads %d, handles opened %d", gds.reads.Load(), gds.opened.Load())
+	}
+	if s := e.Stats().GDS; s.Mode != "compat-forced" || s.Files != 1 || s.BufferRegistrations != 1 {
+		t.Fatalf("gds stats %+v", s)
+	}
+	// Closing the segment deregisters its cuFile handle.
+	if err := e.CloseFileSegment(segExt4, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if gds.closed.Load() != 1 {
+		t.Fatalf("cuFile handles closed: %d", gds.closed.Load())
+	}
+}
+
+// TestGDSRegistrationFailure: a refused buffer registration is counted and
+// leaves the region to staging; an explicit gds request is Unavailable.
+func TestGDSRegistrationFailure(t *testing.T) {
+	gds := &fakeGDS{}
+	gds.failRegister.Store(true)
+	e := gpuEngine(t, newFakeGPU(1), gds, nil)
+	path, orig := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: 65536}}, ioTimeout)
+	wantKind(t, err, engine.KindUnavailable)
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 65536}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
+	}
+	if ts, _ := b.TaskStatus(0); ts.Transport != engine.TransportIOUring {
+		t.Fatalf("transport %v, want io_uring (staging)", ts.Transport)
+	}
+	got := make([]byte, 65536)
+	d.ReadAt(got, 0)
+	if !bytes.Equal(got, orig[:65536]) {
+		t.Fatal("bytes differ")
+	}
+	if n := e.Stats().GDS.BufferRegistrationFailures; n != 1 {
+		t.Fatalf("registration failures %d, want 1 (cached per region)", n)
+	}
+}
+
+// TestUncertainCopyRetains: a device copy whose outcome is unknown ends
+// the group unquiesced; its loans and staging chunks stay held.
+func TestUncertainCopyRetains(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	gpu.failEvent.Store(true)
+	rep, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 256 << 10}}, ioTimeout)
+	if err == nil || rep.LocallyDrained {
+		t.Fatalf("err %v report %+v: want a failure that is not locally drained", err, rep)
+	}
+	wantKind(t, e.Unregister(d), engine.KindBusy)
+	if st := e.Stats(); st.UnquiescedGroups != 1 || st.Staging.InUse == 0 {
+		t.Fatalf("unquiesced %d, staging in use %d", st.UnquiescedGroups, st.Staging.InUse)
+	}
+}
+
+// TestDeviceRegistration: errors say why, without a GPU backend and for
+// a missing device; pinned memory is host memory that is also pinned.
+func TestDeviceRegistration(t *testing.T) {
+	bare := newEngine(t, nil)
+	_, err := bare.RegisterDevice(0, 4096)
+	wantKind(t, err, engine.KindUnavailable)
+	if !strings.Contains(err.Error(), "no GPU backend") {
+		t.Fatalf("error %q", err)
+	}
+	_, err = bare.RegisterPinned(4096)
+	wantKind(t, err, engine.KindUnavailable)
+
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, nil)
+	_, err = e.RegisterDevice(3, 4096)
+	wantKind(t, err, engine.KindUnavailable)
+	if !strings.Contains(err.Error(), "no CUDA device 3 (this machine has 1)") {
+		t.Fatalf("error %q", err)
+	}
+	p, err := e.RegisterPinned(8192)
+	if err != nil || p.Location() != engine.LocationPinned || gpu.pinnedCount() != 1 {
+		t.Fatalf("pinned: %v %v pinned=%d", err, p, gpu.pinnedCount())
+	}
+	if err := e.Unregister(p); err != nil || gpu.pinnedCount() != 0 {
+		t.Fatalf("unregister: %v pinned=%d", err, gpu.pinnedCount())
+	}
+	for _, s := range []string{"cpu", "pinned", "cuda:0", "cuda:12"} {
+		if _, err := engine.ParseLocation(s); err != nil {
+			t.Errorf("%s: %v", s, err)
+		}
+	}
+	for _, s := range []string{"", "gpu", "cuda:", "cuda:-1", "cuda:01", "cuda:x", "CPU"} {
+		if _, err := engine.ParseLocation(s); err == nil {
+			t.Errorf("%q accepted", s)
+		}
+	}
+}
