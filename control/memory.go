@@ -12,6 +12,7 @@
 package control
 
 import (
+	"encoding/hex"
 	"sort"
 	"time"
 
@@ -70,7 +71,8 @@ func (s *Service) RegisterWriter() *DocWriter {
 
 // Register parses a register document and registers the memory. Errors:
 // KindInvalid (document, name), KindTooLarge, KindExists (name taken),
-// KindUnavailable (pinned, cuda:N), the engine's kinds for the mapping.
+// KindUnavailable (pinned, cuda:N without a usable GPU, saying why), the
+// engine's kinds for the mapping.
 func (s *Service) Register(doc []byte) error {
 	sc := scope{op: "register", name: "memory"}
 	if s.closing.Load() {
@@ -95,9 +97,19 @@ func (s *Service) Register(doc []byte) error {
 	s.mu.Unlock()
 
 	var r *engine.Region
-	if spec.Shm != "" {
+	loc := engine.Location(spec.Location)
+	dev, onDevice := loc.Device()
+	switch {
+	case spec.Shm != "":
 		r, err = s.e.RegisterSharedFile(spec.Shm, uint64(spec.Bytes))
-	} else {
+	case loc == engine.LocationPinned:
+		r, err = s.e.RegisterPinned(uint64(spec.Bytes))
+	case onDevice && spec.CUDAIPCHandle != "":
+		h, _ := hex.DecodeString(spec.CUDAIPCHandle) // checked by ParseMemorySpec
+		r, err = s.e.ImportDevice(dev, h, uint64(spec.Bytes))
+	case onDevice:
+		r, err = s.e.RegisterDevice(dev, uint64(spec.Bytes))
+	default:
 		r, err = s.e.RegisterMemory(uint64(spec.Bytes))
 	}
 	s.mu.Lock()

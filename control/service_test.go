@@ -145,7 +145,7 @@ func TestServiceErrors(t *testing.T) {
 		text string
 	}{
 		{"duplicate memory", func() error { return s.Register([]byte(`{"name":"buf","location":"cpu","bytes":1}`)) }, syscall.EEXIST, `memory "buf" already exists`},
-		{"pinned", func() error { return s.Register([]byte(`{"name":"p","location":"pinned","bytes":1}`)) }, syscall.EOPNOTSUPP, "not built yet"},
+		{"pinned", func() error { return s.Register([]byte(`{"name":"p","location":"pinned","bytes":1}`)) }, syscall.EOPNOTSUPP, "no GPU backend"},
 		{"shm inside the mount", func() error {
 			return s.Register([]byte(`{"name":"m","location":"cpu","bytes":1,"shm":"/mnt/ofs/memory/buf/data"}`))
 		}, syscall.EACCES, "leads into the orbitefs mount"},

@@ -5,6 +5,7 @@
 package control
 
 import (
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -22,9 +23,8 @@ type MemorySpec struct {
 	// Shm maps an existing file (normally under /dev/shm) MAP_SHARED
 	// instead of allocating private memory; cpu only.
 	Shm string `json:"shm,omitempty"`
-	// CUDAIPCHandle imports another process's CUDA allocation; cuda:N
-	// only. Accepted so the document shape is stable; the CUDA backend is
-	// not built yet, so it always ends in EOPNOTSUPP.
+	// CUDAIPCHandle imports another process's CUDA allocation (the 64-byte
+	// cuIpcGetMemHandle handle as 128 hex digits); cuda:N only.
 	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
 }
 
@@ -35,9 +35,10 @@ const (
 	cudaPrefix     = "cuda:"
 )
 
-// ParseMemorySpec decodes and validates a register document. A location
-// this build cannot serve (pinned, cuda:N) is KindUnavailable; every
-// other problem is KindInvalid (KindTooLarge for size).
+// ParseMemorySpec decodes and validates a register document. Whether the
+// machine can serve pinned or cuda:N is the engine's answer
+// (KindUnavailable, at registration); every problem here is KindInvalid
+// (KindTooLarge for size).
 func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 	var m MemorySpec
 	if err := decodeStrict(data, max, &m); err != nil {
@@ -61,7 +62,6 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 		if m.Shm != "" || m.CUDAIPCHandle != "" {
 			return nil, invalid("location pinned takes neither shm nor cuda_ipc_handle")
 		}
-		return nil, detail(engine.KindUnavailable, "location pinned: the CUDA backend (pinned host memory) is not built yet; use \"cpu\"")
 	case strings.HasPrefix(m.Location, cudaPrefix):
 		n, err := strconv.Atoi(strings.TrimPrefix(m.Location, cudaPrefix))
 		if err != nil || n < 0 {
@@ -70,7 +70,14 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 		if m.Shm != "" {
 			return nil, invalid("shm goes with location cpu, not %q", m.Location)
 		}
-		return nil, detail(engine.KindUnavailable, "location %s: the GPU backends (CUDA, GDS) are not built yet; use \"cpu\"", m.Location)
+		if _, err := engine.ParseLocation(m.Location); err != nil {
+			return nil, invalid("%v", err)
+		}
+		if h := m.CUDAIPCHandle; h != "" {
+			if b, err := hex.DecodeString(h); err != nil || len(b) != 64 {
+				return nil, invalid("cuda_ipc_handle: want the 64-byte handle as 128 hex digits, got %d characters", len(h))
+			}
+		}
 	case m.Location == "":
 		return nil, invalid("location is missing: want cpu, pinned or cuda:N")
 	default:

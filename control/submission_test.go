@@ -122,8 +122,10 @@ func TestParseMemorySpec(t *testing.T) {
 	}{
 		{doc: `{"name":"buf","location":"cpu","bytes":"1MiB"}`, want: MemorySpec{Name: "buf", Location: "cpu", Bytes: 1 << 20}},
 		{doc: `{"name":"s","location":"cpu","bytes":4096,"shm":"/dev/shm/kv"}`, want: MemorySpec{Name: "s", Location: "cpu", Bytes: 4096, Shm: "/dev/shm/kv"}},
-		{doc: `{"name":"p","location":"pinned","bytes":1}`, kind: engine.KindUnavailable, msg: "not built yet"},
-		{doc: `{"name":"g","location":"cuda:0","bytes":1}`, kind: engine.KindUnavailable, msg: "GPU backends"},
+		{doc: `{"name":"p","location":"pinned","bytes":1}`, want: MemorySpec{Name: "p", Location: "pinned", Bytes: 1}},
+		{doc: `{"name":"g","location":"cuda:0","bytes":1}`, want: MemorySpec{Name: "g", Location: "cuda:0", Bytes: 1}},
+		{doc: `{"name":"g","location":"cuda:01","bytes":1}`, kind: engine.KindInvalid, msg: "cuda:N"},
+		{doc: `{"name":"g","location":"cuda:0","bytes":1,"cuda_ipc_handle":"abc"}`, kind: engine.KindInvalid, msg: "128 hex digits"},
 		{doc: `{"name":"g","location":"cuda:x","bytes":1}`, kind: engine.KindInvalid, msg: `location "cuda:x"`},
 		{doc: `{"name":"g","location":"gpu","bytes":1}`, kind: engine.KindInvalid, msg: `location "gpu"`},
 		{doc: `{"name":"g","bytes":1}`, kind: engine.KindInvalid, msg: "location is missing"},
