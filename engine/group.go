@@ -262,9 +262,11 @@ func (g *group) computeBounds() {
 }
 
 // conflicts reports whether g must wait for h (same batch, in flight):
-// overlapping local memory, or overlapping file bytes where one writes.
+// overlapping local memory, or overlapping bytes of the same file (by
+// device and inode, not by entry: a read_write and a read handle on one
+// file are two entries) where one writes.
 func (g *group) conflicts(h *group) bool {
-	if g.ent == h.ent && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
+	if g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
 		return true
 	}
 	for _, a := range g.bounds {

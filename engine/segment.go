@@ -9,6 +9,9 @@
 //   - users counts admitted groups; a draining entry admits none, and its
 //     fds close only when users is 0 and the last handle has closed.
 //   - Opening never creates, truncates or extends a file.
+//   - (dev, ino) is fixed at open and names the file itself: two entries
+//     (another permission, another path, a hard link) on one inode fence
+//     against each other (group.conflicts).
 //   - Lock order: Engine.mu before segEntry.mu.
 
 package engine
@@ -46,6 +49,7 @@ type segEntry struct {
 	dioOff   uint64
 	fsType   string
 	dev      uint64 // st_dev of the bound inode
+	ino      uint64 // st_ino of the bound inode: (dev, ino) names the file for fences
 
 	closeOnce sync.Once
 
@@ -89,6 +93,12 @@ func (s *Segment) Permission() Permission { return s.ent.perm }
 func (s *Segment) name() string { return "segments/" + s.uri }
 
 func (*Segment) isTarget() {}
+
+// sameFile reports whether two entries are bound to one inode. Entries
+// are keyed by path and permission, so one file can sit behind several.
+func (ent *segEntry) sameFile(o *segEntry) bool {
+	return ent == o || (ent.dev == o.dev && ent.ino == o.ino)
+}
 
 // ParseFileURI returns the path of a file:// URI: "file:///abs" is
 // absolute, "file://rel/x" is relative to the working directory.
@@ -197,7 +207,7 @@ func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
 		return nil, wrap(KindIO, "", "", os.NewSyscallError("fcntl", err))
 	}
 	ent.mu.size, ent.mu.sizeAt = uint64(st.Size), time.Now()
-	ent.dev = st.Dev
+	ent.dev, ent.ino = st.Dev, st.Ino
 
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &sfs); err == nil {
