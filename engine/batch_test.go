@@ -177,8 +177,9 @@ func TestOverlappingLoans(t *testing.T) {
 			t.Fatalf("message %q", ts.Err)
 		}
 	}
-	if ref.ops.Load() != 0 {
-		t.Fatal("I/O ran before the loan check")
+	// a's one op is prepared (and stalled); none of b's may reach the ring.
+	if n := ref.prepared.Load(); n != 1 {
+		t.Fatalf("%d ops prepared, want only the loan holder's 1: I/O ran before the loan check", n)
 	}
 	wantKind(t, e.Unregister(r), engine.KindBusy)
 	_, err := r.WriteAt([]byte{1}, 100)
@@ -199,16 +200,22 @@ func TestOverlappingLoans(t *testing.T) {
 // fails the group unquiesced and retains its memory, file and charge.
 func TestUnquiesced(t *testing.T) {
 	ref := &refTransport{stall: make(chan struct{}), lose: true}
-	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(50 * time.Millisecond) }, ref)
+	const deadline, grace = 20 * time.Millisecond, 300 * time.Millisecond
+	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(grace) }, ref)
 	path, _ := randomFile(t, t.TempDir(), "f", 8192)
 	s := openSeg(t, e, path, engine.PermWrite)
 	r := register(t, e, 8192)
 	b, _ := e.AllocateBatch(1)
-	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 20*time.Millisecond)
+	start := time.Now()
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, deadline)
 	b.Seal()
 	st, err := b.Wait(5 * time.Second)
 	if err != nil || st != engine.StateFailed {
 		t.Fatalf("state %v %v", st, err)
+	}
+	// The missing CQE is waited for through the grace, not just the deadline.
+	if d := time.Since(start); d < deadline+grace {
+		t.Fatalf("group ended unquiesced after %v, before deadline %v + grace %v", d, deadline, grace)
 	}
 	ts, _ := b.TaskStatus(0)
 	wantKind(t, ts.Err, engine.KindIO)

@@ -34,6 +34,7 @@ type group struct {
 	bounds  []hostRange // per-region bounding box, for same-batch fences
 	fileLo  uint64
 	fileHi  uint64
+	vector  bool // some request carries Elements (even one): never the fast path
 
 	// Guarded by b.mu.
 	dispatched    bool
@@ -162,6 +163,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 		}
 		extent = r.Length
 	} else {
+		g.vector = true
 		if n := len(r.Elements); n > e.cfg.MaxVectorElements {
 			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
 		}
@@ -279,9 +281,12 @@ func (g *group) conflicts(h *group) bool {
 	return false
 }
 
+// fastPathEligible: one contiguous host request of at most
+// caller_fast_path_bytes. Vectors keep the worker path (spec), even a
+// vector of one element, which would otherwise look scalar here.
 func (g *group) fastPathEligible() bool {
 	e := g.b.e
-	return g.n == 1 && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
+	return g.n == 1 && !g.vector && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
 		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0
 }
 

@@ -23,7 +23,8 @@ type refTransport struct {
 	lose     bool  // stalled ops never complete (missing CQE)
 	limit    int   // queues that may be held at once; 0: no limit
 	held     int   // guarded by mu
-	ops      atomic.Int64
+	ops      atomic.Int64 // ops executed
+	prepared atomic.Int64 // ops handed to Prepare (counted even while stalled)
 	acquired atomic.Int64
 	released atomic.Int64
 	abandons atomic.Int64
@@ -99,6 +100,7 @@ func (q *refQueue) Space() int {
 }
 
 func (q *refQueue) Prepare(op *engine.FileOp) error {
+	q.t.prepared.Add(1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.prepared = append(q.prepared, *op)

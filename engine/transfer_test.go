@@ -32,7 +32,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for fsName, dir := range filesystems(t) {
 		t.Run(fsName, func(t *testing.T) {
-			e := newEngine(t, nil)
+			cfg := config.DefaultEngine()
+			spy := &spyTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}
+			e := newEngine(t, nil, spy)
 			path, _ := randomFile(t, dir, "f", 4<<20)
 			seg := openSeg(t, e, path, engine.PermReadWrite)
 			info, err := e.FileSegmentInfo(seg)
@@ -51,9 +53,14 @@ func TestRoundTrip(t *testing.T) {
 					if _, err := src.WriteAt(payload, int64(c.memOff)); err != nil {
 						t.Fatal(err)
 					}
+					spy.take()
 					rep, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Address: src.BaseAddress() + c.memOff, TargetOffset: c.fileOff, Length: c.length}}, ioTimeout)
 					if err != nil {
 						t.Fatalf("write: %v (%+v)", err, rep)
+					}
+					ops := spy.take()
+					if wantDirect := c.direct && fsName == "ext4"; len(ops) != 1 || ops[0].direct != wantDirect {
+						t.Fatalf("write ops %+v, want one with O_DIRECT=%v", ops, wantDirect)
 					}
 					if rep.CompletedRequests != 1 || rep.CompletedBytes != c.length || rep.RequestIndex != -1 || !rep.LocallyDrained {
 						t.Fatalf("write report %+v", rep)
@@ -169,17 +176,40 @@ func TestVectors(t *testing.T) {
 	}
 }
 
+// TestVectorLimits: 1024 elements are accepted and executed (on the real
+// ring too, where one readv of 1024 iovecs meets the kernel's IOV_MAX),
+// 1025 are refused before any I/O.
 func TestVectorLimits(t *testing.T) {
-	e := newEngine(t, nil, &refTransport{})
-	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	for name, transports := range map[string]func() []engine.Transport{
+		"reference": func() []engine.Transport { return []engine.Transport{&refTransport{}} },
+		"io_uring":  func() []engine.Transport { return realTransports(config.DefaultEngine()) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "io_uring" {
+				needIOUring(t)
+			}
+			testVectorLimits(t, newEngine(t, nil, transports()...))
+		})
+	}
+}
+
+func testVectorLimits(t *testing.T, e *engine.Engine) {
+	path, data := randomFile(t, t.TempDir(), "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermReadWrite)
 	r := register(t, e, 1<<20)
 	elems := make([]engine.Element, 1024)
 	for i := range elems {
-		elems[i] = engine.Range(r.BaseAddress()+uint64(i), 1)
+		// Every other byte of the region, so the 1024 iovecs stay distinct.
+		elems[i] = engine.Range(r.BaseAddress()+uint64(2*i), 1)
 	}
-	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, elems...)}, time.Second); err != nil {
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, elems...)}, ioTimeout); err != nil {
 		t.Fatalf("1024 elements must be accepted: %v", err)
+	}
+	got := regionBytes(t, r)
+	for i := range elems {
+		if got[2*i] != data[i] {
+			t.Fatalf("element %d: byte %#x, want file byte %#x", i, got[2*i], data[i])
+		}
 	}
 	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, append(elems, engine.Pad(1))...)}, time.Second)
 	wantKind(t, err, engine.KindTooLarge)
@@ -463,4 +493,103 @@ func TestFastPath(t *testing.T) {
 	if st.FastPathHits == 0 {
 		t.Fatalf("no small tmpfs read completed on its caller: %+v", st)
 	}
+}
+
+// TestSpecDefaults pins the defaults the spec states: 30 s quiesce grace,
+// one hour file info cache, 1024 segments, 1024 vector elements, and the
+// caller fast path's 64 KiB and 200 us.
+func TestSpecDefaults(t *testing.T) {
+	c := config.DefaultEngine()
+	for _, x := range []struct {
+		name      string
+		got, want any
+	}{
+		{"quiesce_grace", c.QuiesceGrace.D(), 30 * time.Second},
+		{"file_info_ttl", c.FileInfoTTL.D(), time.Hour},
+		{"max_file_segments", c.MaxFileSegments, 1024},
+		{"max_vector_elements", c.MaxVectorElements, 1024},
+		{"caller_fast_path_bytes", uint64(c.CallerFastPathBytes), uint64(64 << 10)},
+		{"caller_fast_path_wait", c.CallerFastPathWait.D(), 200 * time.Microsecond},
+	} {
+		if x.got != x.want {
+			t.Errorf("%s default = %v, spec says %v", x.name, x.got, x.want)
+		}
+	}
+}
+
+// TestFastPathEligibility: only one contiguous host request of at most
+// caller_fast_path_bytes runs on its caller; vectors (even of one
+// element), larger requests and larger groups start a worker.
+func TestFastPathEligibility(t *testing.T) {
+	e := newEngine(t, nil, &refTransport{})
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<20)
+	base := r.BaseAddress()
+	cases := []struct {
+		name string
+		reqs []engine.Request
+		fast bool
+	}{
+		{"scalar 4 KiB", []engine.Request{{Address: base, Length: 4096}}, true},
+		{"scalar 64 KiB", []engine.Request{{Address: base, Length: 64 << 10}}, true},
+		{"scalar 64 KiB + 1", []engine.Request{{Address: base, Length: 64<<10 + 1}}, false},
+		{"vector of one element", []engine.Request{engine.Vector(0, 0, engine.Range(base, 4096))}, false},
+		{"two requests", []engine.Request{{Address: base, Length: 4096}, {Address: base + 8192, Length: 4096}}, false},
+	}
+	for _, c := range cases {
+		before := e.Stats()
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, c.reqs, ioTimeout); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after := e.Stats()
+		fast := after.FastPathHits+after.FastPathHandoffs > before.FastPathHits+before.FastPathHandoffs
+		if fast != c.fast {
+			t.Errorf("%s: fast path taken = %v, want %v", c.name, fast, c.fast)
+		}
+		if worker := after.WorkersStarted > before.WorkersStarted; worker == c.fast {
+			t.Errorf("%s: worker started = %v, want %v", c.name, worker, !c.fast)
+		}
+	}
+}
+
+// TestFastPathWaitIsBounded: with the completion stalled, the caller
+// waits at most its window, then hands the ring to a worker; Submit
+// returns while the op is still in flight.
+func TestFastPathWaitIsBounded(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	defer ref.release()
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	type result struct {
+		b   *engine.Batch
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+		done <- result{b, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Submit still blocked on its caller 10 s after the stalled op; the caller wait is unbounded")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if ts, _ := res.b.TaskStatus(0); ts.State != engine.TaskRunning {
+		t.Fatalf("task %v when Submit returned; want running (handed off)", ts.State)
+	}
+	if st := e.Stats(); st.FastPathHandoffs != 1 || st.WorkersStarted != 1 {
+		t.Fatalf("stats %+v: want one handoff to one worker", st)
+	}
+	ref.release()
+	if st, _ := res.b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
+	}
+	res.b.Free()
 }
