@@ -19,10 +19,10 @@ type refTransport struct {
 	stall    chan struct{} // while non-nil and open, ops wait
 	failNth  int64         // 1-based op number to fail; 0: none
 	errno    unix.Errno
-	shortNth int64 // 1-based op number to shorten by half
-	lose     bool  // stalled ops never complete (missing CQE)
-	limit    int   // queues that may be held at once; 0: no limit
-	held     int   // guarded by mu
+	shortNth int64        // 1-based op number to shorten by half
+	lose     bool         // stalled ops never complete (missing CQE)
+	limit    int          // queues that may be held at once; 0: no limit
+	held     int          // guarded by mu
 	ops      atomic.Int64 // ops executed
 	prepared atomic.Int64 // ops handed to Prepare (counted even while stalled)
 	acquired atomic.Int64
