@@ -95,9 +95,16 @@ type Report struct {
 	// one handed to the kernel: the span that may have executed.
 	AffectedRequests int `json:"affected_requests"`
 	// LocallyDrained is false when the group ended unquiesced: the engine
-	// could not prove the kernel is done with its memory.
-	LocallyDrained bool  `json:"locally_drained"`
-	Err            error `json:"-"`
+	// could not prove the kernel is done with its memory. Err then has
+	// KindUnquiesced, at the first unsuccessful request, whatever that
+	// request's own failure was.
+	LocallyDrained bool `json:"locally_drained"`
+	// RemoteEffect is EffectUnknown for a WRITE group when any request in
+	// the affected span (RequestIndex through the last one the kernel
+	// consumed) was submitted: those may have changed the file, even the
+	// ones that completed after the first failure.
+	RemoteEffect RemoteEffect `json:"-"`
+	Err          error        `json:"-"`
 }
 
 type task struct {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"runtime"
 	"strings"
@@ -218,14 +219,15 @@ func TestUnquiesced(t *testing.T) {
 		t.Fatalf("group ended unquiesced after %v, before deadline %v + grace %v", d, deadline, grace)
 	}
 	ts, _ := b.TaskStatus(0)
-	wantKind(t, ts.Err, engine.KindIO)
+	wantKind(t, ts.Err, engine.KindUnquiesced)
 	if !strings.Contains(ts.Err.Error(), "unquiesced") || ts.RemoteEffect != engine.EffectUnknown {
 		t.Fatalf("task %+v", ts)
 	}
 	rep := b.Submissions()[0]
-	if rep.LocallyDrained || rep.RequestIndex != 0 {
+	if rep.LocallyDrained || rep.RequestIndex != 0 || rep.RemoteEffect != engine.EffectUnknown {
 		t.Fatalf("report %+v", rep)
 	}
+	wantKind(t, rep.Err, engine.KindUnquiesced)
 	wantKind(t, e.Unregister(r), engine.KindBusy)
 	wantKind(t, e.CloseFileSegment(s, 10*time.Millisecond), engine.KindTimeout)
 	stats := e.Stats()
@@ -524,5 +526,34 @@ func TestSQPoll(t *testing.T) {
 	}
 	if st := e.Stats(); st.IOUring.Submitted != 256 {
 		t.Fatalf("sqes submitted %d, want 256", st.IOUring.Submitted)
+	}
+}
+
+// TestUnquiescedOutranksEarlierFailure: the first request fails for its
+// own reason (EIO), the second never completes. The group reports
+// Unquiesced at the first unsuccessful index, not the first task's EIO.
+func TestUnquiescedOutranksEarlierFailure(t *testing.T) {
+	ref := &refTransport{failNth: 1, errno: 5 /* EIO */, loseAfter: 1}
+	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(50 * time.Millisecond) }, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s := openSeg(t, e, path, engine.PermWrite)
+	r := register(t, e, 8192)
+	b, _ := e.AllocateBatch(2)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}, {Address: r.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096}}, nil, 20*time.Millisecond)
+	b.Seal()
+	if st, err := b.Wait(5 * time.Second); st != engine.StateFailed {
+		t.Fatalf("state %v %v", st, err)
+	}
+	t0, _ := b.TaskStatus(0)
+	wantKind(t, t0.Err, engine.KindIO)
+	t1, _ := b.TaskStatus(1)
+	wantKind(t, t1.Err, engine.KindUnquiesced)
+	rep := b.Submissions()[0]
+	if rep.RequestIndex != 0 || rep.LocallyDrained || rep.AffectedRequests != 2 || rep.RemoteEffect != engine.EffectUnknown {
+		t.Fatalf("report %+v", rep)
+	}
+	wantKind(t, rep.Err, engine.KindUnquiesced)
+	if !errors.Is(rep.Err, engine.ErrUnquiesced) {
+		t.Fatalf("errors.Is(%v, ErrUnquiesced) = false", rep.Err)
 	}
 }

@@ -366,9 +366,23 @@ func (g *group) reportLocked() Report {
 		prefix = false
 		if t.state == TaskFailed || t.state == TaskCancelled {
 			r.RequestIndex = i
-			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: KindOf(t.err), Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
+			kind := KindOf(t.err)
+			if g.finished && g.unquiesced {
+				// The group's retained state outranks the first task's own
+				// cause: a caller must learn that memory and fds are held.
+				kind = KindUnquiesced
+			}
+			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: kind, Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
 			if g.lastSubmitted >= i {
 				r.AffectedRequests = g.lastSubmitted - i + 1
+			}
+			if g.op == OpWrite {
+				for j := i; j <= g.lastSubmitted; j++ {
+					if b.mu.tasks[g.first+j].submitted {
+						r.RemoteEffect = EffectUnknown
+						break
+					}
+				}
 			}
 			break
 		}

@@ -593,3 +593,83 @@ func TestFastPathWaitIsBounded(t *testing.T) {
 	}
 	res.b.Free()
 }
+
+// TestWriteSpanRemoteEffect: the group report of a failed WRITE carries
+// an unknown remote effect when any request of the affected span reached
+// the kernel, including requests after the failure that completed; short
+// WRITEs fail with their exact byte count. A READ, or a WRITE whose span
+// never reached the kernel, changes nothing remote.
+func TestWriteSpanRemoteEffect(t *testing.T) {
+	reqs := func(r *engine.Region) []engine.Request {
+		return []engine.Request{
+			{Address: r.BaseAddress(), TargetOffset: 0, Length: 4096},
+			{Address: r.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096},
+			{Address: r.BaseAddress() + 8192, TargetOffset: 8192, Length: 4096},
+		}
+	}
+	cases := []struct {
+		name     string
+		ref      *refTransport
+		op       engine.Op
+		index    int
+		affected int
+		effect   engine.RemoteEffect
+		short    int // task that fails short, -1: none
+	}{
+		{"write fails first, later ones complete", &refTransport{failNth: 1, errno: 5}, engine.OpWrite, 0, 3, engine.EffectUnknown, -1},
+		{"short write", &refTransport{shortNth: 2}, engine.OpWrite, 1, 2, engine.EffectUnknown, 1},
+		{"short read", &refTransport{shortNth: 2}, engine.OpRead, 1, 2, engine.EffectNone, 1},
+		{"read fails", &refTransport{failNth: 1, errno: 5}, engine.OpRead, 0, 3, engine.EffectNone, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, nil, c.ref)
+			path, _ := randomFile(t, t.TempDir(), "f", 16384)
+			s := openSeg(t, e, path, engine.PermReadWrite)
+			r := register(t, e, 16384)
+			b, _ := e.AllocateBatch(3)
+			if _, err := b.Submit(c.op, s, reqs(r), nil, ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			b.Seal()
+			if st, _ := b.Wait(ioTimeout); st != engine.StateFailed {
+				t.Fatalf("state %v", st)
+			}
+			rep := b.Submissions()[0]
+			if rep.RequestIndex != c.index || rep.AffectedRequests != c.affected || rep.RemoteEffect != c.effect {
+				t.Fatalf("report %+v, want index %d, affected %d, effect %v", rep, c.index, c.affected, c.effect)
+			}
+			if c.short >= 0 {
+				ts, _ := b.TaskStatus(c.short)
+				wantEffect := engine.EffectNone
+				if c.op == engine.OpWrite {
+					wantEffect = engine.EffectUnknown
+				}
+				if ts.State != engine.TaskFailed || ts.Transferred != 2048 || ts.RemoteEffect != wantEffect {
+					t.Fatalf("short task %+v: want failed, 2048 bytes, effect %v", ts, wantEffect)
+				}
+				wantKind(t, ts.Err, engine.KindRange)
+			}
+		})
+	}
+
+	// A WRITE group cancelled before dispatch reached no kernel: effect none.
+	ref := &refTransport{stall: make(chan struct{})}
+	defer ref.release()
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 16384)
+	s := openSeg(t, e, path, engine.PermReadWrite)
+	r := register(t, e, 16384)
+	b, _ := e.AllocateBatch(2)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout) // fenced
+	if err := b.Cancel(1); err != nil {
+		t.Fatal(err)
+	}
+	ref.release()
+	b.Seal()
+	b.Wait(ioTimeout)
+	if rep := b.Submissions()[1]; rep.RequestIndex != 0 || rep.RemoteEffect != engine.EffectNone {
+		t.Fatalf("cancelled write group report %+v", rep)
+	}
+}
