@@ -58,6 +58,11 @@ type segEntry struct {
 		handles  int
 		users    int
 		draining bool
+		// timedOut is set by a close that timed out and never cleared:
+		// the spec leaves every alias closed to new work until all of
+		// them have closed (a later successful close of one alias must
+		// not reopen the others, the timed-out handle included).
+		timedOut bool
 		idle     chan struct{} // closed when users drops to 0 while draining
 		size     uint64
 		sizeAt   time.Time
@@ -154,7 +159,7 @@ func (e *Engine) OpenFileSegment(uri string, perm Permission) (*Segment, error) 
 		}
 		ent.mu.Unlock()
 		e.mu.Unlock()
-		return nil, errorf(KindBusy, op, name, "%s is draining after a close timed out; retry the close first", path)
+		return nil, errorf(KindBusy, op, name, "%s is draining after a close timed out; close every alias first", path)
 	}
 	if n := len(e.mu.segments); n >= e.cfg.MaxFileSegments {
 		e.mu.Unlock()
@@ -460,9 +465,11 @@ func (ent *segEntry) done() {
 
 // CloseFileSegment closes the handle. It first closes the entry (all
 // aliases) to new work and waits up to timeout for admitted groups to
-// finish. On timeout it returns ErrTimeout, the entry stays closed to new
-// work, and a later call with the same handle retries. On success the
-// handle is invalid; the file's fds close with the last alias.
+// finish. On timeout it returns ErrTimeout, and the entry stays closed to
+// new work for every alias until all of them have closed; a later call
+// with the same handle retries. On success the handle is invalid; the
+// file's fds close with the last alias, and only once no admitted group
+// (an unquiesced one included) still uses them.
 func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	const op = "close"
 	if err := s.check(op); err != nil {
@@ -486,7 +493,10 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		select {
 		case <-idle:
 		case <-t.C:
-			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; the segment is closed to new work, retry the close", users, timeout)
+			ent.mu.Lock()
+			ent.mu.timedOut = true
+			ent.mu.Unlock()
+			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; every alias is closed to new work, retry the close", users, timeout)
 		}
 	}
 	s.mu.Lock()
@@ -502,7 +512,7 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	last := ent.mu.handles == 0
 	if last {
 		ent.mu.gone = true
-	} else {
+	} else if !ent.mu.timedOut {
 		ent.mu.draining = false // the remaining aliases reopen to work
 	}
 	ent.mu.Unlock()

@@ -222,12 +222,50 @@ func TestCloseWithTimeout(t *testing.T) {
 	}
 	_, err = e.FileSegmentInfo(s)
 	wantKind(t, err, engine.KindNotFound)
-	// The alias reopened to work when the close succeeded.
-	if _, err := e.SubmitAndWait(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second); err != nil {
+	// The timed-out close left every alias closed to new work, even now
+	// that the retry succeeded (spec: close every alias).
+	_, err = e.SubmitAndWait(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second)
+	wantKind(t, err, engine.KindBusy)
+	if err := e.CloseFileSegment(alias, time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Segments != 0 {
+		t.Fatalf("segments %d after closing every alias", st.Segments)
+	}
+	// With every alias closed, the name opens afresh.
+	again := openSeg(t, e, path, engine.PermRead)
+	if _, err := e.SubmitAndWait(engine.OpRead, again, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTimedOutHandleStaysClosed: a close that timed out is not undone by
+// a later successful close of another alias; the handle whose close timed
+// out cannot submit again, and its retry succeeds.
+func TestTimedOutHandleStaysClosed(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s := openSeg(t, e, path, engine.PermRead)
+	alias := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 8192)
+	b, _ := e.AllocateBatch(1)
+	if _, err := b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, e.CloseFileSegment(s, 20*time.Millisecond), engine.KindTimeout)
+	ref.release()
+	b.Seal()
+	if st, _ := b.Wait(5 * time.Second); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
 	}
 	if err := e.CloseFileSegment(alias, time.Second); err != nil {
 		t.Fatal(err)
+	}
+	_, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second)
+	wantKind(t, err, engine.KindBusy)
+	if err := e.CloseFileSegment(s, time.Second); err != nil {
+		t.Fatalf("retry: %v", err)
 	}
 	if st := e.Stats(); st.Segments != 0 {
 		t.Fatalf("segments %d after closing every alias", st.Segments)
