@@ -140,6 +140,9 @@ type Batch struct {
 		notify   []Report // finished groups not yet handed to onDone
 		changed  chan struct{}
 		state    State
+		// unquiesced is set when a group ends unquiesced; Free then
+		// quarantines the batch instead of returning its reservation.
+		unquiesced bool
 	}
 }
 
@@ -164,8 +167,8 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	if e.mu.closed {
 		return nil, errorf(KindClosed, op, "batches", "engine is closed")
 	}
-	if n := len(e.mu.batches); n >= e.cfg.MaxAllocatedBatches {
-		return nil, errorf(KindExhausted, op, "batches", "%d live batches reach max_allocated_batches (%d); free some", n, e.cfg.MaxAllocatedBatches)
+	if n := len(e.mu.batches) + e.mu.quarantined; n >= e.cfg.MaxAllocatedBatches {
+		return nil, errorf(KindExhausted, op, "batches", "%d live and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
 	}
 	if e.mu.reserved+capacity > e.cfg.MaxAllocatedRequests {
 		return nil, errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests)
@@ -577,8 +580,10 @@ func (b *Batch) cancelTaskLocked(i int) {
 var errCancelled = errors.New("cancelled before it started")
 
 // Free releases the batch's reservation. A batch with queued or running
-// groups returns ErrBusy and stays valid. After Free every method returns
-// ErrNotFound.
+// groups returns ErrBusy and stays valid. A batch with an unquiesced group
+// is quarantined: Free succeeds and retires its ID, but its capacity stays
+// reserved and it still counts against max_allocated_batches
+// (Stats.QuarantinedBatches). After Free every method returns ErrNotFound.
 func (b *Batch) Free() error {
 	b.mu.Lock()
 	if err := b.checkLocked("free"); err != nil {
@@ -591,12 +596,21 @@ func (b *Batch) Free() error {
 		return errorf(KindBusy, "free", b.name(), "%d group(s) still queued or running; wait or cancel first", n)
 	}
 	b.mu.freed = true
+	quarantine := b.mu.unquiesced
 	b.changedLocked()
 	b.mu.Unlock()
 	e := b.e
 	e.mu.Lock()
 	delete(e.mu.batches, b.id)
-	e.mu.reserved -= b.capacity
+	if quarantine {
+		// The kernel may still complete into this batch's memory: its ID
+		// is retired (IDs are never reused) but its capacity and its place
+		// under max_allocated_batches stay consumed. Nothing in this
+		// engine ever resolves an unquiesced group, so this is for good.
+		e.mu.quarantined++
+	} else {
+		e.mu.reserved -= b.capacity
+	}
 	e.mu.Unlock()
 	return nil
 }

@@ -202,7 +202,10 @@ func TestOverlappingLoans(t *testing.T) {
 func TestUnquiesced(t *testing.T) {
 	ref := &refTransport{stall: make(chan struct{}), lose: true}
 	const deadline, grace = 20 * time.Millisecond, 300 * time.Millisecond
-	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(grace) }, ref)
+	e := newEngine(t, func(c *config.Engine) {
+		c.QuiesceGrace = config.Duration(grace)
+		c.MaxAllocatedBatches = 2
+	}, ref)
 	path, _ := randomFile(t, t.TempDir(), "f", 8192)
 	s := openSeg(t, e, path, engine.PermWrite)
 	r := register(t, e, 8192)
@@ -238,6 +241,47 @@ func TestUnquiesced(t *testing.T) {
 	if err := b.Free(); err != nil {
 		t.Fatalf("free of a terminal batch: %v", err)
 	}
+	// Freed, but quarantined: the ID is gone, the capacity and the batch
+	// slot stay consumed.
+	if _, err := e.Batch(b.ID()); engine.KindOf(err) != engine.KindNotFound {
+		t.Fatalf("lookup of a freed batch: %v", err)
+	}
+	if st := e.Stats(); st.QuarantinedBatches != 1 || st.ReservedRequests != 1 || st.Batches != 0 {
+		t.Fatalf("after free: %+v", st)
+	}
+	live, err := e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.AllocateBatch(1)
+	wantKind(t, err, engine.KindExhausted)
+	live.Free()
+
+	// Close keeps the unquiesced group's file open (its fd number must not
+	// be reused under an op the kernel may still complete) and says why.
+	if n := fdsOn(t, path); n == 0 {
+		t.Fatal("no fd on the file before close: the check below proves nothing")
+	}
+	wantKind(t, e.Close(time.Second), engine.KindUnquiesced)
+	if n := fdsOn(t, path); n == 0 {
+		t.Fatal("engine close closed the fds an unquiesced group holds")
+	}
+}
+
+// fdsOn counts this process's fds open on path (read from /proc).
+func fdsOn(t *testing.T, path string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + d.Name()); err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }
 
 func TestAllocationLimits(t *testing.T) {
@@ -555,5 +599,9 @@ func TestUnquiescedOutranksEarlierFailure(t *testing.T) {
 	wantKind(t, rep.Err, engine.KindUnquiesced)
 	if !errors.Is(rep.Err, engine.ErrUnquiesced) {
 		t.Fatalf("errors.Is(%v, ErrUnquiesced) = false", rep.Err)
+	}
+	wantKind(t, e.Close(time.Second), engine.KindUnquiesced)
+	if err := e.Close(time.Second); err != nil {
+		t.Fatalf("close after a completed close: %v", err)
 	}
 }

@@ -324,6 +324,9 @@ func (g *group) finishLocked(drained bool) {
 	b := g.b
 	g.finished = true
 	g.unquiesced = !drained
+	if !drained {
+		b.mu.unquiesced = true
+	}
 	b.mu.active--
 	for k, h := range b.mu.inflight {
 		if h == g {
