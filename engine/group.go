@@ -80,6 +80,16 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
 	}
+	// One submission carries at most max_batch_requests descriptors: a
+	// scalar request is one, a vector one per element (padding included).
+	// Without this bound 4096 requests of 1024 elements each would pass.
+	descs := 0
+	for i := range reqs {
+		descs += max(1, len(reqs[i].Elements))
+	}
+	if descs > e.cfg.MaxBatchRequests {
+		return nil, errorf(KindTooLarge, verb, b.name(), "%d requests carry %d descriptors (scalar requests and vector elements), more than max_batch_requests (%d)", len(reqs), descs, e.cfg.MaxBatchRequests)
+	}
 	for i := range reqs {
 		if reqs[i].Transport == TransportGDS {
 			return nil, errorf(KindUnavailable, verb, b.name(), "requests[%d]: transport gds: cuFile is not available in this build", i)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -672,4 +673,54 @@ func TestWriteSpanRemoteEffect(t *testing.T) {
 	if rep := b.Submissions()[1]; rep.RequestIndex != 0 || rep.RemoteEffect != engine.EffectNone {
 		t.Fatalf("cancelled write group report %+v", rep)
 	}
+}
+
+// TestDescriptorBound: one submission carries at most max_batch_requests
+// descriptors, counting a scalar request as one and a vector as one per
+// element (padding included); more is EFBIG naming the limit, before any
+// I/O.
+func TestDescriptorBound(t *testing.T) {
+	ref := &refTransport{}
+	e := newEngine(t, func(c *config.Engine) { c.MaxBatchRequests = 8 }, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	vec := func(off uint64) engine.Request {
+		return engine.Vector(0, off, engine.Range(r.BaseAddress()+off, 100), engine.Pad(10), engine.Range(r.BaseAddress()+off+200, 100), engine.Pad(10))
+	}
+	scalar := engine.Request{Address: r.BaseAddress() + 8192, TargetOffset: 8192, Length: 10}
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{vec(0), vec(1024)}, ioTimeout); err != nil {
+		t.Fatalf("8 descriptors: %v", err)
+	}
+	ops := ref.ops.Load()
+	b, _ := e.AllocateBatch(3)
+	_, err := b.Submit(engine.OpRead, seg, []engine.Request{vec(0), vec(1024), scalar}, nil, ioTimeout)
+	wantKind(t, err, engine.KindTooLarge)
+	if !strings.Contains(err.Error(), "9 descriptors") || !strings.Contains(err.Error(), "max_batch_requests (8)") {
+		t.Fatalf("message %q must name the count and the limit", err)
+	}
+	if b.TaskCount() != 0 || ref.ops.Load() != ops {
+		t.Fatal("a refused submission added tasks or ran I/O")
+	}
+	b.Free()
+
+	// The defaults: 4096 requests of 1024 elements each are refused.
+	d := newEngine(t, nil, &refTransport{})
+	dseg := openSeg(t, d, path, engine.PermRead)
+	dr := register(t, d, 1<<16)
+	elems := make([]engine.Element, 1024)
+	for i := range elems {
+		elems[i] = engine.Range(dr.BaseAddress()+uint64(i), 1)
+	}
+	reqs := make([]engine.Request, 4096)
+	for i := range reqs {
+		reqs[i] = engine.Vector(0, 0, elems...)
+	}
+	db, _ := d.AllocateBatch(4096)
+	_, err = db.Submit(engine.OpRead, dseg, reqs, nil, ioTimeout)
+	wantKind(t, err, engine.KindTooLarge)
+	if !strings.Contains(err.Error(), "max_batch_requests (4096)") {
+		t.Fatalf("message %q", err)
+	}
+	db.Free()
 }
