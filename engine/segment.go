@@ -298,7 +298,7 @@ func (e *Engine) openConfined(path string, flags int) (int, error) {
 		return -1, wrap(KindIO, "", "", err)
 	}
 	if !e.beneathRoot(real) {
-		return -1, wrap(KindPermission, "", "", fmt.Errorf("%s resolves to %s, outside the allowed roots (%s)", path, real, strings.Join(e.cfg.AllowedRoots, ", ")))
+		return -1, wrap(KindPermission, "", "", fmt.Errorf("%s resolves to %s, not beneath an allowed root (%s)", path, real, strings.Join(e.cfg.AllowedRoots, ", ")))
 	}
 	fd, err := unix.Open(self, flags, 0)
 	if err != nil {
