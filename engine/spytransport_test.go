@@ -22,6 +22,9 @@ type spyTransport struct {
 	engine.FileTransport
 	mu  sync.Mutex
 	ops []spyOp
+	// onPrepare, when set, runs before each op reaches the ring: after
+	// admission, before I/O (a test truncates the file there).
+	onPrepare func(*engine.FileOp)
 }
 
 func (s *spyTransport) Acquire() (engine.Queue, error) {
@@ -61,6 +64,10 @@ func (q *spyQueue) Prepare(op *engine.FileOp) error {
 	}
 	q.s.mu.Lock()
 	q.s.ops = append(q.s.ops, spyOp{direct: fl&unix.O_DIRECT != 0, iovs: len(op.Iov), offset: op.Offset})
+	hook := q.s.onPrepare
 	q.s.mu.Unlock()
+	if hook != nil {
+		hook(op)
+	}
 	return q.Queue.Prepare(op)
 }
