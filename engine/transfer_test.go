@@ -398,7 +398,8 @@ func TestFailedWriteHasUnknownEffect(t *testing.T) {
 }
 
 // TestEquivalence runs the same random transfers through io_uring and
-// through the plain pread/pwrite reference; the files must match.
+// through the plain pread/pwrite reference; the files must match. The
+// groups alternate between two segment entries of the file.
 func TestEquivalence(t *testing.T) {
 	needIOUring(t)
 	dir := t.TempDir()
@@ -406,7 +407,9 @@ func TestEquivalence(t *testing.T) {
 		e := newEngine(t, nil, transports...)
 		path, _ := randomFile(t, dir, "eq", 1<<20)
 		os.WriteFile(path, make([]byte, 1<<20), 0o644)
-		seg := openSeg(t, e, path, engine.PermReadWrite)
+		// Two entries on one file (another permission): ordering must hold
+		// across them as within one.
+		segs := []*engine.Segment{openSeg(t, e, path, engine.PermReadWrite), openSeg(t, e, path, engine.PermWrite)}
 		r := register(t, e, 1<<20)
 		pattern := make([]byte, 1<<20)
 		for i := range pattern {
@@ -421,8 +424,8 @@ func TestEquivalence(t *testing.T) {
 		}
 		// One group per request, so ordering comes from FIFO + fences.
 		b, _ := e.AllocateBatch(len(reqs))
-		for _, q := range reqs {
-			if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{q}, nil, ioTimeout); err != nil {
+		for i, q := range reqs {
+			if _, err := b.Submit(engine.OpWrite, segs[i%2], []engine.Request{q}, nil, ioTimeout); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -431,7 +434,9 @@ func TestEquivalence(t *testing.T) {
 			t.Fatalf("state %v %v", st, err)
 		}
 		b.Free()
-		e.CloseFileSegment(seg, time.Second)
+		for _, seg := range segs {
+			e.CloseFileSegment(seg, time.Second)
+		}
 		out, _ := os.ReadFile(path)
 		return out
 	}
