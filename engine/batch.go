@@ -15,6 +15,9 @@
 //     every group has finished, and a terminal state never changes.
 //   - b.mu guards everything in mu; b.mu.changed (made when someone waits)
 //     is closed at every published change, so waiters never miss one.
+//   - A freed batch with an unquiesced group is quarantined: its ID is
+//     retired but its capacity and its max_allocated_batches slot stay
+//     consumed (Engine.mu.quarantined) for the engine's life.
 
 package engine
 

@@ -6,6 +6,9 @@
 //     first file submission probes the file transport.
 //   - inflightBytes and inflightGroups count admitted, not yet finished
 //     groups; a group that ends unquiesced keeps its charge forever.
+//   - Close never closes a segment fd or unmaps a region an unquiesced
+//     group holds (the kernel may still complete through them); it
+//     reports ErrUnquiesced instead.
 //   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
 //     then segEntry.mu, then Region.mu. No lock is held across a blocking
 //     wait; Batch.deliverMu is only ever tried (TryLock).

@@ -7,6 +7,14 @@
 //   - A group finishes exactly once (finishLocked). A drained finish
 //     returns every charge, loan and scratch mapping; an unquiesced finish
 //     returns none of them, because the kernel may still use that memory.
+//   - Fences (conflicts) identify a file by device and inode, never by
+//     segment entry, so results equal strict FIFO execution however many
+//     entries (permissions, paths, hard links) reach one file.
+//   - One submission carries at most max_batch_requests descriptors
+//     (scalar requests plus vector elements), checked before any work.
+//   - A report of an unquiesced group has KindUnquiesced at the first
+//     unsuccessful request; a failed WRITE group's report has an unknown
+//     remote effect when any request of its affected span was submitted.
 
 package engine
 
