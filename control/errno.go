@@ -44,8 +44,9 @@ var kindTable = []ErrnoRow{
 	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled"},
 	{engine.KindUnavailable, syscall.EOPNOTSUPP, "EOPNOTSUPP", "unavailable: transport or memory location not built (gds, pinned, cuda:N) or not supported by the kernel"},
 	{engine.KindTimeout, syscall.ETIMEDOUT, "ETIMEDOUT", "deadline passed, deadline infeasible, segment close did not drain within mount.close_timeout"},
-	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, request over max_transfer_bytes"},
-	{engine.KindIO, syscall.EIO, "EIO", "i/o error: backend fault, unquiesced transfer"},
+	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, submission over max_batch_requests descriptors, request over max_transfer_bytes"},
+	{engine.KindIO, syscall.EIO, "EIO", "i/o error: backend fault"},
+	{engine.KindUnquiesced, syscall.EIO, "EIO", "unquiesced: a completion never arrived within engine.quiesce_grace after the deadline; the transfer's memory, file and ring stay retained (locally_drained false)"},
 	{engine.KindClosed, syscall.ESHUTDOWN, "ESHUTDOWN", "the daemon is shutting down: the engine no longer accepts work"},
 	{engine.KindUnknown, syscall.EIO, "EIO", "unclassified error (the daemon logs the whole error chain)"},
 }

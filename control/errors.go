@@ -29,6 +29,7 @@ var kindSentinels = map[engine.Kind]error{
 	engine.KindTooLarge:    engine.ErrTooLarge,
 	engine.KindIO:          engine.ErrIO,
 	engine.KindClosed:      engine.ErrClosed,
+	engine.KindUnquiesced:  engine.ErrUnquiesced,
 }
 
 // detailError is a message with a kind.

@@ -36,6 +36,7 @@ var engineMetrics = []metric{
 	{"memory_region_bytes", "gauge", "Bytes of registered memory.", func(s *engine.Stats) float64 { return float64(s.RegionBytes) }},
 	{"batches", "gauge", "Allocated batches.", func(s *engine.Stats) float64 { return float64(s.Batches) }},
 	{"reserved_requests", "gauge", "Task slots reserved by allocated batches.", func(s *engine.Stats) float64 { return float64(s.ReservedRequests) }},
+	{"quarantined_batches", "gauge", "Freed batches whose unquiesced groups keep their capacity and batch slot.", func(s *engine.Stats) float64 { return float64(s.QuarantinedBatches) }},
 	{"inflight_groups", "gauge", "Admitted submissions not yet finished.", func(s *engine.Stats) float64 { return float64(s.InflightGroups) }},
 	{"inflight_bytes", "gauge", "Bytes of admitted submissions not yet finished.", func(s *engine.Stats) float64 { return float64(s.InflightBytes) }},
 	{"groups_submitted_total", "counter", "Submissions accepted.", func(s *engine.Stats) float64 { return float64(s.GroupsSubmitted) }},

@@ -161,7 +161,7 @@ func (s *Service) fail(sc scope, err error) error {
 		s.mu.Unlock()
 	}
 	level := slog.LevelInfo
-	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO {
+	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO || k == engine.KindUnquiesced {
 		level = slog.LevelError
 	}
 	attrs := []any{"op", sc.op, "err", err}

@@ -15,6 +15,9 @@
 //     every group has finished, and a terminal state never changes.
 //   - b.mu guards everything in mu; b.mu.changed (made when someone waits)
 //     is closed at every published change, so waiters never miss one.
+//   - A freed batch with an unquiesced group is quarantined: its ID is
+//     retired but its capacity and its max_allocated_batches slot stay
+//     consumed (Engine.mu.quarantined) for the engine's life.
 
 package engine
 
@@ -95,9 +98,16 @@ type Report struct {
 	// one handed to the kernel: the span that may have executed.
 	AffectedRequests int `json:"affected_requests"`
 	// LocallyDrained is false when the group ended unquiesced: the engine
-	// could not prove the kernel is done with its memory.
-	LocallyDrained bool  `json:"locally_drained"`
-	Err            error `json:"-"`
+	// could not prove the kernel is done with its memory. Err then has
+	// KindUnquiesced, at the first unsuccessful request, whatever that
+	// request's own failure was.
+	LocallyDrained bool `json:"locally_drained"`
+	// RemoteEffect is EffectUnknown for a WRITE group when any request in
+	// the affected span (RequestIndex through the last one the kernel
+	// consumed) was submitted: those may have changed the file, even the
+	// ones that completed after the first failure.
+	RemoteEffect RemoteEffect `json:"-"`
+	Err          error        `json:"-"`
 }
 
 type task struct {
@@ -133,6 +143,9 @@ type Batch struct {
 		notify   []Report // finished groups not yet handed to onDone
 		changed  chan struct{}
 		state    State
+		// unquiesced is set when a group ends unquiesced; Free then
+		// quarantines the batch instead of returning its reservation.
+		unquiesced bool
 	}
 }
 
@@ -157,8 +170,8 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	if e.mu.closed {
 		return nil, errorf(KindClosed, op, "batches", "engine is closed")
 	}
-	if n := len(e.mu.batches); n >= e.cfg.MaxAllocatedBatches {
-		return nil, errorf(KindExhausted, op, "batches", "%d live batches reach max_allocated_batches (%d); free some", n, e.cfg.MaxAllocatedBatches)
+	if n := len(e.mu.batches) + e.mu.quarantined; n >= e.cfg.MaxAllocatedBatches {
+		return nil, errorf(KindExhausted, op, "batches", "%d live and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
 	}
 	if e.mu.reserved+capacity > e.cfg.MaxAllocatedRequests {
 		return nil, errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests)
@@ -570,8 +583,10 @@ func (b *Batch) cancelTaskLocked(i int) {
 var errCancelled = errors.New("cancelled before it started")
 
 // Free releases the batch's reservation. A batch with queued or running
-// groups returns ErrBusy and stays valid. After Free every method returns
-// ErrNotFound.
+// groups returns ErrBusy and stays valid. A batch with an unquiesced group
+// is quarantined: Free succeeds and retires its ID, but its capacity stays
+// reserved and it still counts against max_allocated_batches
+// (Stats.QuarantinedBatches). After Free every method returns ErrNotFound.
 func (b *Batch) Free() error {
 	b.mu.Lock()
 	if err := b.checkLocked("free"); err != nil {
@@ -584,12 +599,21 @@ func (b *Batch) Free() error {
 		return errorf(KindBusy, "free", b.name(), "%d group(s) still queued or running; wait or cancel first", n)
 	}
 	b.mu.freed = true
+	quarantine := b.mu.unquiesced
 	b.changedLocked()
 	b.mu.Unlock()
 	e := b.e
 	e.mu.Lock()
 	delete(e.mu.batches, b.id)
-	e.mu.reserved -= b.capacity
+	if quarantine {
+		// The kernel may still complete into this batch's memory: its ID
+		// is retired (IDs are never reused) but its capacity and its place
+		// under max_allocated_batches stay consumed. Nothing in this
+		// engine ever resolves an unquiesced group, so this is for good.
+		e.mu.quarantined++
+	} else {
+		e.mu.reserved -= b.capacity
+	}
 	e.mu.Unlock()
 	return nil
 }

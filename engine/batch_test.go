@@ -3,6 +3,7 @@ package engine_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"runtime"
 	"strings"
@@ -177,8 +178,9 @@ func TestOverlappingLoans(t *testing.T) {
 			t.Fatalf("message %q", ts.Err)
 		}
 	}
-	if ref.ops.Load() != 0 {
-		t.Fatal("I/O ran before the loan check")
+	// a's one op is prepared (and stalled); none of b's may reach the ring.
+	if n := ref.prepared.Load(); n != 1 {
+		t.Fatalf("%d ops prepared, want only the loan holder's 1: I/O ran before the loan check", n)
 	}
 	wantKind(t, e.Unregister(r), engine.KindBusy)
 	_, err := r.WriteAt([]byte{1}, 100)
@@ -199,26 +201,36 @@ func TestOverlappingLoans(t *testing.T) {
 // fails the group unquiesced and retains its memory, file and charge.
 func TestUnquiesced(t *testing.T) {
 	ref := &refTransport{stall: make(chan struct{}), lose: true}
-	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(50 * time.Millisecond) }, ref)
+	const deadline, grace = 20 * time.Millisecond, 300 * time.Millisecond
+	e := newEngine(t, func(c *config.Engine) {
+		c.QuiesceGrace = config.Duration(grace)
+		c.MaxAllocatedBatches = 2
+	}, ref)
 	path, _ := randomFile(t, t.TempDir(), "f", 8192)
 	s := openSeg(t, e, path, engine.PermWrite)
 	r := register(t, e, 8192)
 	b, _ := e.AllocateBatch(1)
-	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 20*time.Millisecond)
+	start := time.Now()
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, deadline)
 	b.Seal()
 	st, err := b.Wait(5 * time.Second)
 	if err != nil || st != engine.StateFailed {
 		t.Fatalf("state %v %v", st, err)
 	}
+	// The missing CQE is waited for through the grace, not just the deadline.
+	if d := time.Since(start); d < deadline+grace {
+		t.Fatalf("group ended unquiesced after %v, before deadline %v + grace %v", d, deadline, grace)
+	}
 	ts, _ := b.TaskStatus(0)
-	wantKind(t, ts.Err, engine.KindIO)
+	wantKind(t, ts.Err, engine.KindUnquiesced)
 	if !strings.Contains(ts.Err.Error(), "unquiesced") || ts.RemoteEffect != engine.EffectUnknown {
 		t.Fatalf("task %+v", ts)
 	}
 	rep := b.Submissions()[0]
-	if rep.LocallyDrained || rep.RequestIndex != 0 {
+	if rep.LocallyDrained || rep.RequestIndex != 0 || rep.RemoteEffect != engine.EffectUnknown {
 		t.Fatalf("report %+v", rep)
 	}
+	wantKind(t, rep.Err, engine.KindUnquiesced)
 	wantKind(t, e.Unregister(r), engine.KindBusy)
 	wantKind(t, e.CloseFileSegment(s, 10*time.Millisecond), engine.KindTimeout)
 	stats := e.Stats()
@@ -229,6 +241,47 @@ func TestUnquiesced(t *testing.T) {
 	if err := b.Free(); err != nil {
 		t.Fatalf("free of a terminal batch: %v", err)
 	}
+	// Freed, but quarantined: the ID is gone, the capacity and the batch
+	// slot stay consumed.
+	if _, err := e.Batch(b.ID()); engine.KindOf(err) != engine.KindNotFound {
+		t.Fatalf("lookup of a freed batch: %v", err)
+	}
+	if st := e.Stats(); st.QuarantinedBatches != 1 || st.ReservedRequests != 1 || st.Batches != 0 {
+		t.Fatalf("after free: %+v", st)
+	}
+	live, err := e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.AllocateBatch(1)
+	wantKind(t, err, engine.KindExhausted)
+	live.Free()
+
+	// Close keeps the unquiesced group's file open (its fd number must not
+	// be reused under an op the kernel may still complete) and says why.
+	if n := fdsOn(t, path); n == 0 {
+		t.Fatal("no fd on the file before close: the check below proves nothing")
+	}
+	wantKind(t, e.Close(time.Second), engine.KindUnquiesced)
+	if n := fdsOn(t, path); n == 0 {
+		t.Fatal("engine close closed the fds an unquiesced group holds")
+	}
+}
+
+// fdsOn counts this process's fds open on path (read from /proc).
+func fdsOn(t *testing.T, path string) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + d.Name()); err == nil && target == path {
+			n++
+		}
+	}
+	return n
 }
 
 func TestAllocationLimits(t *testing.T) {
@@ -517,5 +570,38 @@ func TestSQPoll(t *testing.T) {
 	}
 	if st := e.Stats(); st.IOUring.Submitted != 256 {
 		t.Fatalf("sqes submitted %d, want 256", st.IOUring.Submitted)
+	}
+}
+
+// TestUnquiescedOutranksEarlierFailure: the first request fails for its
+// own reason (EIO), the second never completes. The group reports
+// Unquiesced at the first unsuccessful index, not the first task's EIO.
+func TestUnquiescedOutranksEarlierFailure(t *testing.T) {
+	ref := &refTransport{failNth: 1, errno: 5 /* EIO */, loseAfter: 1}
+	e := newEngine(t, func(c *config.Engine) { c.QuiesceGrace = config.Duration(50 * time.Millisecond) }, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s := openSeg(t, e, path, engine.PermWrite)
+	r := register(t, e, 8192)
+	b, _ := e.AllocateBatch(2)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}, {Address: r.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096}}, nil, 20*time.Millisecond)
+	b.Seal()
+	if st, err := b.Wait(5 * time.Second); st != engine.StateFailed {
+		t.Fatalf("state %v %v", st, err)
+	}
+	t0, _ := b.TaskStatus(0)
+	wantKind(t, t0.Err, engine.KindIO)
+	t1, _ := b.TaskStatus(1)
+	wantKind(t, t1.Err, engine.KindUnquiesced)
+	rep := b.Submissions()[0]
+	if rep.RequestIndex != 0 || rep.LocallyDrained || rep.AffectedRequests != 2 || rep.RemoteEffect != engine.EffectUnknown {
+		t.Fatalf("report %+v", rep)
+	}
+	wantKind(t, rep.Err, engine.KindUnquiesced)
+	if !errors.Is(rep.Err, engine.ErrUnquiesced) {
+		t.Fatalf("errors.Is(%v, ErrUnquiesced) = false", rep.Err)
+	}
+	wantKind(t, e.Close(time.Second), engine.KindUnquiesced)
+	if err := e.Close(time.Second); err != nil {
+		t.Fatalf("close after a completed close: %v", err)
 	}
 }

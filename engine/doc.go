@@ -7,7 +7,8 @@
 //
 //   - Engine: New validates the config and starts nothing. Close refuses
 //     new work, cancels queued groups, waits for running ones, then closes
-//     segments, regions and transports. Close is idempotent.
+//     segments, regions and transports, except what an unquiesced group
+//     holds (then ErrUnquiesced). Close is idempotent.
 //   - Region: RegisterMemory / RegisterSharedFile map page-aligned memory
 //     outside the Go heap; Unregister unmaps it, refusing (ErrBusy) while a
 //     transfer holds a loan on it.
@@ -16,7 +17,9 @@
 //     CloseFileSegment drains admitted groups within a timeout.
 //   - Batch: AllocateBatch reserves task slots. Each Submit appends one
 //     group of tasks; Seal stops appends; Wait blocks for the terminal
-//     state; Free returns the reservation (ErrBusy while work runs).
+//     state; Free returns the reservation (ErrBusy while work runs; a
+//     batch with an unquiesced group is quarantined, its reservation
+//     kept).
 //
 // # Execution
 //

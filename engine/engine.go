@@ -6,6 +6,9 @@
 //     first file submission probes the file transport.
 //   - inflightBytes and inflightGroups count admitted, not yet finished
 //     groups; a group that ends unquiesced keeps its charge forever.
+//   - Close never closes a segment fd or unmaps a region an unquiesced
+//     group holds (the kernel may still complete through them); it
+//     reports ErrUnquiesced instead.
 //   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
 //     then segEntry.mu, then Region.mu. No lock is held across a blocking
 //     wait; Batch.deliverMu is only ever tried (TryLock).
@@ -41,13 +44,18 @@ type Engine struct {
 
 	mu struct {
 		sync.RWMutex
-		closed         bool
-		nextKey        uint64
-		nextBatch      uint64
-		regions        []*Region
-		segments       map[string]*segEntry
-		batches        map[uint64]*Batch
-		reserved       int // sum of live batches' capacity
+		closed    bool
+		nextKey   uint64
+		nextBatch uint64
+		regions   []*Region
+		segments  map[string]*segEntry
+		batches   map[uint64]*Batch
+		reserved  int // sum of live and quarantined batches' capacity
+		// quarantined counts freed batches with an unquiesced group: their
+		// capacity (still in reserved) and their place under
+		// max_allocated_batches stay consumed.
+		quarantined    int
+		closeDone      bool // a Close got past the drain: later calls return nil
 		inflightGroups int
 		inflightBytes  uint64
 	}
@@ -131,11 +139,19 @@ func (e *Engine) fileReady() error {
 // running ones, then closes segments, regions and transports. If running
 // work does not drain in time it returns ErrTimeout and leaves those
 // owners (and the resources they hold) in place; calling Close again
-// retries. Later calls after success return nil.
+// retries. Segments and regions an unquiesced group holds are never
+// closed (their fds and memory stay with the kernel's possible
+// completion), and Close then reports ErrUnquiesced. Once a Close got
+// past the drain (returning nil, ErrUnquiesced or a transport's error),
+// later calls return nil.
 func (e *Engine) Close(timeout time.Duration) error {
 	e.closeMu.Lock() // one Close at a time; a second one retries the drain
 	defer e.closeMu.Unlock()
 	e.mu.Lock()
+	if e.mu.closeDone {
+		e.mu.Unlock()
+		return nil
+	}
 	e.mu.closed = true
 	batches := make([]*Batch, 0, len(e.mu.batches))
 	for _, b := range e.mu.batches {
@@ -163,10 +179,20 @@ func (e *Engine) Close(timeout time.Duration) error {
 	regions := e.mu.regions
 	e.mu.regions = nil
 	e.mu.Unlock()
+	// Every batch drained, so a user or loan left now belongs to an
+	// unquiesced group: the kernel may still complete into that memory or
+	// through those fds. Closing an fd would let its number be reused
+	// under such an op, so retained entries and regions stay open.
+	var keptSegs, keptRegions int
 	for _, ent := range segs {
 		ent.mu.Lock()
 		ent.mu.gone = true
+		held := ent.mu.users > 0
 		ent.mu.Unlock()
+		if held {
+			keptSegs++
+			continue
+		}
 		e.closeEntry(ent)
 	}
 	for _, r := range regions {
@@ -175,6 +201,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 		r.mu.closed = true
 		r.mu.Unlock()
 		if busy {
+			keptRegions++
 			continue // retained by an unquiesced owner
 		}
 		if e.file != nil && r.anon {
@@ -185,41 +212,52 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {
+		// Transports close idle queues only; an abandoned ring (one an
+		// unquiesced group used) stays mapped.
 		if err := t.Close(); err != nil && first == nil {
 			first = err
 		}
 	}
 	e.backends = nil
+	e.mu.Lock()
+	e.mu.closeDone = true
+	e.mu.Unlock()
+	if n := e.st.unquiesced.Load(); n > 0 {
+		return errorf(KindUnquiesced, "close", "engine", "%d unquiesced group(s) retain %d segment(s), %d region(s) and their rings; they are never released", n, keptSegs, keptRegions)
+	}
 	return first
 }
 
 // Stats is a snapshot of engine counters.
 type Stats struct {
-	Segments         int           `json:"segments"`
-	SegmentsDraining int           `json:"segments_draining"`
-	Regions          int           `json:"regions"`
-	RegionBytes      uint64        `json:"region_bytes"`
-	Batches          int           `json:"batches"`
-	ReservedRequests int           `json:"reserved_requests"`
-	InflightGroups   int           `json:"inflight_groups"`
-	InflightBytes    uint64        `json:"inflight_bytes"`
-	GroupsSubmitted  uint64        `json:"groups_submitted"`
-	GroupsRejected   uint64        `json:"groups_rejected"`
-	TasksCompleted   uint64        `json:"tasks_completed"`
-	TasksFailed      uint64        `json:"tasks_failed"`
-	TasksCancelled   uint64        `json:"tasks_cancelled"`
-	BytesRead        uint64        `json:"bytes_read"`
-	BytesWritten     uint64        `json:"bytes_written"`
-	FastPathHits     uint64        `json:"fast_path_hits"`
-	FastPathHandoffs uint64        `json:"fast_path_handoffs"`
-	SubmitThrough    uint64        `json:"submit_through"`
-	WorkersStarted   uint64        `json:"workers_started"`
-	WorkersRunning   int64         `json:"workers_running"`
-	UnquiescedGroups uint64        `json:"unquiesced_groups"`
-	IOUring          *FileStats    `json:"io_uring"`
-	Staging          *StagingStats `json:"staging,omitempty"`
-	GDS              GDSStats      `json:"gds"`
-	RuntimeQueue     QueueStats    `json:"runtime_queue"`
+	Segments         int    `json:"segments"`
+	SegmentsDraining int    `json:"segments_draining"`
+	Regions          int    `json:"regions"`
+	RegionBytes      uint64 `json:"region_bytes"`
+	Batches          int    `json:"batches"`
+	ReservedRequests int    `json:"reserved_requests"`
+	// QuarantinedBatches are freed batches whose unquiesced groups keep
+	// their capacity (counted in ReservedRequests) and batch slot.
+	QuarantinedBatches int           `json:"quarantined_batches"`
+	InflightGroups     int           `json:"inflight_groups"`
+	InflightBytes      uint64        `json:"inflight_bytes"`
+	GroupsSubmitted    uint64        `json:"groups_submitted"`
+	GroupsRejected     uint64        `json:"groups_rejected"`
+	TasksCompleted     uint64        `json:"tasks_completed"`
+	TasksFailed        uint64        `json:"tasks_failed"`
+	TasksCancelled     uint64        `json:"tasks_cancelled"`
+	BytesRead          uint64        `json:"bytes_read"`
+	BytesWritten       uint64        `json:"bytes_written"`
+	FastPathHits       uint64        `json:"fast_path_hits"`
+	FastPathHandoffs   uint64        `json:"fast_path_handoffs"`
+	SubmitThrough      uint64        `json:"submit_through"`
+	WorkersStarted     uint64        `json:"workers_started"`
+	WorkersRunning     int64         `json:"workers_running"`
+	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
+	IOUring            *FileStats    `json:"io_uring"`
+	Staging            *StagingStats `json:"staging,omitempty"`
+	GDS                GDSStats      `json:"gds"`
+	RuntimeQueue       QueueStats    `json:"runtime_queue"`
 }
 
 // QueueStats reports the runtime admission queue.
@@ -245,6 +283,7 @@ func (e *Engine) Stats() Stats {
 	}
 	s.Batches = len(e.mu.batches)
 	s.ReservedRequests = e.mu.reserved
+	s.QuarantinedBatches = e.mu.quarantined
 	s.InflightGroups = e.mu.inflightGroups
 	s.InflightBytes = e.mu.inflightBytes
 	e.mu.RUnlock()

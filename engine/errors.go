@@ -30,8 +30,9 @@ const (
 	KindUnavailable             // transport not built, no kernel support, no GPU
 	KindTimeout                 // deadline passed, close timeout
 	KindTooLarge                // document too large, vector over the element limit
-	KindIO                      // unquiesced, backend fault
+	KindIO                      // backend fault
 	KindClosed                  // the engine or object is closed
+	KindUnquiesced              // a completion never arrived: owners stay retained
 )
 
 var kindNames = [...]string{
@@ -48,6 +49,7 @@ var kindNames = [...]string{
 	KindTooLarge:    "too large",
 	KindIO:          "i/o error",
 	KindClosed:      "closed",
+	KindUnquiesced:  "unquiesced",
 }
 
 func (k Kind) String() string {
@@ -86,6 +88,7 @@ var (
 	ErrTooLarge    error = kindError(KindTooLarge)
 	ErrIO          error = kindError(KindIO)
 	ErrClosed      error = kindError(KindClosed)
+	ErrUnquiesced  error = kindError(KindUnquiesced)
 )
 
 // Error is the engine's error: what was attempted, on what, which kind of

@@ -266,7 +266,7 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 		x.mu.Lock()
 		x.undrained = true
 		x.mu.Unlock()
-		x.resolve(k, 0, unitErr(g, k, u, KindIO, fmt.Errorf("unquiesced: cuFile call did not return %s after the deadline; its memory and file stay retained", e.cfg.QuiesceGrace.D())))
+		x.resolve(k, 0, unitErr(g, k, u, KindUnquiesced, fmt.Errorf("cuFile call did not return %s after the deadline; its memory and file stay retained", e.cfg.QuiesceGrace.D())))
 		for j := x.take(); j >= 0; j = x.take() {
 			x.resolve(j, 0, unitErr(g, j, &x.units[j], KindTimeout, errors.New("deadline passed before these bytes started")))
 		}

@@ -328,10 +328,12 @@ func TestUncertainCopyRetains(t *testing.T) {
 	if err == nil || rep.LocallyDrained {
 		t.Fatalf("err %v report %+v: want a failure that is not locally drained", err, rep)
 	}
+	wantKind(t, rep.Err, engine.KindUnquiesced)
 	wantKind(t, e.Unregister(d), engine.KindBusy)
 	if st := e.Stats(); st.UnquiescedGroups != 1 || st.Staging.InUse == 0 {
 		t.Fatalf("unquiesced %d, staging in use %d", st.UnquiescedGroups, st.Staging.InUse)
 	}
+	wantKind(t, e.Close(ioTimeout), engine.KindUnquiesced)
 }
 
 // TestDeviceRegistration: errors say why, without a GPU backend and for

@@ -7,6 +7,14 @@
 //   - A group finishes exactly once (finishLocked). A drained finish
 //     returns every charge, loan and scratch mapping; an unquiesced finish
 //     returns none of them, because the kernel may still use that memory.
+//   - Fences (conflicts) identify a file by device and inode, never by
+//     segment entry, so results equal strict FIFO execution however many
+//     entries (permissions, paths, hard links) reach one file.
+//   - One submission carries at most max_batch_requests descriptors
+//     (scalar requests plus vector elements), checked before any work.
+//   - A report of an unquiesced group has KindUnquiesced at the first
+//     unsuccessful request; a failed WRITE group's report has an unknown
+//     remote effect when any request of its affected span was submitted.
 
 package engine
 
@@ -32,13 +40,14 @@ type group struct {
 	ranges  []hostRange // every local range, for loans
 	routes  []route     // per request (route.go)
 	pieces  [][]piece   // per off-ring request: its elements in file order
+	bounds  []hostRange // per-region bounding box, for same-batch fences
+	fileLo  uint64
+	fileHi  uint64
+	vector  bool // some request carries Elements (even one): never the fast path
 	// offRing: some request touches device memory, so the whole group
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
-	offUndrained bool        // guarded by b.mu: an off-ring lane could not prove its drain
-	bounds       []hostRange // per-region bounding box, for same-batch fences
-	fileLo       uint64
-	fileHi       uint64
+	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
 
 	// Guarded by b.mu.
 	dispatched    bool
@@ -83,6 +92,16 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
+	}
+	// One submission carries at most max_batch_requests descriptors: a
+	// scalar request is one, a vector one per element (padding included).
+	// Without this bound 4096 requests of 1024 elements each would pass.
+	descs := 0
+	for i := range reqs {
+		descs += max(1, len(reqs[i].Elements))
+	}
+	if descs > e.cfg.MaxBatchRequests {
+		return nil, errorf(KindTooLarge, verb, b.name(), "%d requests carry %d descriptors (scalar requests and vector elements), more than max_batch_requests (%d)", len(reqs), descs, e.cfg.MaxBatchRequests)
 	}
 	for i := range reqs {
 		if reqs[i].Transport > TransportGDS {
@@ -165,6 +184,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 		}
 		extent = r.Length
 	} else {
+		g.vector = true
 		if n := len(r.Elements); n > e.cfg.MaxVectorElements {
 			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
 		}
@@ -268,9 +288,11 @@ func (g *group) computeBounds() {
 }
 
 // conflicts reports whether g must wait for h (same batch, in flight):
-// overlapping local memory, or overlapping file bytes where one writes.
+// overlapping local memory, or overlapping bytes of the same file (by
+// device and inode, not by entry: a read_write and a read handle on one
+// file are two entries) where one writes.
 func (g *group) conflicts(h *group) bool {
-	if g.ent == h.ent && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
+	if g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
 		return true
 	}
 	for _, a := range g.bounds {
@@ -283,9 +305,12 @@ func (g *group) conflicts(h *group) bool {
 	return false
 }
 
+// fastPathEligible: one contiguous host request of at most
+// caller_fast_path_bytes. Vectors keep the worker path (spec), even a
+// vector of one element, which would otherwise look scalar here.
 func (g *group) fastPathEligible() bool {
 	e := g.b.e
-	return !g.offRing && g.n == 1 && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
+	return !g.offRing && g.n == 1 && !g.vector && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
 		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0
 }
 
@@ -323,6 +348,9 @@ func (g *group) finishLocked(drained bool) {
 	b := g.b
 	g.finished = true
 	g.unquiesced = !drained
+	if !drained {
+		b.mu.unquiesced = true
+	}
 	b.mu.active--
 	for k, h := range b.mu.inflight {
 		if h == g {
@@ -365,9 +393,23 @@ func (g *group) reportLocked() Report {
 		prefix = false
 		if t.state == TaskFailed || t.state == TaskCancelled {
 			r.RequestIndex = i
-			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: KindOf(t.err), Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
+			kind := KindOf(t.err)
+			if g.finished && g.unquiesced {
+				// The group's retained state outranks the first task's own
+				// cause: a caller must learn that memory and fds are held.
+				kind = KindUnquiesced
+			}
+			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: kind, Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
 			if g.lastSubmitted >= i {
 				r.AffectedRequests = g.lastSubmitted - i + 1
+			}
+			if g.op == OpWrite {
+				for j := i; j <= g.lastSubmitted; j++ {
+					if b.mu.tasks[g.first+j].submitted {
+						r.RemoteEffect = EffectUnknown
+						break
+					}
+				}
 			}
 			break
 		}

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -10,16 +11,37 @@ import (
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
+	"golang.org/x/sys/unix"
 )
 
-// filesystems are the real filesystems every transfer test runs on.
+// filesystems are the real filesystems every transfer test runs on, keyed
+// by the type statfs reports (not by what the directory is assumed to
+// be): t.TempDir() is "ext4" only where it really is.
 func filesystems(t *testing.T) map[string]string {
 	t.Helper()
-	fs := map[string]string{"ext4": t.TempDir()}
+	fs := map[string]string{}
+	add := func(dir string) {
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("fs-0x%x", st.Type)
+		switch st.Type {
+		case unix.EXT4_SUPER_MAGIC:
+			name = "ext4"
+		case unix.TMPFS_MAGIC:
+			name = "tmpfs"
+		}
+		fs[name] = dir
+	}
+	add(t.TempDir())
 	shm, err := os.MkdirTemp("/dev/shm", "orbitefs-test-")
 	if err == nil {
 		t.Cleanup(func() { os.RemoveAll(shm) })
-		fs["tmpfs"] = shm
+		add(shm)
+	}
+	if _, ok := fs["ext4"]; !ok {
+		t.Logf("no ext4 here (TMPDIR is %s): O_DIRECT paths are not covered", os.TempDir())
 	}
 	return fs
 }

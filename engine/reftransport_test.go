@@ -21,12 +21,16 @@ type refTransport struct {
 	errno    unix.Errno
 	shortNth int64 // 1-based op number to shorten by half
 	lose     bool  // stalled ops never complete (missing CQE)
-	limit    int   // queues that may be held at once; 0: no limit
-	held     int   // guarded by mu
-	ops      atomic.Int64
-	acquired atomic.Int64
-	released atomic.Int64
-	abandons atomic.Int64
+	// loseAfter > 0: once that many ops have executed, every further op
+	// is dropped without a completion (a CQE that never comes).
+	loseAfter int64
+	limit     int          // queues that may be held at once; 0: no limit
+	held      int          // guarded by mu
+	ops       atomic.Int64 // ops executed
+	prepared  atomic.Int64 // ops handed to Prepare (counted even while stalled)
+	acquired  atomic.Int64
+	released  atomic.Int64
+	abandons  atomic.Int64
 }
 
 func (t *refTransport) Kind() engine.TransportKind { return engine.TransportIOUring }
@@ -99,6 +103,7 @@ func (q *refQueue) Space() int {
 }
 
 func (q *refQueue) Prepare(op *engine.FileOp) error {
+	q.t.prepared.Add(1)
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.prepared = append(q.prepared, *op)
@@ -136,6 +141,9 @@ func (q *refQueue) Reap(wait time.Duration, fn func(engine.Completion)) (int, er
 	q.running = nil
 	q.mu.Unlock()
 	for _, op := range run {
+		if q.t.loseAfter > 0 && q.t.ops.Load() >= q.t.loseAfter {
+			continue
+		}
 		fn(engine.Completion{Token: op.Token, Res: q.t.exec(op)})
 	}
 	return len(run), nil

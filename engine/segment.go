@@ -9,6 +9,12 @@
 //   - users counts admitted groups; a draining entry admits none, and its
 //     fds close only when users is 0 and the last handle has closed.
 //   - Opening never creates, truncates or extends a file.
+//   - A URI's path is used literally (never cleaned), and with allowed
+//     roots every opened file's real path, read from the opened
+//     descriptor, lies beneath one of them (openConfined).
+//   - (dev, ino) is fixed at open and names the file itself: two entries
+//     (another permission, another path, a hard link) on one inode fence
+//     against each other (group.conflicts).
 //   - Lock order: Engine.mu before segEntry.mu.
 
 package engine
@@ -46,6 +52,7 @@ type segEntry struct {
 	dioOff   uint64
 	fsType   string
 	dev      uint64 // st_dev of the bound inode
+	ino      uint64 // st_ino of the bound inode: (dev, ino) names the file for fences
 
 	closeOnce sync.Once
 
@@ -54,6 +61,11 @@ type segEntry struct {
 		handles  int
 		users    int
 		draining bool
+		// timedOut is set by a close that timed out and never cleared:
+		// the spec leaves every alias closed to new work until all of
+		// them have closed (a later successful close of one alias must
+		// not reopen the others, the timed-out handle included).
+		timedOut bool
 		idle     chan struct{} // closed when users drops to 0 while draining
 		size     uint64
 		sizeAt   time.Time
@@ -90,8 +102,16 @@ func (s *Segment) name() string { return "segments/" + s.uri }
 
 func (*Segment) isTarget() {}
 
+// sameFile reports whether two entries are bound to one inode. Entries
+// are keyed by path and permission, so one file can sit behind several.
+func (ent *segEntry) sameFile(o *segEntry) bool {
+	return ent == o || (ent.dev == o.dev && ent.ino == o.ino)
+}
+
 // ParseFileURI returns the path of a file:// URI: "file:///abs" is
-// absolute, "file://rel/x" is relative to the working directory.
+// absolute, "file://rel/x" is relative to the working directory. The text
+// after file:// is taken literally, never cleaned: "file:///a/link/../f"
+// opens what open(2) resolves (the parent of link's target), not /a/f.
 func ParseFileURI(uri string) (string, error) {
 	rest, ok := strings.CutPrefix(uri, "file://")
 	if !ok {
@@ -103,11 +123,16 @@ func ParseFileURI(uri string) (string, error) {
 	if strings.ContainsRune(rest, 0) {
 		return "", fmt.Errorf("uri %q: path contains a NUL byte", uri)
 	}
-	p, err := filepath.Abs(rest)
+	if strings.HasPrefix(rest, "/") {
+		return rest, nil
+	}
+	// Relative: joined to the working directory without cleaning, so
+	// "link/../f" still means what open(2) makes of it.
+	wd, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("uri %q: %w", uri, err)
 	}
-	return p, nil
+	return strings.TrimSuffix(wd, "/") + "/" + rest, nil
 }
 
 // OpenFileSegment opens an existing regular file for transfers. Another
@@ -144,7 +169,7 @@ func (e *Engine) OpenFileSegment(uri string, perm Permission) (*Segment, error) 
 		}
 		ent.mu.Unlock()
 		e.mu.Unlock()
-		return nil, errorf(KindBusy, op, name, "%s is draining after a close timed out; retry the close first", path)
+		return nil, errorf(KindBusy, op, name, "%s is draining after a close timed out; close every alias first", path)
 	}
 	if n := len(e.mu.segments); n >= e.cfg.MaxFileSegments {
 		e.mu.Unlock()
@@ -197,7 +222,7 @@ func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
 		return nil, wrap(KindIO, "", "", os.NewSyscallError("fcntl", err))
 	}
 	ent.mu.size, ent.mu.sizeAt = uint64(st.Size), time.Now()
-	ent.dev = st.Dev
+	ent.dev, ent.ino = st.Dev, st.Ino
 
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &sfs); err == nil {
@@ -244,11 +269,15 @@ func fsName(t int64) string {
 	return fmt.Sprintf("0x%x", t)
 }
 
-// openConfined opens path with flags, beneath an allowed root when roots
-// are configured: the walk uses openat2(RESOLVE_BENEATH), so neither ".."
-// nor a symlink can lead out of the root. Relative symlinks that stay
-// inside the root resolve; absolute symlinks are refused (the kernel
-// cannot tell where they lead without leaving the root).
+// openConfined opens path with flags the way open(2) resolves it (".."
+// after a symlink applies to the symlink's target; absolute and relative
+// symlinks both follow), and, when allowed roots are configured, refuses
+// a file whose real location is not beneath one of them. The check is on
+// the opened inode, not the name: the walk takes an O_PATH reference
+// first (which opens no device or FIFO and pins the inode), the kernel
+// reports that descriptor's real path through /proc/self/fd, and the
+// file is then reopened through the same descriptor, so a rename or a
+// swapped symlink between check and open cannot substitute another file.
 func (e *Engine) openConfined(path string, flags int) (int, error) {
 	flags |= unix.O_CLOEXEC
 	if len(e.cfg.AllowedRoots) == 0 {
@@ -258,38 +287,43 @@ func (e *Engine) openConfined(path string, flags int) (int, error) {
 		}
 		return fd, nil
 	}
-	root, rel, err := e.allowedRoot(path)
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, wrap(KindPermission, "", "", err)
+		return -1, openErr(path, err)
 	}
-	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	defer unix.Close(pfd)
+	self := fmt.Sprintf("/proc/self/fd/%d", pfd)
+	real, err := os.Readlink(self)
 	if err != nil {
-		return -1, openErr(root, err)
+		return -1, wrap(KindIO, "", "", err)
 	}
-	defer unix.Close(rfd)
-	fd, err := unix.Openat2(rfd, rel, &unix.OpenHow{
-		Flags:   uint64(flags),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if err == unix.EXDEV {
-		return -1, wrap(KindPermission, "", "", fmt.Errorf("%s resolves outside allowed root %s (symlink or ..)", path, root))
+	if !e.beneathRoot(real) {
+		return -1, wrap(KindPermission, "", "", fmt.Errorf("%s resolves to %s, not beneath an allowed root (%s)", path, real, strings.Join(e.cfg.AllowedRoots, ", ")))
 	}
+	fd, err := unix.Open(self, flags, 0)
 	if err != nil {
 		return -1, openErr(path, err)
 	}
 	return fd, nil
 }
 
-// allowedRoot returns the root holding path (lexically) and the path
-// relative to it.
-func (e *Engine) allowedRoot(path string) (root, rel string, err error) {
-	clean := filepath.Clean(path)
+// beneathRoot reports whether real (a kernel-reported absolute path) lies
+// strictly beneath an allowed root, taken both as configured and with its
+// own symlinks resolved (the kernel reports resolved paths).
+func (e *Engine) beneathRoot(real string) bool {
+	under := func(root string) bool {
+		rel, err := filepath.Rel(root, real)
+		return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
+	}
 	for _, r := range e.cfg.AllowedRoots {
-		if rel, err := filepath.Rel(r, clean); err == nil && rel != "." && !strings.HasPrefix(rel, "..") {
-			return r, rel, nil
+		if under(r) {
+			return true
+		}
+		if rr, err := filepath.EvalSymlinks(r); err == nil && rr != r && under(rr) {
+			return true
 		}
 	}
-	return "", "", fmt.Errorf("%s is not beneath an allowed root (%s)", path, strings.Join(e.cfg.AllowedRoots, ", "))
+	return false
 }
 
 func openErr(path string, err error) error {
@@ -451,9 +485,11 @@ func (ent *segEntry) done() {
 
 // CloseFileSegment closes the handle. It first closes the entry (all
 // aliases) to new work and waits up to timeout for admitted groups to
-// finish. On timeout it returns ErrTimeout, the entry stays closed to new
-// work, and a later call with the same handle retries. On success the
-// handle is invalid; the file's fds close with the last alias.
+// finish. On timeout it returns ErrTimeout, and the entry stays closed to
+// new work for every alias until all of them have closed; a later call
+// with the same handle retries. On success the handle is invalid; the
+// file's fds close with the last alias, and only once no admitted group
+// (an unquiesced one included) still uses them.
 func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	const op = "close"
 	if err := s.check(op); err != nil {
@@ -477,7 +513,10 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		select {
 		case <-idle:
 		case <-t.C:
-			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; the segment is closed to new work, retry the close", users, timeout)
+			ent.mu.Lock()
+			ent.mu.timedOut = true
+			ent.mu.Unlock()
+			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; every alias is closed to new work, retry the close", users, timeout)
 		}
 	}
 	s.mu.Lock()
@@ -493,7 +532,7 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	last := ent.mu.handles == 0
 	if last {
 		ent.mu.gone = true
-	} else {
+	} else if !ent.mu.timedOut {
 		ent.mu.draining = false // the remaining aliases reopen to work
 	}
 	ent.mu.Unlock()

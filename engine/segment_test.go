@@ -20,7 +20,8 @@ func TestParseFileURI(t *testing.T) {
 	}{
 		{"file:///tmp/cache.bin", "/tmp/cache.bin", false},
 		{"file://rel/x.bin", filepath.Join(wd, "rel/x.bin"), false},
-		{"file:///tmp/../etc/x", "/etc/x", false},
+		{"file:///tmp/../etc/x", "/tmp/../etc/x", false}, // literal: open(2) resolves it
+		{"file://rel/../x", wd + "/rel/../x", false},
 		{"/tmp/x", "", true},
 		{"http://x", "", true},
 		{"file://", "", true},
@@ -42,8 +43,11 @@ func TestOpenRules(t *testing.T) {
 	path, _ := randomFile(t, dir, "f", 100)
 	os.Symlink(secret, filepath.Join(dir, "link-out"))
 	os.Symlink("f", filepath.Join(dir, "link-in"))        // relative, stays inside
-	os.Symlink(path, filepath.Join(dir, "link-absolute")) // RESOLVE_BENEATH refuses absolute links
+	os.Symlink(path, filepath.Join(dir, "link-absolute")) // absolute, target inside the root
+	os.Symlink("/etc/passwd", filepath.Join(dir, "link-etc"))
+	os.Symlink("../"+filepath.Base(outside)+"/secret", filepath.Join(dir, "link-relative-out"))
 	os.Mkdir(filepath.Join(dir, "sub"), 0o755)
+	os.Symlink(outside, filepath.Join(dir, "sub", "dir-out")) // a directory link out
 	e := newEngine(t, func(c *config.Engine) { c.AllowedRoots = []string{dir} }, &refTransport{})
 
 	cases := []struct {
@@ -57,7 +61,10 @@ func TestOpenRules(t *testing.T) {
 		{"outside roots", "file://" + secret, engine.PermRead, engine.KindPermission},
 		{"dotdot escape", "file://" + dir + "/../" + filepath.Base(outside) + "/secret", engine.PermRead, engine.KindPermission},
 		{"symlink out", "file://" + dir + "/link-out", engine.PermRead, engine.KindPermission},
-		{"absolute symlink", "file://" + dir + "/link-absolute", engine.PermRead, engine.KindPermission},
+		{"absolute symlink out", "file://" + dir + "/link-etc", engine.PermRead, engine.KindPermission},
+		{"relative symlink out", "file://" + dir + "/link-relative-out", engine.PermRead, engine.KindPermission},
+		{"through a directory link out", "file://" + dir + "/sub/dir-out/secret", engine.PermRead, engine.KindPermission},
+		{"dotdot after a directory link", "file://" + dir + "/sub/dir-out/../" + filepath.Base(outside) + "/secret", engine.PermRead, engine.KindPermission},
 		{"bad uri", "ftp://x", engine.PermRead, engine.KindInvalid},
 		{"bad permission", "file://" + path, engine.Permission(0), engine.KindInvalid},
 	}
@@ -67,9 +74,14 @@ func TestOpenRules(t *testing.T) {
 			wantKind(t, err, c.kind)
 		})
 	}
-	if s, err := e.OpenFileSegment("file://"+dir+"/link-in", engine.PermRead); err != nil {
-		t.Fatalf("symlink inside the root must open: %v", err)
-	} else {
+	for _, name := range []string{"link-in", "link-absolute"} {
+		s, err := e.OpenFileSegment("file://"+dir+"/"+name, engine.PermRead)
+		if err != nil {
+			t.Fatalf("%s: a symlink whose target stays beneath the root must open: %v", name, err)
+		}
+		if info, _ := e.FileSegmentInfo(s); info.Size != 100 {
+			t.Fatalf("%s: opened %+v, want the 100-byte target", name, info)
+		}
 		e.CloseFileSegment(s, time.Second)
 	}
 	// Opening never creates or truncates.
@@ -222,12 +234,50 @@ func TestCloseWithTimeout(t *testing.T) {
 	}
 	_, err = e.FileSegmentInfo(s)
 	wantKind(t, err, engine.KindNotFound)
-	// The alias reopened to work when the close succeeded.
-	if _, err := e.SubmitAndWait(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second); err != nil {
+	// The timed-out close left every alias closed to new work, even now
+	// that the retry succeeded (spec: close every alias).
+	_, err = e.SubmitAndWait(engine.OpRead, alias, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second)
+	wantKind(t, err, engine.KindBusy)
+	if err := e.CloseFileSegment(alias, time.Second); err != nil {
 		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Segments != 0 {
+		t.Fatalf("segments %d after closing every alias", st.Segments)
+	}
+	// With every alias closed, the name opens afresh.
+	again := openSeg(t, e, path, engine.PermRead)
+	if _, err := e.SubmitAndWait(engine.OpRead, again, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTimedOutHandleStaysClosed: a close that timed out is not undone by
+// a later successful close of another alias; the handle whose close timed
+// out cannot submit again, and its retry succeeds.
+func TestTimedOutHandleStaysClosed(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 8192)
+	s := openSeg(t, e, path, engine.PermRead)
+	alias := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 8192)
+	b, _ := e.AllocateBatch(1)
+	if _, err := b.Submit(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, e.CloseFileSegment(s, 20*time.Millisecond), engine.KindTimeout)
+	ref.release()
+	b.Seal()
+	if st, _ := b.Wait(5 * time.Second); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
 	}
 	if err := e.CloseFileSegment(alias, time.Second); err != nil {
 		t.Fatal(err)
+	}
+	_, err := e.SubmitAndWait(engine.OpRead, s, []engine.Request{{Address: r.BaseAddress(), Length: 10}}, time.Second)
+	wantKind(t, err, engine.KindBusy)
+	if err := e.CloseFileSegment(s, time.Second); err != nil {
+		t.Fatalf("retry: %v", err)
 	}
 	if st := e.Stats(); st.Segments != 0 {
 		t.Fatalf("segments %d after closing every alias", st.Segments)
@@ -255,5 +305,31 @@ func TestWithoutFileTransport(t *testing.T) {
 	}
 	if got, _ := os.ReadFile(path); !bytes.Equal(got, orig) {
 		t.Fatal("file changed")
+	}
+}
+
+// TestLiteralPath: the URI's path is what open(2) resolves, not a
+// lexically cleaned spelling. dir/link -> real/sub, so dir/link/../f is
+// real/f (100 bytes), while cleaning would give dir/f (200 bytes). The
+// same holds under allowed roots.
+func TestLiteralPath(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "real", "sub"), 0o755)
+	randomFile(t, filepath.Join(dir, "real"), "f", 100)
+	randomFile(t, dir, "f", 200)
+	if err := os.Symlink("real/sub", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for name, roots := range map[string][]string{"no roots": nil, "roots": {dir}} {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, func(c *config.Engine) { c.AllowedRoots = roots }, &refTransport{})
+			s, err := e.OpenFileSegment("file://"+dir+"/link/../f", engine.PermRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info, _ := e.FileSegmentInfo(s); info.Size != 100 || info.Path != dir+"/link/../f" {
+				t.Fatalf("opened %+v: want real/f (100 bytes) under its literal path", info)
+			}
+		})
 	}
 }

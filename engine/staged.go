@@ -421,7 +421,7 @@ func (l *lane) cutoff(grace time.Duration) {
 			continue
 		}
 		k := s.k
-		l.x.resolve(k, 0, unitErr(g, k, &l.x.units[k], KindIO, fmt.Errorf("unquiesced: no completion %s after the deadline; its memory, file and ring stay retained", grace)))
+		l.x.resolve(k, 0, unitErr(g, k, &l.x.units[k], KindUnquiesced, fmt.Errorf("no completion %s after the deadline; its memory, file and ring stay retained", grace)))
 	}
 	for k := l.x.take(); k >= 0; k = l.x.take() {
 		l.x.resolve(k, 0, unitErr(g, k, &l.x.units[k], KindTimeout, errors.New("deadline passed before these bytes started")))

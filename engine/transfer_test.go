@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,7 +33,9 @@ func TestRoundTrip(t *testing.T) {
 	}
 	for fsName, dir := range filesystems(t) {
 		t.Run(fsName, func(t *testing.T) {
-			e := newEngine(t, nil)
+			cfg := config.DefaultEngine()
+			spy := &spyTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}
+			e := newEngine(t, nil, spy)
 			path, _ := randomFile(t, dir, "f", 4<<20)
 			seg := openSeg(t, e, path, engine.PermReadWrite)
 			info, err := e.FileSegmentInfo(seg)
@@ -51,9 +54,14 @@ func TestRoundTrip(t *testing.T) {
 					if _, err := src.WriteAt(payload, int64(c.memOff)); err != nil {
 						t.Fatal(err)
 					}
+					spy.take()
 					rep, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Address: src.BaseAddress() + c.memOff, TargetOffset: c.fileOff, Length: c.length}}, ioTimeout)
 					if err != nil {
 						t.Fatalf("write: %v (%+v)", err, rep)
+					}
+					ops := spy.take()
+					if wantDirect := c.direct && fsName == "ext4"; len(ops) != 1 || ops[0].direct != wantDirect {
+						t.Fatalf("write ops %+v, want one with O_DIRECT=%v", ops, wantDirect)
 					}
 					if rep.CompletedRequests != 1 || rep.CompletedBytes != c.length || rep.RequestIndex != -1 || !rep.LocallyDrained {
 						t.Fatalf("write report %+v", rep)
@@ -169,17 +177,40 @@ func TestVectors(t *testing.T) {
 	}
 }
 
+// TestVectorLimits: 1024 elements are accepted and executed (on the real
+// ring too, where one readv of 1024 iovecs meets the kernel's IOV_MAX),
+// 1025 are refused before any I/O.
 func TestVectorLimits(t *testing.T) {
-	e := newEngine(t, nil, &refTransport{})
-	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	for name, transports := range map[string]func() []engine.Transport{
+		"reference": func() []engine.Transport { return []engine.Transport{&refTransport{}} },
+		"io_uring":  func() []engine.Transport { return realTransports(config.DefaultEngine()) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			if name == "io_uring" {
+				needIOUring(t)
+			}
+			testVectorLimits(t, newEngine(t, nil, transports()...))
+		})
+	}
+}
+
+func testVectorLimits(t *testing.T, e *engine.Engine) {
+	path, data := randomFile(t, t.TempDir(), "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermReadWrite)
 	r := register(t, e, 1<<20)
 	elems := make([]engine.Element, 1024)
 	for i := range elems {
-		elems[i] = engine.Range(r.BaseAddress()+uint64(i), 1)
+		// Every other byte of the region, so the 1024 iovecs stay distinct.
+		elems[i] = engine.Range(r.BaseAddress()+uint64(2*i), 1)
 	}
-	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, elems...)}, time.Second); err != nil {
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, elems...)}, ioTimeout); err != nil {
 		t.Fatalf("1024 elements must be accepted: %v", err)
+	}
+	got := regionBytes(t, r)
+	for i := range elems {
+		if got[2*i] != data[i] {
+			t.Fatalf("element %d: byte %#x, want file byte %#x", i, got[2*i], data[i])
+		}
 	}
 	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{engine.Vector(0, 0, append(elems, engine.Pad(1))...)}, time.Second)
 	wantKind(t, err, engine.KindTooLarge)
@@ -367,7 +398,8 @@ func TestFailedWriteHasUnknownEffect(t *testing.T) {
 }
 
 // TestEquivalence runs the same random transfers through io_uring and
-// through the plain pread/pwrite reference; the files must match.
+// through the plain pread/pwrite reference; the files must match. The
+// groups alternate between two segment entries of the file.
 func TestEquivalence(t *testing.T) {
 	needIOUring(t)
 	dir := t.TempDir()
@@ -375,7 +407,9 @@ func TestEquivalence(t *testing.T) {
 		e := newEngine(t, nil, transports...)
 		path, _ := randomFile(t, dir, "eq", 1<<20)
 		os.WriteFile(path, make([]byte, 1<<20), 0o644)
-		seg := openSeg(t, e, path, engine.PermReadWrite)
+		// Two entries on one file (another permission): ordering must hold
+		// across them as within one.
+		segs := []*engine.Segment{openSeg(t, e, path, engine.PermReadWrite), openSeg(t, e, path, engine.PermWrite)}
 		r := register(t, e, 1<<20)
 		pattern := make([]byte, 1<<20)
 		for i := range pattern {
@@ -390,8 +424,8 @@ func TestEquivalence(t *testing.T) {
 		}
 		// One group per request, so ordering comes from FIFO + fences.
 		b, _ := e.AllocateBatch(len(reqs))
-		for _, q := range reqs {
-			if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{q}, nil, ioTimeout); err != nil {
+		for i, q := range reqs {
+			if _, err := b.Submit(engine.OpWrite, segs[i%2], []engine.Request{q}, nil, ioTimeout); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -400,7 +434,9 @@ func TestEquivalence(t *testing.T) {
 			t.Fatalf("state %v %v", st, err)
 		}
 		b.Free()
-		e.CloseFileSegment(seg, time.Second)
+		for _, seg := range segs {
+			e.CloseFileSegment(seg, time.Second)
+		}
 		out, _ := os.ReadFile(path)
 		return out
 	}
@@ -462,5 +498,266 @@ func TestFastPath(t *testing.T) {
 	}
 	if st.FastPathHits == 0 {
 		t.Fatalf("no small tmpfs read completed on its caller: %+v", st)
+	}
+}
+
+// TestSpecDefaults pins the defaults the spec states: 30 s quiesce grace,
+// one hour file info cache, 1024 segments, 1024 vector elements, and the
+// caller fast path's 64 KiB and 200 us.
+func TestSpecDefaults(t *testing.T) {
+	c := config.DefaultEngine()
+	for _, x := range []struct {
+		name      string
+		got, want any
+	}{
+		{"quiesce_grace", c.QuiesceGrace.D(), 30 * time.Second},
+		{"file_info_ttl", c.FileInfoTTL.D(), time.Hour},
+		{"max_file_segments", c.MaxFileSegments, 1024},
+		{"max_vector_elements", c.MaxVectorElements, 1024},
+		{"caller_fast_path_bytes", uint64(c.CallerFastPathBytes), uint64(64 << 10)},
+		{"caller_fast_path_wait", c.CallerFastPathWait.D(), 200 * time.Microsecond},
+	} {
+		if x.got != x.want {
+			t.Errorf("%s default = %v, spec says %v", x.name, x.got, x.want)
+		}
+	}
+}
+
+// TestFastPathEligibility: only one contiguous host request of at most
+// caller_fast_path_bytes runs on its caller; vectors (even of one
+// element), larger requests and larger groups start a worker.
+func TestFastPathEligibility(t *testing.T) {
+	e := newEngine(t, nil, &refTransport{})
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<20)
+	base := r.BaseAddress()
+	cases := []struct {
+		name string
+		reqs []engine.Request
+		fast bool
+	}{
+		{"scalar 4 KiB", []engine.Request{{Address: base, Length: 4096}}, true},
+		{"scalar 64 KiB", []engine.Request{{Address: base, Length: 64 << 10}}, true},
+		{"scalar 64 KiB + 1", []engine.Request{{Address: base, Length: 64<<10 + 1}}, false},
+		{"vector of one element", []engine.Request{engine.Vector(0, 0, engine.Range(base, 4096))}, false},
+		{"two requests", []engine.Request{{Address: base, Length: 4096}, {Address: base + 8192, Length: 4096}}, false},
+	}
+	for _, c := range cases {
+		before := e.Stats()
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, c.reqs, ioTimeout); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		after := e.Stats()
+		fast := after.FastPathHits+after.FastPathHandoffs > before.FastPathHits+before.FastPathHandoffs
+		if fast != c.fast {
+			t.Errorf("%s: fast path taken = %v, want %v", c.name, fast, c.fast)
+		}
+		if worker := after.WorkersStarted > before.WorkersStarted; worker == c.fast {
+			t.Errorf("%s: worker started = %v, want %v", c.name, worker, !c.fast)
+		}
+	}
+}
+
+// TestFastPathWaitIsBounded: with the completion stalled, the caller
+// waits at most its window, then hands the ring to a worker; Submit
+// returns while the op is still in flight.
+func TestFastPathWaitIsBounded(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	defer ref.release()
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	type result struct {
+		b   *engine.Batch
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+		done <- result{b, err}
+	}()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Submit still blocked on its caller 10 s after the stalled op; the caller wait is unbounded")
+	}
+	if res.err != nil {
+		t.Fatal(res.err)
+	}
+	if ts, _ := res.b.TaskStatus(0); ts.State != engine.TaskRunning {
+		t.Fatalf("task %v when Submit returned; want running (handed off)", ts.State)
+	}
+	if st := e.Stats(); st.FastPathHandoffs != 1 || st.WorkersStarted != 1 {
+		t.Fatalf("stats %+v: want one handoff to one worker", st)
+	}
+	ref.release()
+	if st, _ := res.b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
+	}
+	res.b.Free()
+}
+
+// TestWriteSpanRemoteEffect: the group report of a failed WRITE carries
+// an unknown remote effect when any request of the affected span reached
+// the kernel, including requests after the failure that completed; short
+// WRITEs fail with their exact byte count. A READ, or a WRITE whose span
+// never reached the kernel, changes nothing remote.
+func TestWriteSpanRemoteEffect(t *testing.T) {
+	reqs := func(r *engine.Region) []engine.Request {
+		return []engine.Request{
+			{Address: r.BaseAddress(), TargetOffset: 0, Length: 4096},
+			{Address: r.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096},
+			{Address: r.BaseAddress() + 8192, TargetOffset: 8192, Length: 4096},
+		}
+	}
+	cases := []struct {
+		name     string
+		ref      *refTransport
+		op       engine.Op
+		index    int
+		affected int
+		effect   engine.RemoteEffect
+		short    int // task that fails short, -1: none
+	}{
+		{"write fails first, later ones complete", &refTransport{failNth: 1, errno: 5}, engine.OpWrite, 0, 3, engine.EffectUnknown, -1},
+		{"short write", &refTransport{shortNth: 2}, engine.OpWrite, 1, 2, engine.EffectUnknown, 1},
+		{"short read", &refTransport{shortNth: 2}, engine.OpRead, 1, 2, engine.EffectNone, 1},
+		{"read fails", &refTransport{failNth: 1, errno: 5}, engine.OpRead, 0, 3, engine.EffectNone, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, nil, c.ref)
+			path, _ := randomFile(t, t.TempDir(), "f", 16384)
+			s := openSeg(t, e, path, engine.PermReadWrite)
+			r := register(t, e, 16384)
+			b, _ := e.AllocateBatch(3)
+			if _, err := b.Submit(c.op, s, reqs(r), nil, ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			b.Seal()
+			if st, _ := b.Wait(ioTimeout); st != engine.StateFailed {
+				t.Fatalf("state %v", st)
+			}
+			rep := b.Submissions()[0]
+			if rep.RequestIndex != c.index || rep.AffectedRequests != c.affected || rep.RemoteEffect != c.effect {
+				t.Fatalf("report %+v, want index %d, affected %d, effect %v", rep, c.index, c.affected, c.effect)
+			}
+			if c.short >= 0 {
+				ts, _ := b.TaskStatus(c.short)
+				wantEffect := engine.EffectNone
+				if c.op == engine.OpWrite {
+					wantEffect = engine.EffectUnknown
+				}
+				if ts.State != engine.TaskFailed || ts.Transferred != 2048 || ts.RemoteEffect != wantEffect {
+					t.Fatalf("short task %+v: want failed, 2048 bytes, effect %v", ts, wantEffect)
+				}
+				wantKind(t, ts.Err, engine.KindRange)
+			}
+		})
+	}
+
+	// A WRITE group cancelled before dispatch reached no kernel: effect none.
+	ref := &refTransport{stall: make(chan struct{})}
+	defer ref.release()
+	e := newEngine(t, nil, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 16384)
+	s := openSeg(t, e, path, engine.PermReadWrite)
+	r := register(t, e, 16384)
+	b, _ := e.AllocateBatch(2)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+	b.Submit(engine.OpWrite, s, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, ioTimeout) // fenced
+	if err := b.Cancel(1); err != nil {
+		t.Fatal(err)
+	}
+	ref.release()
+	b.Seal()
+	b.Wait(ioTimeout)
+	if rep := b.Submissions()[1]; rep.RequestIndex != 0 || rep.RemoteEffect != engine.EffectNone {
+		t.Fatalf("cancelled write group report %+v", rep)
+	}
+}
+
+// TestDescriptorBound: one submission carries at most max_batch_requests
+// descriptors, counting a scalar request as one and a vector as one per
+// element (padding included); more is EFBIG naming the limit, before any
+// I/O.
+func TestDescriptorBound(t *testing.T) {
+	ref := &refTransport{}
+	e := newEngine(t, func(c *config.Engine) { c.MaxBatchRequests = 8 }, ref)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 1<<16)
+	vec := func(off uint64) engine.Request {
+		return engine.Vector(0, off, engine.Range(r.BaseAddress()+off, 100), engine.Pad(10), engine.Range(r.BaseAddress()+off+200, 100), engine.Pad(10))
+	}
+	scalar := engine.Request{Address: r.BaseAddress() + 8192, TargetOffset: 8192, Length: 10}
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{vec(0), vec(1024)}, ioTimeout); err != nil {
+		t.Fatalf("8 descriptors: %v", err)
+	}
+	ops := ref.ops.Load()
+	b, _ := e.AllocateBatch(3)
+	_, err := b.Submit(engine.OpRead, seg, []engine.Request{vec(0), vec(1024), scalar}, nil, ioTimeout)
+	wantKind(t, err, engine.KindTooLarge)
+	if !strings.Contains(err.Error(), "9 descriptors") || !strings.Contains(err.Error(), "max_batch_requests (8)") {
+		t.Fatalf("message %q must name the count and the limit", err)
+	}
+	if b.TaskCount() != 0 || ref.ops.Load() != ops {
+		t.Fatal("a refused submission added tasks or ran I/O")
+	}
+	b.Free()
+
+	// The defaults: 4096 requests of 1024 elements each are refused.
+	d := newEngine(t, nil, &refTransport{})
+	dseg := openSeg(t, d, path, engine.PermRead)
+	dr := register(t, d, 1<<16)
+	elems := make([]engine.Element, 1024)
+	for i := range elems {
+		elems[i] = engine.Range(dr.BaseAddress()+uint64(i), 1)
+	}
+	reqs := make([]engine.Request, 4096)
+	for i := range reqs {
+		reqs[i] = engine.Vector(0, 0, elems...)
+	}
+	db, _ := d.AllocateBatch(4096)
+	_, err = db.Submit(engine.OpRead, dseg, reqs, nil, ioTimeout)
+	wantKind(t, err, engine.KindTooLarge)
+	if !strings.Contains(err.Error(), "max_batch_requests (4096)") {
+		t.Fatalf("message %q", err)
+	}
+	db.Free()
+}
+
+// TestShortDirectRead: the file shrinks between admission and a READ on
+// the O_DIRECT fd. The task fails with its exact byte count and the
+// returned prefix holds the file's bytes. (Bytes past that prefix may be
+// overwritten by the kernel: docs/engine.md records this departure.)
+func TestShortDirectRead(t *testing.T) {
+	needIOUring(t)
+	dir, ok := filesystems(t)["ext4"]
+	if !ok {
+		t.Skip("no ext4 directory: the O_DIRECT path is not available")
+	}
+	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
+	e := newEngine(t, nil, spy)
+	path, data := randomFile(t, dir, "f", 16384)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 16384)
+	spy.onPrepare = func(*engine.FileOp) { os.Truncate(path, 4099) }
+	rep, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress(), Length: 16384}}, ioTimeout)
+	wantKind(t, err, engine.KindRange)
+	if ops := spy.take(); len(ops) != 1 || !ops[0].direct {
+		t.Fatalf("ops %+v: want one O_DIRECT read", ops)
+	}
+	if rep.CompletedRequests != 0 || rep.RequestIndex != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	if !strings.Contains(err.Error(), "4099 of 16384 bytes") {
+		t.Fatalf("error %q does not give the exact byte count", err)
+	}
+	if got := regionBytes(t, r); !bytes.Equal(got[:4099], data[:4099]) {
+		t.Fatal("the returned prefix differs from the file")
 	}
 }

@@ -572,12 +572,12 @@ func (w *worker) completeLocked(c Completion) {
 	case c.Res >= 0:
 		t.state = TaskFailed
 		t.transferred = uint64(c.Res)
-		what := "short read"
+		what, why := "short read", "file is shorter than at submit"
 		if g.op == OpWrite {
-			what = "short write"
+			what, why = "short write", "disk full, file size limit or interrupted write"
 			t.effect = EffectUnknown
 		}
-		t.err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", idx, what, c.Res, t.length, g.ops[idx].Offset)
+		t.err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (%s)", idx, what, c.Res, t.length, g.ops[idx].Offset, why)
 		e.st.tasksFailed.Add(1)
 	default:
 		errno := unix.Errno(-c.Res)
@@ -620,7 +620,7 @@ func (w *worker) cutoffLocked(now time.Time) {
 				if g.op == OpWrite {
 					t.effect = EffectUnknown
 				}
-				t.err = errorf(KindIO, g.op.String(), g.seg.name(), "requests[%d]: unquiesced: no completion %s after the deadline; its memory, file and ring stay retained", i, grace)
+				t.err = errorf(KindUnquiesced, g.op.String(), g.seg.name(), "requests[%d]: no completion %s after the deadline; its memory, file and ring stay retained", i, grace)
 				e.st.tasksFailed.Add(1)
 			case TaskPending:
 				t.state = TaskFailed
