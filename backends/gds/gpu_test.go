@@ -109,8 +109,12 @@ func TestGPUDriverOpenAndMode(t *testing.T) {
 	if err := d2.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := d.NewParallelBatch(1, 1); err != nil {
+	pb, err := d.NewParallelBatch(1, 1)
+	if err != nil {
 		t.Fatalf("first driver unusable after another reference closed: %v", err)
+	}
+	if err := pb.Destroy(); err != nil {
+		t.Fatal(err)
 	}
 }
 
