@@ -9,11 +9,12 @@
 //     only terminal receipts authorize releasing the memory and handles a
 //     slice names.
 //   - Each slice is at most MaxSlice bytes.
+//   - Calls on one batch are serialized (mu): a Cancel waits for a Poll in
+//     progress, so a caller that may cancel polls with short timeouts.
 
 package gds
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,12 +23,6 @@ import (
 // MaxSlice is the largest request one batch entry carries (16 MiB, the
 // default max_direct_io_size); use Split for larger requests.
 const MaxSlice = 16 << 20
-
-// ErrBusy: Destroy was called with slices still in flight.
-var ErrBusy = errors.New("gds batch has slices in flight")
-
-// ErrCanceled: the slice was canceled before it completed.
-var ErrCanceled = errors.New("gds slice canceled")
 
 // Op is a slice's direction.
 type Op uint8

@@ -39,6 +39,18 @@
 // "disabled" (compatibility off and no nvidia-fs: no cuFile I/O can
 // succeed).
 //
+// # What the H200 showed (2026-12-01, driver 580.159.04, CUDA 13.0)
+//
+// The driver runs in compatibility mode (no nvidia-fs; allow_compat_mode
+// true), read with cuFileGetParameterBool: Mode "compat-permitted",
+// max_direct_io_size 16 MiB, max_batch_io_size 128. The native batch API
+// works in that mode. cuFileHandleRegister accepted a buffered (non
+// O_DIRECT) fd there, so RegisterFile's own O_DIRECT check is what refuses
+// it; on tmpfs cuFile answered CU_FILE_HANDLE_NOT_REGISTERED (5027) after
+// failing to read udev data for device 0:27, the same code it gives on
+// ext4 while /run/udev/data/b<maj>:<min> is missing (tests/gpu/udev.sh
+// writes that entry on the gate machine; the engine never does).
+//
 // # Errors
 //
 // Every failure wraps a sentinel (ErrUnavailable, ErrNotDirect,

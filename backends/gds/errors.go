@@ -33,6 +33,11 @@ var (
 	// ErrInvalid: a bad argument (zero or oversized length, negative offset,
 	// depth out of range); nothing was changed.
 	ErrInvalid = errors.New("gds invalid argument")
+	// ErrBusy: Destroy was called with slices still in flight (only
+	// terminal receipts authorize releasing what a slice names).
+	ErrBusy = errors.New("gds batch has slices in flight")
+	// ErrCanceled: the slice was canceled before it completed.
+	ErrCanceled = errors.New("gds slice canceled")
 	// ErrClosed: the driver, handle or batch is closed.
 	ErrClosed = errors.New("gds object closed")
 	// ErrForked: the object belongs to the parent of a fork.
