@@ -15,7 +15,9 @@
 // A Handle is one cuFile registration of one O_DIRECT fd; the caller keeps
 // the fd open until Handle.Close. RegisterBuffer registers device memory
 // once; failures are returned typed so a caller can count them and use
-// another transport for that region. A Batch is one cuFileBatchIOSetUp
+// another transport for that region. Release handles, buffers and batches
+// before closing the Driver they came from: through a closed Driver they
+// answer ErrClosed and the cuFile object stays registered. A Batch is one cuFileBatchIOSetUp
 // handle (Driver.NewBatch); ParallelBatch has the same interface and runs
 // slices as synchronous cuFileRead/Write calls on N goroutines, each with
 // the device's context bound (for libraries whose batch API is missing or

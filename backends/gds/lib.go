@@ -91,13 +91,17 @@ const (
 	featureBatchIOBit     = 1 // CU_FILE_BATCH_IO_SUPPORTED in fflags
 )
 
-// Size checks against cufile.h (fail the build if a field is added or
-// padding differs).
+// Size checks against cufile.h: the build fails unless each size is
+// exactly the C one.
 var (
 	_ [24 - unsafe.Sizeof(cuFileDescr{})]byte
 	_ [64 - unsafe.Sizeof(ioParams{})]byte
 	_ [24 - unsafe.Sizeof(ioEvent{})]byte
 	_ [56 - unsafe.Sizeof(drvProps{})]byte
+	_ [unsafe.Sizeof(cuFileDescr{}) - 24]byte
+	_ [unsafe.Sizeof(ioParams{}) - 64]byte
+	_ [unsafe.Sizeof(ioEvent{}) - 24]byte
+	_ [unsafe.Sizeof(drvProps{}) - 56]byte
 )
 
 // library is the resolved function table of one loaded libcufile.
