@@ -17,11 +17,13 @@
 // once; failures are returned typed so a caller can count them and use
 // another transport for that region. Release handles, buffers and batches
 // before closing the Driver they came from: through a closed Driver they
-// answer ErrClosed and the cuFile object stays registered. A Batch is one cuFileBatchIOSetUp
-// handle (Driver.NewBatch); ParallelBatch has the same interface and runs
-// slices as synchronous cuFileRead/Write calls on N goroutines, each with
-// the device's context bound (for libraries whose batch API is missing or
-// refuses compatibility mode).
+// answer ErrClosed and the cuFile object stays registered.
+//
+// A Batch is one cuFileBatchIOSetUp handle (Driver.NewBatch);
+// ParallelBatch has the same interface and runs slices as synchronous
+// cuFileRead/Write calls on N goroutines, each with the device's context
+// bound (for libraries whose batch API is missing or refuses the driver's
+// mode). Split cuts requests into slices of at most MaxSlice (16 MiB).
 //
 // # Contexts
 //
