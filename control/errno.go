@@ -47,6 +47,7 @@ var kindTable = []ErrnoRow{
 	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, request over max_transfer_bytes"},
 	{engine.KindIO, syscall.EIO, "EIO", "i/o error: backend fault, unquiesced transfer"},
 	{engine.KindClosed, syscall.ESHUTDOWN, "ESHUTDOWN", "the daemon is shutting down: the engine no longer accepts work"},
+	{engine.KindNoSpace, syscall.ENOSPC, "ENOSPC", "no space left: a write found the filesystem or quota full (the task keeps the exact count of bytes written)"},
 	{engine.KindUnknown, syscall.EIO, "EIO", "unclassified error (the daemon logs the whole error chain)"},
 }
 

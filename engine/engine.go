@@ -48,7 +48,9 @@ type Engine struct {
 		reserved       int // sum of live batches' capacity
 		inflightGroups int
 		inflightBytes  uint64
+		registered     uint64 // page-rounded bytes of regions registered or being mapped
 	}
+	regLimit uint64 // config RegisteredLimit, fixed at New
 
 	// counters, atomics
 	st struct {
@@ -74,7 +76,7 @@ func New(cfg config.Engine, transports ...Transport) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, wrap(KindInvalid, "new", "engine", err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, transports: transports}
+	e := &Engine{cfg: cfg, log: cfg.Logger, transports: transports, regLimit: cfg.RegisteredLimit()}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

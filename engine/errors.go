@@ -32,6 +32,7 @@ const (
 	KindTooLarge                // document too large, vector over the element limit
 	KindIO                      // unquiesced, backend fault
 	KindClosed                  // the engine or object is closed
+	KindNoSpace                 // the filesystem (or quota) is full
 )
 
 var kindNames = [...]string{
@@ -48,6 +49,7 @@ var kindNames = [...]string{
 	KindTooLarge:    "too large",
 	KindIO:          "i/o error",
 	KindClosed:      "closed",
+	KindNoSpace:     "no space left",
 }
 
 func (k Kind) String() string {
@@ -86,6 +88,7 @@ var (
 	ErrTooLarge    error = kindError(KindTooLarge)
 	ErrIO          error = kindError(KindIO)
 	ErrClosed      error = kindError(KindClosed)
+	ErrNoSpace     error = kindError(KindNoSpace)
 )
 
 // Error is the engine's error: what was attempted, on what, which kind of
