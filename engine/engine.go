@@ -220,7 +220,8 @@ type QueueStats struct {
 	Enabled bool `json:"enabled"`
 }
 
-// Stats returns a snapshot. It does not probe anything.
+// Stats returns a snapshot. The file transport's part reports its probe
+// verdict (the transport runs its cached probe if no submission has yet).
 func (e *Engine) Stats() Stats {
 	var s Stats
 	e.mu.RLock()
