@@ -57,7 +57,8 @@ func TestJSONValues(t *testing.T) {
 	if v.A != 1<<20 || v.B != 64<<20 || v.C.D() != 250*time.Millisecond || v.D.D() != time.Microsecond {
 		t.Fatalf("%+v", v)
 	}
-	for _, bad := range []string{`{"A":-1}`, `{"A":1.5}`, `{"A":true}`, `{"C":"-1s"}`, `{"C":"soon"}`} {
+	for _, bad := range []string{`{"A":-1}`, `{"A":1.5}`, `{"A":true}`, `{"C":"-1s"}`, `{"C":"soon"}`,
+		`{"B":"1m"}`, `{"B":"1 MiB"}`, `{"B":"1kb"}`, `{"B":"4k"}`, `{"C":" 5s"}`} {
 		if err := json.Unmarshal([]byte(bad), &v); err == nil {
 			t.Errorf("%s accepted", bad)
 		}

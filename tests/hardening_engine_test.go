@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 const (
@@ -168,4 +169,45 @@ func TestWriteFillsFilesystem(t *testing.T) {
 	// The file holds exactly those bytes and nothing after them.
 	m.ok(t, fmt.Sprintf(`cmp -n %d %s "$M/memory/%s/data"
 		[ "$(tail -c +%d %s | tr -d '\0' | wc -c)" -eq 0 ]`, int(got), shq(f), r, int(got)+1, shq(f)))
+}
+
+// TestSizeGrammarAtTheMount: mount documents take the one size grammar;
+// lowercase, one-letter and spaced forms are EINVAL instead of guessed.
+func TestSizeGrammarAtTheMount(t *testing.T) {
+	m := startDaemon(t, daemonOpts{})
+	for _, bad := range []string{"1m", "4k", "1kb", "1 MiB", "1mib"} {
+		r := m.run(t, `echo '{"name":"`+uniq("g")+`","location":"cpu","bytes":"`+bad+`"}' > "$M/memory/register"`)
+		if r.code == 0 || !strings.Contains(r.stderr, eINVAL) {
+			t.Errorf("bytes %q: %s\nwant %s", bad, r, eINVAL)
+		}
+	}
+	for _, good := range []string{"4KB", "4KiB", "4096B", "4096"} {
+		name := m.register(t, "g", good)
+		if got := m.line(t, `stat -c %s "$M/memory/`+name+`/data"`); got != "4096" {
+			t.Errorf("bytes %q: data is %s bytes, want 4096", good, got)
+		}
+	}
+}
+
+// TestConfigProblemsAtOnce: a config file with several problems makes the
+// daemon exit non-zero, before mounting, naming every one of them.
+func TestConfigProblemsAtOnce(t *testing.T) {
+	m := startDaemon(t, daemonOpts{noWait: true, config: `[mount]
+max_write = "1m"
+[engine]
+default_timeout = 5
+max_file_segment = 7
+max_file_segments = 0
+`})
+	code, err := m.waitExit(10 * time.Second)
+	if err != nil || code == 0 {
+		t.Fatalf("daemon with a bad config: exit %d, %v", code, err)
+	}
+	log := m.logText()
+	for _, w := range []string{`mount.max_write (line 2): size "1m"`, "engine.default_timeout (line 4): duration 5: want a duration like 5s",
+		"engine.max_file_segment: unknown key", "engine.max_file_segments (0) must be in [1, 4096]"} {
+		if !strings.Contains(log, w) {
+			t.Errorf("daemon output lacks %q:\n%s", w, log)
+		}
+	}
 }
