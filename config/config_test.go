@@ -102,6 +102,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{"staging", func(e *Engine) { e.IOUring.PinnedStaging = true; e.IOUring.StagingSlots = 1000 }, []string{"exceeds 1GiB"}},
 		{"dispatch", func(e *Engine) { e.RuntimeQueue.MaxDispatchOwners = 2000 }, []string{"runtime_queue.max_dispatch_owners (2000)"}},
 		{"credits", func(e *Engine) { e.MaxReceiverCreditSessions = 5000 }, []string{"max_receiver_credit_sessions (5000) must be in [0, 4096]"}},
+		{"registered", func(e *Engine) { e.MaxRegisteredBytes = 1 << 62 }, []string{"max_registered_bytes (4194304TiB) must be <= this machine's MemTotal"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -198,5 +199,27 @@ sq_poll = true
 	}
 	if n := strings.Count(err.Error(), "\n") + 1; n != 9 {
 		t.Errorf("%d problems reported, want 9:\n%v", n, err)
+	}
+}
+
+func TestRegisteredLimit(t *testing.T) {
+	for _, c := range []struct{ mem, want uint64 }{
+		{0, AutoRegisteredFallback}, {24 << 30, 12 << 30}, {1 << 30, 512 << 20}, {4 << 40, AutoRegisteredCap},
+	} {
+		if got := AutoRegistered(c.mem); got != c.want {
+			t.Errorf("AutoRegistered(%d) = %d, want %d", c.mem, got, c.want)
+		}
+	}
+	mt, err := MemTotal()
+	if err != nil {
+		t.Skipf("no /proc/meminfo: %v", err)
+	}
+	e := DefaultEngine()
+	if got := e.RegisteredLimit(); got != AutoRegistered(mt) || got == 0 {
+		t.Errorf("default limit %d, want half of MemTotal %d", got, mt)
+	}
+	e.MaxRegisteredBytes = 8 << 20
+	if got := e.RegisteredLimit(); got != 8<<20 {
+		t.Errorf("explicit limit %d", got)
 	}
 }
