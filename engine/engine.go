@@ -3,7 +3,7 @@
 //
 // Invariants:
 //   - New starts no goroutine, opens no ring and loads no library; the
-//     first file submission probes the file transport.
+//     first file submission (or Stats) probes the file transport, once.
 //   - inflightBytes and inflightGroups count admitted, not yet finished
 //     groups; a group that ends unquiesced keeps its charge forever.
 //   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
