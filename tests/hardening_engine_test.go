@@ -42,7 +42,8 @@ func TestTruncatedShmRegion(t *testing.T) {
 		t.Fatalf("the daemon died: %v", m.werr)
 	}
 	msg := m.line(t, `cat "$M/error"`)
-	for _, w := range []string{"memory fault", "at offset 65536"} {
+	t.Logf("/error: %s", msg)
+	for _, w := range []string{"memory/" + name, "memory fault", "at offset 65536"} {
 		if !strings.Contains(msg, w) {
 			t.Errorf("/error %q lacks %q", msg, w)
 		}
