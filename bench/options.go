@@ -200,5 +200,9 @@ func (o *Options) checkEngine(c config.Engine) error {
 	if uint64(c.MaxTransferBytes) < o.BlockSize {
 		errs = append(errs, fmt.Errorf("--bs (%s) exceeds engine max_transfer_bytes (%s)", config.Size(o.BlockSize), c.MaxTransferBytes))
 	}
+	// Not raised by EngineConfig: the bound protects the machine.
+	if lim := c.RegisteredLimit(); lim < o.bufferBytes() {
+		errs = append(errs, fmt.Errorf("--qd * --bs (%s) exceeds engine max_registered_bytes (%s on this machine)", config.Size(o.bufferBytes()), config.Size(lim)))
+	}
 	return errors.Join(errs...)
 }

@@ -89,11 +89,12 @@ func TestParseEnums(t *testing.T) {
 func TestEngineConfig(t *testing.T) {
 	o := validOptions()
 	o.QueueDepth = 1024
-	o.BlockSize = 8 << 20
+	o.BlockSize = 2 << 20
 	o.Size = 8 << 20
 	base := config.DefaultEngine()
+	base.MaxRegisteredBytes = 2 << 30 // not machine-dependent
 	if err := o.checkEngine(base); err == nil {
-		t.Fatal("checkEngine accepted the default config for qd 1024 x 8MiB")
+		t.Fatal("checkEngine accepted the default config for qd 1024 x 2MiB")
 	}
 	c := o.EngineConfig(base)
 	if err := c.Validate(); err != nil {
@@ -101,6 +102,12 @@ func TestEngineConfig(t *testing.T) {
 	}
 	if err := o.checkEngine(c); err != nil {
 		t.Fatalf("checkEngine(EngineConfig): %v", err)
+	}
+	// max_registered_bytes is never raised: it protects the machine.
+	small := c
+	small.MaxRegisteredBytes = 1 << 30
+	if err := o.checkEngine(o.EngineConfig(small)); err == nil || !strings.Contains(err.Error(), "--qd * --bs (2GiB) exceeds engine max_registered_bytes (1GiB") {
+		t.Errorf("checkEngine with max_registered_bytes 1GiB: %v", err)
 	}
 	if !c.IOUring.DirectIO || c.CallerFastPathWait != base.CallerFastPathWait || c.MaxBatchRequests < 4*o.QueueDepth {
 		t.Errorf("EngineConfig = direct %v, fast path wait %s, capacity %d", c.IOUring.DirectIO, c.CallerFastPathWait, c.MaxBatchRequests)

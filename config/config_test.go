@@ -2,6 +2,7 @@ package config
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,19 +16,28 @@ func TestParseSize(t *testing.T) {
 		want Size
 		bad  bool
 	}{
-		{"0", 0, false}, {"4096", 4096, false}, {"64KiB", 64 << 10, false}, {"1 MiB", 1 << 20, false},
-		{"2GB", 2 << 30, false}, {"1tib", 1 << 40, false}, {"10B", 10, false}, {"4k", 4096, false},
-		{"", 0, true}, {"-1", 0, true}, {"1.5MiB", 0, true}, {"12XB", 0, true}, {"MiB", 0, true},
-		{"99999999999TiB", 0, true},
+		{"0", 0, false}, {"4096", 4096, false}, {"10B", 10, false}, {"0B", 0, false},
+		{"64KiB", 64 << 10, false}, {"1MiB", 1 << 20, false}, {"3GiB", 3 << 30, false}, {"1TiB", 1 << 40, false},
+		{"4KB", 4 << 10, false}, {"2MB", 2 << 20, false}, {"2GB", 2 << 30, false}, {"1TB", 1 << 40, false},
+		{"16777215TiB", 16777215 << 40, false},
+		// Refused instead of guessed: lowercase, one-letter, spaced,
+		// signed, fractional, unknown or empty.
+		{"1m", 0, true}, {"4k", 0, true}, {"1kb", 0, true}, {"1tib", 0, true}, {"1Mib", 0, true},
+		{"1 MiB", 0, true}, {" 1MiB", 0, true}, {"1MiB ", 0, true}, {"1\tMiB", 0, true},
+		{"", 0, true}, {"-1", 0, true}, {"+1", 0, true}, {"1.5MiB", 0, true}, {"12XB", 0, true},
+		{"MiB", 0, true}, {"B", 0, true}, {"1MiBB", 0, true}, {"0x10", 0, true}, {"1e3", 0, true},
+		{"99999999999TiB", 0, true}, {"18446744073709551616", 0, true},
 	}
 	for _, c := range cases {
-		got, err := ParseSize(c.in)
-		if (err != nil) != c.bad || (!c.bad && got != c.want) {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d bad=%v", c.in, got, err, c.want, c.bad)
-		}
-		if c.bad && err != nil && !strings.Contains(err.Error(), "size") {
-			t.Errorf("error %q does not say what was wrong", err)
-		}
+		t.Run(c.in, func(t *testing.T) {
+			got, err := ParseSize(c.in)
+			if (err != nil) != c.bad || (!c.bad && got != c.want) {
+				t.Fatalf("ParseSize(%q) = %d, %v; want %d bad=%v", c.in, got, err, c.want, c.bad)
+			}
+			if c.bad && !strings.Contains(err.Error(), fmt.Sprintf("size %q", c.in)) {
+				t.Errorf("error %q does not name the value", err)
+			}
+		})
 	}
 	for _, s := range []Size{0, 1, 1024, 1 << 20, 3 << 30, 4097} {
 		if back, err := ParseSize(s.String()); err != nil || back != s {
@@ -47,7 +57,8 @@ func TestJSONValues(t *testing.T) {
 	if v.A != 1<<20 || v.B != 64<<20 || v.C.D() != 250*time.Millisecond || v.D.D() != time.Microsecond {
 		t.Fatalf("%+v", v)
 	}
-	for _, bad := range []string{`{"A":-1}`, `{"A":1.5}`, `{"A":true}`, `{"C":"-1s"}`, `{"C":"soon"}`} {
+	for _, bad := range []string{`{"A":-1}`, `{"A":1.5}`, `{"A":true}`, `{"C":"-1s"}`, `{"C":"soon"}`,
+		`{"B":"1m"}`, `{"B":"1 MiB"}`, `{"B":"1kb"}`, `{"B":"4k"}`, `{"C":" 5s"}`} {
 		if err := json.Unmarshal([]byte(bad), &v); err == nil {
 			t.Errorf("%s accepted", bad)
 		}
@@ -91,6 +102,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{"staging", func(e *Engine) { e.IOUring.PinnedStaging = true; e.IOUring.StagingSlots = 1000 }, []string{"exceeds 1GiB"}},
 		{"dispatch", func(e *Engine) { e.RuntimeQueue.MaxDispatchOwners = 2000 }, []string{"runtime_queue.max_dispatch_owners (2000)"}},
 		{"credits", func(e *Engine) { e.MaxReceiverCreditSessions = 5000 }, []string{"max_receiver_credit_sessions (5000) must be in [0, 4096]"}},
+		{"registered", func(e *Engine) { e.MaxRegisteredBytes = 1 << 62 }, []string{"max_registered_bytes (4194304TiB) must be <= this machine's MemTotal"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -127,11 +139,15 @@ func TestLoadFile(t *testing.T) {
 		t.Fatalf("roots %v", d.Mount.AllowedRoots)
 	}
 	for _, c := range []struct{ text, want string }{
-		{"[engine]\nmax_file_segment = 7\n", "unknown keys: engine.max_file_segment"},
+		{"[engine]\nmax_file_segment = 7\n", "engine.max_file_segment: unknown key"},
 		{"[engine]\nmax_file_segments = 0\n", "max_file_segments (0)"},
 		{"[mount]\nlog_level = \"loud\"\n", "mount.log_level"},
 		{"[mount]\nclose_timeout = \"forever\"\n", "close_timeout"},
 		{"[engine\n", "c.toml"},
+		{"[engine]\ndefault_timeout = 5\n", "engine.default_timeout (line 2): duration 5: want a duration like 5s"},
+		{"[engine]\nmax_inflight_bytes = \"4 GiB\"\n", `engine.max_inflight_bytes (line 2): size "4 GiB"`},
+		{"[engine]\nmax_inflight_bytes = \"4g\"\n", `size "4g"`},
+		{"engine = 5\n", "engine: want a table [engine]"},
 	} {
 		if _, err := Load(write(c.text)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want it to mention %q", c.text, err, c.want)
@@ -139,5 +155,71 @@ func TestLoadFile(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+// TestLoadReportsEveryProblem: unknown keys, values that do not decode and
+// values out of bounds come back together in one error, each named.
+func TestLoadReportsEveryProblem(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	text := `[mount]
+log_level = "loud"
+colour = "blue"
+[engine]
+max_file_segment = 7
+max_file_segments = 0
+default_timeout = 5
+max_inflight_bytes = "1 MiB"
+max_batch_requests = "many"
+[engine.io_uring]
+queue_depth = 0
+sq_poll = true
+`
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Load(p)
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		"mount.colour: unknown key",
+		"engine.max_file_segment: unknown key",
+		"engine.io_uring.sq_poll: unknown key",
+		"engine.default_timeout (line 7): duration 5: want a duration like 5s",
+		`engine.max_inflight_bytes (line 8): size "1 MiB"`,
+		"engine.max_batch_requests (line 9): ",
+		"mount.log_level: level \"loud\"",
+		"engine.max_file_segments (0) must be in [1, 4096]",
+		"engine.io_uring.queue_depth (0) must be in [1, 32768]",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+	if n := strings.Count(err.Error(), "\n") + 1; n != 9 {
+		t.Errorf("%d problems reported, want 9:\n%v", n, err)
+	}
+}
+
+func TestRegisteredLimit(t *testing.T) {
+	for _, c := range []struct{ mem, want uint64 }{
+		{0, AutoRegisteredFallback}, {24 << 30, 12 << 30}, {1 << 30, 512 << 20}, {4 << 40, AutoRegisteredCap},
+	} {
+		if got := AutoRegistered(c.mem); got != c.want {
+			t.Errorf("AutoRegistered(%d) = %d, want %d", c.mem, got, c.want)
+		}
+	}
+	mt, err := MemTotal()
+	if err != nil {
+		t.Skipf("no /proc/meminfo: %v", err)
+	}
+	e := DefaultEngine()
+	if got := e.RegisteredLimit(); got != AutoRegistered(mt) || got == 0 {
+		t.Errorf("default limit %d, want half of MemTotal %d", got, mt)
+	}
+	e.MaxRegisteredBytes = 8 << 20
+	if got := e.RegisteredLimit(); got != 8<<20 {
+		t.Errorf("explicit limit %d", got)
 	}
 }

@@ -16,10 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
-
-	"github.com/BurntSushi/toml"
 )
 
 //go:embed default.toml
@@ -55,13 +51,16 @@ type Mount struct {
 }
 
 // Load parses the embedded defaults, then the file at path (if path is
-// not empty) on top, resolves relative roots, and validates.
+// not empty) on top, resolves relative roots, and validates. A file with
+// problems yields one error listing all of them: unknown keys, values that
+// do not decode, and values out of bounds.
 func Load(path string) (*Daemon, error) {
 	var d Daemon
 	d.Engine = DefaultEngine()
-	if err := decode(defaultTOML, "embedded default.toml", &d); err != nil {
-		return nil, err
+	if p, err := decode(defaultTOML, "embedded default.toml", &d); err != nil || len(p) > 0 {
+		return nil, fmt.Errorf("embedded default.toml: %v %v", err, p) // a build defect
 	}
+	var bad []string
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -69,12 +68,12 @@ func Load(path string) (*Daemon, error) {
 		}
 		// A file that sets allowed_roots replaces the list, not appends.
 		d.Mount.AllowedRoots = nil
-		if err := decode(string(b), path, &d); err != nil {
+		if bad, err = decode(string(b), path, &d); err != nil {
 			return nil, err
 		}
 		if d.Mount.AllowedRoots == nil {
 			var def Daemon
-			_ = decode(defaultTOML, "embedded default.toml", &def)
+			_, _ = decode(defaultTOML, "embedded default.toml", &def)
 			d.Mount.AllowedRoots = def.Mount.AllowedRoots
 		}
 	}
@@ -84,7 +83,12 @@ func Load(path string) (*Daemon, error) {
 	}
 	d.Mount.AllowedRoots = roots
 	d.Engine.AllowedRoots = roots
-	if err := d.Validate(); err != nil {
+	errs := make([]error, 0, len(bad)+1)
+	for _, s := range bad {
+		errs = append(errs, errors.New(s))
+	}
+	errs = append(errs, d.Validate())
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return &d, nil
@@ -103,22 +107,6 @@ func Parse(text string) (*Daemon, error) {
 	}
 	f.Close()
 	return Load(f.Name())
-}
-
-func decode(text, name string, d *Daemon) error {
-	md, err := toml.Decode(text, d)
-	if err != nil {
-		return fmt.Errorf("config %s: %w", name, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		sort.Strings(keys)
-		return fmt.Errorf("config %s: unknown keys: %s", name, strings.Join(keys, ", "))
-	}
-	return nil
 }
 
 func resolveRoots(roots []string) ([]string, error) {

@@ -45,6 +45,9 @@ type Engine struct {
 	CallerFastPathBytes  Size     `toml:"caller_fast_path_bytes" json:"caller_fast_path_bytes"`
 	CallerFastPathWait   Duration `toml:"caller_fast_path_wait" json:"caller_fast_path_wait"`
 	DefaultTimeout       Duration `toml:"default_timeout" json:"default_timeout"`
+	// MaxRegisteredBytes bounds all registered host memory together; 0
+	// means AutoRegistered (half of MemTotal, capped). See memory.go.
+	MaxRegisteredBytes Size `toml:"max_registered_bytes" json:"max_registered_bytes"`
 
 	MergeRequests             bool     `toml:"merge_requests" json:"merge_requests"`
 	MaxFailoverAttempts       int      `toml:"max_failover_attempts" json:"max_failover_attempts"`
@@ -219,6 +222,9 @@ func (c *Engine) validate(p *problems, pre string) {
 	}
 	if c.CallerFastPathWait > Duration(time.Second) {
 		p.addf("%scaller_fast_path_wait (%s) must be <= 1s", pre, c.CallerFastPathWait)
+	}
+	if mt, err := MemTotal(); err == nil && uint64(c.MaxRegisteredBytes) > mt {
+		p.addf("%smax_registered_bytes (%s) must be <= this machine's MemTotal (%s); 0 picks half of it", pre, c.MaxRegisteredBytes, Size(mt))
 	}
 	p.between(pre+"max_failover_attempts", c.MaxFailoverAttempts, 0, 64)
 	if c.ProgressFallbackInterval < 0 {

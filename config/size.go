@@ -1,10 +1,16 @@
 // size.go owns the two scalar value types shared by the TOML daemon config
 // and the JSON control documents: byte sizes and durations.
 //
-// Both accept either a bare integer or a string with a unit, so that
-// "bytes": 1048576 and "bytes": "1MiB" mean the same thing everywhere.
-// KB/MB/GB/TB multiply by 1024, as the spec (and TENT) do: there is no
-// decimal unit, so a value never silently means two things.
+// A size is a bare integer (bytes) or a string with a unit, so that
+// "bytes": 1048576 and "bytes": "1MiB" mean the same thing everywhere: in
+// mount documents, the TOML config and bench flags, all through ParseSize.
+// KB/MB/GB/TB multiply by 1024, as the spec's QoS format (and TENT) do:
+// there is no decimal unit, so a value never silently means two things.
+//
+// A duration is a Go duration string ("250ms", "5s"). JSON documents also
+// take integer nanoseconds (the spec's wire form); the TOML config does
+// not, because `default_timeout = 5` reads as 5 seconds to a person and
+// would be 5 ns.
 
 package config
 
@@ -20,38 +26,43 @@ import (
 // Size is a byte count. Its zero value is zero bytes.
 type Size uint64
 
+// sizeUnits is the whole unit grammar, matched case-sensitively. KB..TB
+// are the spec's QoS spellings and mean the same 1024 multiples as
+// KiB..TiB. Lowercase and one-letter forms ("1m", "4k", "1kb") are
+// refused rather than guessed: "m" could be mega, mebi or milli.
 var sizeUnits = []struct {
 	suffix string
 	shift  uint
 }{
 	// Longest suffixes first so "KiB" is not read as "B".
-	{"kib", 10}, {"mib", 20}, {"gib", 30}, {"tib", 40},
-	{"kb", 10}, {"mb", 20}, {"gb", 30}, {"tb", 40},
-	{"k", 10}, {"m", 20}, {"g", 30}, {"t", 40},
-	{"b", 0},
+	{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"TiB", 40},
+	{"KB", 10}, {"MB", 20}, {"GB", 30}, {"TB", 40},
+	{"B", 0},
 }
 
-// ParseSize reads "4096", "64KiB", "1 MiB", "2GB" (binary multiples).
-// It rejects negative numbers, fractions, unknown units and overflow, and
-// names the offending text in the error.
+// sizeGrammar says what ParseSize accepts, for error messages.
+const sizeGrammar = "want digits with an optional unit B, KiB, MiB, GiB, TiB, KB, MB, GB or TB (1024 multiples), no space"
+
+// ParseSize reads "4096", "64KiB", "2GB" (binary multiples): digits and
+// an optional unit from sizeUnits, nothing else. It rejects signs,
+// fractions, spaces, lowercase or unknown units and overflow, and names
+// the offending text in the error.
 func ParseSize(s string) (Size, error) {
-	t := strings.ToLower(strings.TrimSpace(s))
-	if t == "" {
+	if s == "" {
 		return 0, fmt.Errorf("size %q: empty", s)
 	}
-	shift := uint(0)
+	t, shift := s, uint(0)
 	for _, u := range sizeUnits {
 		if strings.HasSuffix(t, u.suffix) {
-			t = strings.TrimSpace(strings.TrimSuffix(t, u.suffix))
-			shift = u.shift
+			t, shift = strings.TrimSuffix(t, u.suffix), u.shift
 			break
 		}
 	}
-	n, err := strconv.ParseUint(t, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: want an integer with an optional unit B, KiB, MiB, GiB or TiB", s)
+	if t == "" || strings.TrimLeft(t, "0123456789") != "" {
+		return 0, fmt.Errorf("size %q: %s", s, sizeGrammar)
 	}
-	if shift > 0 && n > math.MaxUint64>>shift {
+	n, err := strconv.ParseUint(t, 10, 64)
+	if err != nil || (shift > 0 && n > math.MaxUint64>>shift) {
 		return 0, fmt.Errorf("size %q: overflows 64 bits", s)
 	}
 	return Size(n << shift), nil
@@ -126,7 +137,7 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // ParseDuration reads Go duration syntax ("250ms", "1m30s"); negative
 // values are rejected.
 func ParseDuration(s string) (Duration, error) {
-	v, err := time.ParseDuration(strings.TrimSpace(s))
+	v, err := time.ParseDuration(s)
 	if err != nil {
 		return 0, fmt.Errorf("duration %q: want a value like \"250ms\" or \"5s\"", s)
 	}
@@ -167,17 +178,11 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return d.UnmarshalText([]byte(str))
 }
 
-// UnmarshalTOML accepts a TOML string or integer nanoseconds.
+// UnmarshalTOML accepts a TOML string in ParseDuration's grammar only: a
+// bare number has no unit, so it is refused instead of read as nanoseconds.
 func (d *Duration) UnmarshalTOML(v any) error {
-	switch x := v.(type) {
-	case int64:
-		if x < 0 {
-			return fmt.Errorf("duration %d: must not be negative", x)
-		}
-		*d = Duration(x)
-		return nil
-	case string:
+	if x, ok := v.(string); ok {
 		return d.UnmarshalText([]byte(x))
 	}
-	return fmt.Errorf("duration %v: want a string like \"5s\"", v)
+	return fmt.Errorf("duration %v: want a duration like 5s, written as a quoted string with a unit (\"5s\", \"250ms\")", v)
 }

@@ -48,6 +48,7 @@ var kindTable = []ErrnoRow{
 	{engine.KindIO, syscall.EIO, "EIO", "i/o error: backend fault"},
 	{engine.KindUnquiesced, syscall.EIO, "EIO", "unquiesced: a completion never arrived within engine.quiesce_grace after the deadline; the transfer's memory, file and ring stay retained (locally_drained false)"},
 	{engine.KindClosed, syscall.ESHUTDOWN, "ESHUTDOWN", "the daemon is shutting down: the engine no longer accepts work"},
+	{engine.KindNoSpace, syscall.ENOSPC, "ENOSPC", "no space left: a write found the filesystem or quota full (the task keeps the exact count of bytes written)"},
 	{engine.KindUnknown, syscall.EIO, "EIO", "unclassified error (the daemon logs the whole error chain)"},
 }
 

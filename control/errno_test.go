@@ -38,7 +38,7 @@ func TestErrnoNames(t *testing.T) {
 		"EINVAL": syscall.EINVAL, "ERANGE": syscall.ERANGE, "ENOENT": syscall.ENOENT, "EEXIST": syscall.EEXIST,
 		"EACCES": syscall.EACCES, "EAGAIN": syscall.EAGAIN, "EBUSY": syscall.EBUSY, "EOPNOTSUPP": syscall.EOPNOTSUPP,
 		"ETIMEDOUT": syscall.ETIMEDOUT, "EFBIG": syscall.EFBIG, "EIO": syscall.EIO, "ESHUTDOWN": syscall.ESHUTDOWN,
-		"EINTR": syscall.EINTR,
+		"EINTR": syscall.EINTR, "ENOSPC": syscall.ENOSPC,
 	}
 	for _, r := range ErrnoTable() {
 		if e, ok := want[r.Name]; !ok || e != r.Errno {
@@ -69,6 +69,7 @@ func TestErrno(t *testing.T) {
 		{"toolarge", engErr(engine.KindTooLarge), syscall.EFBIG},
 		{"io", engErr(engine.KindIO), syscall.EIO},
 		{"closed", engErr(engine.KindClosed), syscall.ESHUTDOWN},
+		{"nospace", engErr(engine.KindNoSpace), syscall.ENOSPC},
 		{"unknown kind", engErr(engine.KindUnknown), syscall.EIO},
 		{"wrapped twice", fmt.Errorf("a: %w", fmt.Errorf("b: %w", engErr(engine.KindBusy))), syscall.EBUSY},
 		{"sentinel", fmt.Errorf("x: %w", engine.ErrRange), syscall.ERANGE},

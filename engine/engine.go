@@ -3,7 +3,7 @@
 //
 // Invariants:
 //   - New starts no goroutine, opens no ring and loads no library; the
-//     first file submission probes the file transport.
+//     first file submission (or Stats) probes the file transport, once.
 //   - inflightBytes and inflightGroups count admitted, not yet finished
 //     groups; a group that ends unquiesced keeps its charge forever.
 //   - Close never closes a segment fd or unmaps a region an unquiesced
@@ -58,7 +58,9 @@ type Engine struct {
 		closeDone      bool // a Close got past the drain: later calls return nil
 		inflightGroups int
 		inflightBytes  uint64
+		registered     uint64 // page-rounded bytes of regions registered or being mapped
 	}
+	regLimit uint64 // config RegisteredLimit, fixed at New
 
 	// counters, atomics
 	st struct {
@@ -85,7 +87,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, wrap(KindInvalid, "new", "engine", err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends}
+	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends, regLimit: cfg.RegisteredLimit()}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -265,7 +267,8 @@ type QueueStats struct {
 	Enabled bool `json:"enabled"`
 }
 
-// Stats returns a snapshot. It does not probe anything.
+// Stats returns a snapshot. The file transport's part reports its probe
+// verdict (the transport runs its cached probe if no submission has yet).
 func (e *Engine) Stats() Stats {
 	var s Stats
 	e.mu.RLock()

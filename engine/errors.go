@@ -33,6 +33,7 @@ const (
 	KindIO                      // backend fault
 	KindClosed                  // the engine or object is closed
 	KindUnquiesced              // a completion never arrived: owners stay retained
+	KindNoSpace                 // the filesystem (or quota) is full
 )
 
 var kindNames = [...]string{
@@ -50,6 +51,7 @@ var kindNames = [...]string{
 	KindIO:          "i/o error",
 	KindClosed:      "closed",
 	KindUnquiesced:  "unquiesced",
+	KindNoSpace:     "no space left",
 }
 
 func (k Kind) String() string {
@@ -89,6 +91,7 @@ var (
 	ErrIO          error = kindError(KindIO)
 	ErrClosed      error = kindError(KindClosed)
 	ErrUnquiesced  error = kindError(KindUnquiesced)
+	ErrNoSpace     error = kindError(KindNoSpace)
 )
 
 // Error is the engine's error: what was attempted, on what, which kind of

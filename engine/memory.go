@@ -119,13 +119,18 @@ func (e *Engine) RegisterPinned(bytes uint64) (*Region, error) {
 	if err := e.gpuReady("register", "memory"); err != nil {
 		return nil, err
 	}
+	if err := e.reserveRegistered(bytes); err != nil {
+		return nil, err
+	}
 	m, err := hostmem.Anonymous(bytes)
 	if err != nil {
+		e.releaseRegistered(bytes)
 		return nil, wrap(KindExhausted, "register", "memory", err)
 	}
 	unpin, err := e.gpu.b.Pin(uintptr(m.Addr()), m.Len())
 	if err != nil {
 		m.Close()
+		e.releaseRegistered(bytes)
 		return nil, wrap(KindExhausted, "register", "memory", fmt.Errorf("pinning %d bytes: %w", bytes, err))
 	}
 	return e.addRegion(&Region{e: e, loc: LocationPinned, m: m, anon: true, unpin: unpin})

@@ -9,6 +9,12 @@
 //     overlap and share that group's loan.
 //   - The engine's region index (Engine.mu) is sorted by base address and
 //     regions never overlap (the kernel hands out distinct mappings).
+//   - Engine.mu.registered counts every region from before its mmap until
+//     its unmap, page-rounded, and never exceeds the engine's
+//     max_registered_bytes: a registration past it fails before any page is
+//     mapped or populated.
+//   - Go code touches region bytes only through hostmem.Copy, so a fault
+//     on a truncated shared file is an error, never a crash.
 
 package engine
 
@@ -18,6 +24,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/internal/hostmem"
 	"golang.org/x/sys/unix"
 )
@@ -97,8 +104,12 @@ func (e *Engine) RegisterMemory(bytes uint64) (*Region, error) {
 	if bytes == 0 {
 		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
 	}
+	if err := e.reserveRegistered(bytes); err != nil {
+		return nil, err
+	}
 	m, err := hostmem.Anonymous(bytes)
 	if err != nil {
+		e.releaseRegistered(bytes)
 		return nil, wrap(KindExhausted, "register", "memory", err)
 	}
 	return e.addRegion(&Region{e: e, loc: LocationCPU, m: m, anon: true})
@@ -114,6 +125,17 @@ func (e *Engine) RegisterSharedFile(path string, bytes uint64) (*Region, error) 
 	if bytes == 0 {
 		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
 	}
+	if err := e.reserveRegistered(bytes); err != nil {
+		return nil, err
+	}
+	r, err := e.registerSharedFile(path, bytes)
+	if err != nil {
+		e.releaseRegistered(bytes)
+	}
+	return r, err
+}
+
+func (e *Engine) registerSharedFile(path string, bytes uint64) (*Region, error) {
 	// The open is confined like a segment's: no symlink or ".." leads
 	// out of the allowed roots.
 	fd, err := e.openConfined(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK)
@@ -133,6 +155,9 @@ func (e *Engine) addRegion(r *Region) (*Region, error) {
 	defer e.mu.Unlock()
 	if e.mu.closed {
 		r.free()
+		if r.dev == nil {
+			e.mu.registered -= hostmem.RoundUp(r.Len())
+		}
 		return nil, errorf(KindClosed, "register", "memory", "engine is closed")
 	}
 	e.mu.nextKey++
@@ -174,8 +199,38 @@ func (e *Engine) Unregister(r *Region) error {
 	}
 	e.gdsForgetRegion(r)
 	e.log.Info("memory unregistered", "region", r.name(), "bytes", r.Len())
-	return r.free()
+	err := r.free()
+	if r.dev == nil {
+		e.releaseRegistered(r.Len())
+	}
+	return err
 }
+
+// reserveRegistered counts bytes (page-rounded) against
+// max_registered_bytes before they are mapped; KindExhausted past it.
+func (e *Engine) reserveRegistered(bytes uint64) error {
+	n := hostmem.RoundUp(bytes)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if have := e.mu.registered; n < bytes || have+n < have || have+n > e.regLimit {
+		return errorf(KindExhausted, "register", "memory",
+			"%d bytes more would make %s registered, over engine.max_registered_bytes (%s; %s already registered)",
+			bytes, sizeText(have+n), sizeText(e.regLimit), sizeText(have))
+	}
+	e.mu.registered += n
+	return nil
+}
+
+// releaseRegistered returns what reserveRegistered counted for bytes.
+func (e *Engine) releaseRegistered(bytes uint64) {
+	e.mu.Lock()
+	e.mu.registered -= hostmem.RoundUp(bytes)
+	e.mu.Unlock()
+}
+
+// sizeText renders bytes in the config grammar ("12GiB"), so a message
+// quotes figures the way the config key is written.
+func sizeText(n uint64) string { return config.Size(n).String() }
 
 // ReadAt copies region bytes into p (io.ReaderAt semantics). It fails
 // with ErrBusy while a transfer holds an overlapping loan.
@@ -219,10 +274,31 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 		return r.deviceCopy(op, p[:end-uint64(off)], uint64(off), write)
 	}
 	b := r.m.Bytes()[off:end]
-	if write {
-		return copy(b, p), nil
+	copyTo := func(lo, hi uint64) (int, error) {
+		if write {
+			return hostmem.Copy(b[lo:hi], p[lo:hi])
+		}
+		return hostmem.Copy(p[lo:hi], b[lo:hi])
 	}
-	return copy(p, b), nil
+	n, err := copyTo(0, uint64(len(b)))
+	if err == nil {
+		return n, nil
+	}
+	// A fault: find the first page that faults, one page at a time, so
+	// the count is exact and the message names where the mapping ends.
+	// Only this slow path pays for it.
+	done := uint64(0)
+	for done < uint64(len(b)) {
+		next := min(hostmem.RoundUp(uint64(off)+done+1)-uint64(off), uint64(len(b)))
+		if _, err = copyTo(done, next); err != nil {
+			break
+		}
+		done = next
+	}
+	if err == nil { // the fault did not repeat (the file grew back)
+		return int(done), nil
+	}
+	return int(done), errorf(KindIO, op, r.name(), "bytes [%d, %d) at offset %d: %w", off, end, uint64(off)+done, err)
 }
 
 // resolve finds the region holding [addr, addr+n). REQUIRES: nothing held.

@@ -570,22 +570,14 @@ func (w *worker) completeLocked(c Completion) {
 		t.transferred = t.length
 		e.st.tasksCompleted.Add(1)
 	case c.Res >= 0:
-		t.state = TaskFailed
-		t.transferred = uint64(c.Res)
-		what, why := "short read", "file is shorter than at submit"
-		if g.op == OpWrite {
-			what, why = "short write", "disk full, file size limit or interrupted write"
-			t.effect = EffectUnknown
-		}
-		t.err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (%s)", idx, what, c.Res, t.length, g.ops[idx].Offset, why)
-		e.st.tasksFailed.Add(1)
+		w.completeShortLocked(t, idx, uint64(c.Res)) // shortio.go
 	default:
 		errno := unix.Errno(-c.Res)
 		t.state = TaskFailed
 		if g.op == OpWrite {
 			t.effect = EffectUnknown
 		}
-		t.err = wrap(KindIO, g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
+		t.err = wrap(errnoKind(errno), g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
 		e.st.tasksFailed.Add(1)
 	}
 	if c.Res > 0 {

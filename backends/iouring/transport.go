@@ -171,8 +171,14 @@ func (t *Transport) FileStats() engine.FileStats {
 	t.mu.Lock()
 	s.Rings, s.RingsIdle, s.RingsAbandon = t.mu.total, len(t.mu.idle), len(t.mu.abandoned)
 	t.mu.Unlock()
-	// Stats never probe: an unprobed transport reports available=false
-	// with no error until the first submission decides.
+	// The verdict submissions act on, probed now if nothing asked yet
+	// (cached: one tiny ring created and closed, once per process), so
+	// /stats never says "unavailable" for a transport doing all the I/O.
+	if err := t.probe(); err != nil {
+		s.ProbeError = err.Error()
+	} else {
+		s.Available = true
+	}
 	return s
 }
 

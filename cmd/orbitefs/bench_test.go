@@ -56,6 +56,8 @@ func TestParseBenchArgs(t *testing.T) {
 		{name: "bad impl", args: append(base, "--impl", "dd"), want: []string{`--impl "dd": want engine or pread`}},
 		{name: "bad bs", args: append(base, "--bs", "4KB/s"), want: []string{`--bs: size "4KB/s"`}},
 		{name: "bad size", args: append(base, "--size", "-1"), want: []string{`--size: size "-1"`}},
+		{name: "lowercase bs", args: append(base, "--bs", "4k"), want: []string{`--bs: size "4k"`}},
+		{name: "spaced size", args: append(base, "--size", "1 GiB"), want: []string{`--size: size "1 GiB"`}},
 		{name: "direct bs", args: append(base, "--direct", "--bs", "1000", "--size", "8000"), want: []string{"--bs (1000) must be a multiple of 4096 with --direct"}},
 		{name: "qd zero", args: append(base, "--qd", "0"), want: []string{"--qd (0) must be in [1, 4096]"}},
 		{name: "qd big", args: append(base, "--qd", "5000"), want: []string{"--qd (5000) must be in [1, 4096]"}},
