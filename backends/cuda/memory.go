@@ -158,7 +158,8 @@ func (b *HostBuffer) Bytes() []byte {
 	return unsafe.Slice((*byte)(b.p), b.n)
 }
 
-// Free releases the buffer (cuMemFreeHost). A second Free does nothing.
+// Free releases the buffer (cuMemFreeHost). A second Free does nothing;
+// Free must not race with other use of the buffer.
 func (b *HostBuffer) Free() error {
 	if b.p == nil {
 		return nil
