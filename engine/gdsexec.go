@@ -36,7 +36,7 @@ type gdsState struct {
 	files   map[uint64]GDSFile // by the entry's direct fd key
 	regs    map[uint64]error   // device region key -> registration result
 	busy    map[uint64]int     // calls in flight per file key
-	retired map[uint64]bool    // entries closed while a call was in flight
+	refused map[uint64]error   // entries cuFile would not register
 
 	regFailures atomic.Uint64
 	reads       atomic.Uint64
@@ -145,23 +145,39 @@ func (e *Engine) gdsForgetRegion(r *Region) {
 	}
 }
 
-// gdsFile returns the entry's cuFile handle, registering it on first use,
-// and counts a call in flight (gdsDone ends it).
-func (e *Engine) gdsFile(ent *segEntry) (GDSFile, error) {
+// gdsHandle returns the entry's cuFile handle, registering it on first
+// use; a refusal is cached, so the entry stays on staging.
+func (e *Engine) gdsHandle(ent *segEntry) (GDSFile, error) {
 	e.gds.mu.Lock()
 	defer e.gds.mu.Unlock()
 	if e.gds.files == nil {
-		e.gds.files, e.gds.busy, e.gds.retired = map[uint64]GDSFile{}, map[uint64]int{}, map[uint64]bool{}
+		e.gds.files, e.gds.busy, e.gds.refused = map[uint64]GDSFile{}, map[uint64]int{}, map[uint64]error{}
+	}
+	if err, ok := e.gds.refused[ent.direct.Key]; ok {
+		return nil, err
 	}
 	f, ok := e.gds.files[ent.direct.Key]
 	if !ok {
 		var err error
 		if f, err = e.gds.b.OpenFile(ent.direct.FD); err != nil {
+			err = fmt.Errorf("cuFile refused %s: %w", ent.path, err)
+			e.gds.refused[ent.direct.Key] = err
 			return nil, err
 		}
 		e.gds.files[ent.direct.Key] = f
 	}
+	return f, nil
+}
+
+// gdsFile is gdsHandle counting a call in flight (gdsDone ends it).
+func (e *Engine) gdsFile(ent *segEntry) (GDSFile, error) {
+	f, err := e.gdsHandle(ent)
+	if err != nil {
+		return nil, err
+	}
+	e.gds.mu.Lock()
 	e.gds.busy[ent.direct.Key]++
+	e.gds.mu.Unlock()
 	return f, nil
 }
 
@@ -184,6 +200,7 @@ func (e *Engine) gdsForgetFile(ent *segEntry) {
 		delete(e.gds.files, ent.direct.Key)
 		delete(e.gds.busy, ent.direct.Key)
 	}
+	delete(e.gds.refused, ent.direct.Key)
 	e.gds.mu.Unlock()
 	if ok && !busy {
 		f.Close()

@@ -89,6 +89,9 @@ func (e *Engine) gdsIneligible(ent *segEntry, r *Request, m reqMemory) string {
 	if err := e.gdsReady(); err != nil {
 		return err.Error()
 	}
+	if _, err := e.gdsHandle(ent); err != nil {
+		return err.Error()
+	}
 	a := ent.dioOff
 	if r.TargetOffset%a != 0 {
 		return fmt.Sprintf("file offset %d is not a multiple of %d", r.TargetOffset, a)

@@ -1,0 +1,206 @@
+// engine.go adapts this package to the engine's GPU contract
+// (engine.GPU): device memory, page-locking, streams and events by raw
+// address, loaded on the engine's first Probe.
+//
+// Invariants:
+//   - Nothing is loaded before Probe; Probe's verdict (library missing,
+//     no device) is cached and returned by every later call.
+//   - Every method is safe from any goroutine: each driver call binds the
+//     device's primary context itself (doc.go).
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// Backend is the engine's view of the CUDA driver.
+type Backend struct {
+	opts Options
+	once sync.Once
+	drv  *Driver
+	err  error
+}
+
+var _ engine.GPU = (*Backend)(nil)
+
+// NewBackend returns an unloaded backend.
+func NewBackend(opts Options) *Backend { return &Backend{opts: opts} }
+
+// Probe loads libcuda and checks that a device exists. Errors match
+// engine.ErrUnavailable and say why.
+func (b *Backend) Probe() error {
+	b.once.Do(func() {
+		d, err := Open(b.opts)
+		if err == nil {
+			var n int
+			if n, err = d.DeviceCount(); err == nil && n == 0 {
+				err = errors.New("libcuda loaded but it reports no CUDA device")
+			}
+		}
+		if err != nil {
+			b.err = fmt.Errorf("%w: cuda: %w", engine.ErrUnavailable, err)
+			return
+		}
+		b.drv = d
+	})
+	return b.err
+}
+
+// Close does nothing: devices stay retained for the process (the driver
+// is never unloaded, doc.go).
+func (b *Backend) Close() error { return nil }
+
+// Driver returns the loaded driver (nil before a successful Probe).
+func (b *Backend) Driver() *Driver { return b.drv }
+
+func (b *Backend) device(dev int) (*Device, error) {
+	if err := b.Probe(); err != nil {
+		return nil, err
+	}
+	return b.drv.Device(dev)
+}
+
+// Devices is the number of CUDA devices.
+func (b *Backend) Devices() (int, error) {
+	if err := b.Probe(); err != nil {
+		return 0, err
+	}
+	return b.drv.DeviceCount()
+}
+
+// Bind runs fn on a locked thread with device dev's context current (the
+// cuFile backend's context binder).
+func (b *Backend) Bind(dev int, fn func() error) error {
+	d, err := b.device(dev)
+	if err != nil {
+		return err
+	}
+	return d.do(fn)
+}
+
+// Alloc allocates device memory.
+func (b *Backend) Alloc(dev int, n uint64) (engine.DeviceMemory, error) {
+	d, err := b.device(dev)
+	if err != nil {
+		return nil, err
+	}
+	p, err := d.Alloc(int(n))
+	if err != nil {
+		return nil, err
+	}
+	return &deviceMemory{d: d, p: p, n: n}, nil
+}
+
+// ImportIPC opens another process's allocation.
+func (b *Backend) ImportIPC(dev int, handle []byte) (engine.DeviceMemory, error) {
+	d, err := b.device(dev)
+	if err != nil {
+		return nil, err
+	}
+	var h IPCHandle
+	if len(handle) != len(h) {
+		return nil, fmt.Errorf("%w: IPC handle of %d bytes, want %d", ErrInvalid, len(handle), len(h))
+	}
+	copy(h[:], handle)
+	p, err := d.OpenIPC(h)
+	if err != nil {
+		return nil, err
+	}
+	return &deviceMemory{d: d, p: p, ipc: true}, nil
+}
+
+// Pin page-locks host memory for every context.
+func (b *Backend) Pin(addr uintptr, n uint64) (func() error, error) {
+	d, err := b.device(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.HostRegister(addr, int(n)); err != nil {
+		return nil, err
+	}
+	return func() error { return d.HostUnregister(addr) }, nil
+}
+
+// NewStream creates a non-blocking stream on device dev.
+func (b *Backend) NewStream(dev int) (engine.Stream, error) {
+	d, err := b.device(dev)
+	if err != nil {
+		return nil, err
+	}
+	s, err := d.NewStream(true)
+	if err != nil {
+		return nil, err
+	}
+	return &stream{s: s}, nil
+}
+
+type deviceMemory struct {
+	d   *Device
+	p   DevicePtr
+	n   uint64 // 0 for an IPC import (its size is the exporter's)
+	ipc bool
+}
+
+func (m *deviceMemory) Device() int { return m.d.Ordinal() }
+func (m *deviceMemory) Ptr() uint64 { return uint64(m.p) }
+func (m *deviceMemory) Len() uint64 { return m.n }
+
+func (m *deviceMemory) CopyOut(p []byte, off uint64) error {
+	return m.d.CopyDtoH(p, m.p+DevicePtr(off))
+}
+
+func (m *deviceMemory) CopyIn(off uint64, p []byte) error {
+	return m.d.CopyHtoD(m.p+DevicePtr(off), p)
+}
+
+func (m *deviceMemory) Free() error {
+	if m.ipc {
+		return m.d.CloseIPC(m.p)
+	}
+	return m.d.Free(m.p)
+}
+
+// stream copies by raw address: the engine's staging chunks and pinned
+// regions live outside the Go heap.
+type stream struct {
+	s *Stream
+}
+
+func hostSlice(addr uintptr, n uint64) []byte {
+	return unsafe.Slice(*(**byte)(unsafe.Pointer(&addr)), n)
+}
+
+func (s *stream) HtoD(dst uint64, src uintptr, n uint64) error {
+	return s.s.HtoDAsync(DevicePtr(dst), hostSlice(src, n))
+}
+
+func (s *stream) DtoH(dst uintptr, src uint64, n uint64) error {
+	return s.s.DtoHAsync(hostSlice(dst, n), DevicePtr(src))
+}
+
+func (s *stream) Record() (engine.Event, error) {
+	ev, err := s.s.dev.NewEvent(true)
+	if err != nil {
+		return nil, err
+	}
+	if err := ev.Record(s.s); err != nil {
+		ev.Destroy()
+		return nil, err
+	}
+	return &event{ev}, nil
+}
+
+func (s *stream) Sync() error  { return s.s.Sync() }
+func (s *stream) Close() error { return s.s.Destroy() }
+
+type event struct{ ev *Event }
+
+func (e *event) Done() (bool, error) { return e.ev.Query() }
+func (e *event) Wait() error         { return e.ev.Sync() }
+func (e *event) Close() error        { return e.ev.Destroy() }

@@ -1,0 +1,104 @@
+// engine.go adapts this package to the engine's cuFile contract
+// (engine.GDS), loaded on the engine's first Probe.
+//
+// Invariants:
+//   - Nothing is loaded before Probe; its verdict is cached.
+//   - cuFile calls run with CUDA device 0's primary context current
+//     (through the bind func the CUDA backend supplies): cuFile finds a
+//     buffer's device from its unified address, and one context serves
+//     the single-GPU machines this is qualified on.
+
+package gds
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// Backend is the engine's view of cuFile.
+type Backend struct {
+	bind func(dev int, fn func() error) error
+	once sync.Once
+	drv  *Driver
+	err  error
+}
+
+var _ engine.GDS = (*Backend)(nil)
+
+// NewBackend returns an unloaded backend; bind runs fn with device dev's
+// CUDA context current (cuda.Backend.Bind).
+func NewBackend(bind func(dev int, fn func() error) error) *Backend {
+	return &Backend{bind: bind}
+}
+
+// Probe loads libcufile and opens the driver. Errors match
+// engine.ErrUnavailable.
+func (b *Backend) Probe() error {
+	b.once.Do(func() {
+		d, err := Open(Options{Binder: BindFunc(func(fn func() error) error { return b.bind(0, fn) })})
+		if err != nil {
+			b.err = fmt.Errorf("%w: gds: %w", engine.ErrUnavailable, err)
+			return
+		}
+		b.drv = d
+	})
+	return b.err
+}
+
+// Close drops this process's reference to the driver.
+func (b *Backend) Close() error {
+	if b.drv == nil {
+		return nil
+	}
+	return b.drv.Close()
+}
+
+// Mode is the driver's compatibility policy ("" before Probe).
+func (b *Backend) Mode() string {
+	if b.drv == nil {
+		return ""
+	}
+	return string(b.drv.Mode())
+}
+
+// OpenFile registers an O_DIRECT fd.
+func (b *Backend) OpenFile(fd int) (engine.GDSFile, error) {
+	if err := b.Probe(); err != nil {
+		return nil, err
+	}
+	h, err := b.drv.RegisterFile(fd)
+	if err != nil {
+		return nil, err
+	}
+	return file{h}, nil
+}
+
+// RegisterBuffer registers device memory with cuFile.
+func (b *Backend) RegisterBuffer(dev int, ptr, n uint64) error {
+	if err := b.Probe(); err != nil {
+		return err
+	}
+	return b.drv.RegisterBuffer(uintptr(ptr), int64(n))
+}
+
+// DeregisterBuffer undoes RegisterBuffer.
+func (b *Backend) DeregisterBuffer(dev int, ptr uint64) error {
+	if b.drv == nil {
+		return nil
+	}
+	return b.drv.DeregisterBuffer(uintptr(ptr))
+}
+
+type file struct{ h *Handle }
+
+func (f file) Read(dev int, ptr, n, off uint64) (int, error) {
+	return f.h.Read(uintptr(ptr), int(n), int64(off), 0)
+}
+
+func (f file) Write(dev int, ptr, n, off uint64) (int, error) {
+	return f.h.Write(uintptr(ptr), int(n), int64(off), 0)
+}
+
+func (f file) Close() error { return f.h.Close() }
