@@ -8,3 +8,5 @@ require (
 	github.com/pawelgaczynski/giouring v0.0.0-20230826085535-69588b89acb9
 	golang.org/x/sys v0.50.0
 )
+
+require github.com/go-json-experiment/json v1.27.2 // indirect
