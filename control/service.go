@@ -48,6 +48,9 @@ type Options struct {
 	MaxDocumentBytes int
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
+	// IdleBatchTimeout is how long a cloned batch may stay without an
+	// accepted submission before it is freed (mount.idle_batch_timeout).
+	IdleBatchTimeout time.Duration
 	// Logger receives one line per failed operation and lifecycle events;
 	// nil discards.
 	Logger *slog.Logger
@@ -68,7 +71,8 @@ type Options struct {
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
-		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(), Logger: log}
+		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
+		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
 // Service is the control plane over one engine. Safe for concurrent use.
@@ -104,6 +108,9 @@ func New(e *engine.Engine, opts Options) *Service {
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.IdleBatchTimeout <= 0 {
+		opts.IdleBatchTimeout = defaultIdleBatchTimeout
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
