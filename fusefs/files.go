@@ -6,8 +6,8 @@
 //   - Every handle is opened FOPEN_DIRECT_IO, so reads and writes always
 //     reach these nodes, whatever size Getattr reports.
 //   - Write returns the action's error (bash's echo reports only that);
-//     Flush reports an incomplete document but never acts; Release only
-//     drops the handle.
+//     Flush reports a docFile handle's sticky error or an incomplete
+//     document but never acts; Release only drops the handle.
 
 package fusefs
 
