@@ -9,4 +9,4 @@ require (
 	golang.org/x/sys v0.50.0
 )
 
-require github.com/go-json-experiment/json v1.27.2 // indirect
+require github.com/go-json-experiment/json v1.27.2
