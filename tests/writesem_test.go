@@ -250,28 +250,39 @@ func testErrorFileTimes(t *testing.T, m *mount) {
 // mount with grep -r does not leak batches; a batch with a submission
 // stays.
 func TestIdleBatchReclaim(t *testing.T) {
-	m := startDaemon(t, daemonOpts{config: "[mount]\nidle_batch_timeout = \"1s\"\n[engine]\nmax_allocated_batches = 4\n"})
+	m := startDaemon(t, daemonOpts{config: "[mount]\nidle_batch_timeout = \"2s\"\n[engine]\nmax_allocated_batches = 4\n"})
 	T, _ := m.scratchDirs(t)
 	m.ok(t, `head -c 4096 /dev/urandom > "$T/f"`)
 	R := m.register(t, "idle", "4KiB")
 	RO := m.openSegment(t, "idlero", T+"/f", "read")
-	used := m.clone(t)
-	m.submit(t, used, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","length":4}]}`, RO, R))
-	// Walk the mount more often than there are free batches.
+	// Clone and submit in one script, well within the idle timeout.
+	used := m.line(t, fmt.Sprintf(`N=$(cat "$M/ctl/batches/clone")
+echo '{"op":"read","target":"%s","requests":[{"memory":"%s","length":4}]}' > "$M/ctl/batches/$N/submit"
+echo "$N"`, RO, R))
+	t.Cleanup(func() {
+		m.sh(t, `echo seal > "$M/ctl/batches/`+used+`/ctl"; timeout 10 cat "$M/ctl/batches/`+used+`/wait"; rmdir "$M/ctl/batches/`+used+`"`)
+	})
+	// Walk the mount more often than there are free batches; the last
+	// clone read is one of the batches the walk leaked.
+	var idle string
 	for i := 0; i < 5; i++ {
-		m.sh(t, `grep -r . "$M/ctl" >/dev/null 2>&1; cat "$M/ctl/batches/clone" >/dev/null`)
+		out, _, _ := m.sh(t, `grep -r . "$M/ctl" >/dev/null 2>&1; cat "$M/ctl/batches/clone" 2>/dev/null`)
+		if n := strings.TrimSpace(out); n != "" {
+			idle = n
+		}
 	}
-	idle := m.line(t, `ls "$M/ctl/batches" | grep -vx clone | grep -vx `+used+` | head -1`)
 	if idle == "" {
 		t.Fatalf("the walk allocated no batch")
 	}
-	eventually(t, 10*time.Second, "idle batches reclaimed", func() bool {
-		out := m.ok(t, `ls "$M/ctl/batches"`)
-		return strings.Join(strings.Fields(out), " ") == "clone "+used || strings.Join(strings.Fields(out), " ") == used+" clone"
+	eventually(t, 20*time.Second, "idle batches reclaimed", func() bool {
+		return strings.Join(m.ls(t, "ctl/batches"), " ") == used+" clone"
 	})
 	// The used batch is intact, and clone works again.
 	if st := m.state(t, used); st != "open" {
 		t.Errorf("the batch with a submission: state %q", st)
+	}
+	if c := m.taskCount(t, used); c != 1 {
+		t.Errorf("the batch with a submission has %d tasks", c)
 	}
 	m.clone(t)
 	if !strings.Contains(m.logText(), "idle batch reclaimed") {
