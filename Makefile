@@ -5,7 +5,7 @@ LDFLAGS := -ldflags=-checklinkname=0
 MOUNT   ?= /tmp/orbitefs
 PKGS    := ./...
 
-.PHONY: all build test vet fmt-check race unit e2e noiouring fuzz bench-smoke run demo clean
+.PHONY: all build test vet fmt-check race flakes unit e2e noiouring fuzz bench-smoke run demo clean
 
 all: build
 
@@ -13,7 +13,7 @@ build:
 	$(GO) build $(LDFLAGS) -o bin/orbitefs ./cmd/orbitefs
 
 # test runs every check CI runs.
-test: fmt-check vet noiouring race fuzz bench-smoke
+test: fmt-check vet noiouring race flakes fuzz bench-smoke
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -24,6 +24,11 @@ vet:
 
 race: build
 	$(GO) test $(LDFLAGS) -race -count=1 -timeout 20m $(PKGS)
+
+# flakes runs the mount tests three more times without -race (a
+# different schedule than under -race) to catch order-dependent tests.
+flakes: build
+	$(GO) test $(LDFLAGS) -count=3 -timeout 20m ./fusefs/ ./tests/
 
 # A build without io_uring must not link giouring, and its engine must
 # still open and inspect segments.

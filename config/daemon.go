@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 )
 
 //go:embed default.toml
@@ -42,6 +43,9 @@ type Mount struct {
 	MaxDocumentBytes Size `toml:"max_document_bytes"`
 	// CloseTimeout bounds rmdir of a segment (drain of admitted users).
 	CloseTimeout Duration `toml:"close_timeout"`
+	// IdleBatchTimeout is how long a batch read from clone may go without
+	// an accepted submission before it is reclaimed (freed).
+	IdleBatchTimeout Duration `toml:"idle_batch_timeout"`
 	// ShutdownTimeout bounds the drain on SIGINT/SIGTERM.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
 	// MaxWrite is the largest FUSE write request the kernel sends.
@@ -137,6 +141,9 @@ func (d *Daemon) Validate() error {
 	}
 	p.positiveDur("mount.close_timeout", m.CloseTimeout)
 	p.positiveDur("mount.shutdown_timeout", m.ShutdownTimeout)
+	if m.IdleBatchTimeout < Duration(time.Second) || m.IdleBatchTimeout > Duration(24*time.Hour) {
+		p.addf("mount.idle_batch_timeout (%s) must be in [1s, 24h]", m.IdleBatchTimeout)
+	}
 	if m.MaxWrite < 4096 || m.MaxWrite > 1<<20 {
 		p.addf("mount.max_write (%d) must be in [4KiB, 1MiB]", m.MaxWrite)
 	}

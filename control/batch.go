@@ -31,11 +31,15 @@ type Batch struct {
 	seq     uint64
 	created time.Time
 	b       *engine.Batch
+	idle    *time.Timer // reclaims the batch if it stays unused (idle.go)
 
 	mu struct {
 		sync.Mutex
-		lastErr string
-		targets map[int]string // first task index -> segment name
+		lastErr    string
+		targets    map[int]string // first task index -> segment name
+		used       bool           // a submission was accepted
+		submitting int            // submits in progress
+		reclaimed  bool           // freed by the idle timer
 	}
 }
 
@@ -87,6 +91,9 @@ func (s *Service) Batches() []*Batch {
 // live fails with KindNotFound once the batch was freed.
 func (s *Service) live(bt *Batch, op string) error {
 	if s.Batch(bt.ID) != bt {
+		if bt.wasReclaimed() {
+			return s.fail(bt.scope(op), s.errReclaimed(bt))
+		}
 		return s.fail(bt.scope(op), notFound("batch %d was freed", bt.ID))
 	}
 	return nil
@@ -104,6 +111,7 @@ func (s *Service) Clone() (*Batch, error) {
 	}
 	bt := &Batch{ID: b.ID(), seq: s.nextSeq(), created: time.Now(), b: b}
 	bt.mu.targets = make(map[int]string)
+	bt.idle = time.AfterFunc(s.opts.IdleBatchTimeout, func() { s.reclaimIdle(bt) })
 	s.mu.Lock()
 	s.mu.batches[bt.ID] = bt
 	s.mu.Unlock()
@@ -126,6 +134,11 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if s.closing.Load() {
 		return s.fail(sc, errClosing())
 	}
+	if !bt.beginSubmit() {
+		return s.fail(sc, s.errReclaimed(bt))
+	}
+	accepted := false
+	defer func() { bt.endSubmit(accepted) }()
 	if err := s.live(bt, "submit"); err != nil {
 		return err
 	}
@@ -145,6 +158,7 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if err != nil {
 		return s.fail(sc, err)
 	}
+	accepted = true
 	bt.mu.Lock()
 	bt.mu.targets[tr.First] = sub.Target
 	bt.mu.Unlock()
@@ -257,6 +271,7 @@ func (s *Service) free(bt *Batch) error {
 	if err := bt.b.Free(); err != nil {
 		return s.fail(bt.scope("free"), err)
 	}
+	bt.idle.Stop()
 	s.mu.Lock()
 	if s.mu.batches[bt.ID] == bt {
 		delete(s.mu.batches, bt.ID)

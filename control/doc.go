@@ -35,13 +35,22 @@
 // Service's life (fusefs derives inode numbers from it), so a handle
 // opened on a removed object never reaches a new object of the same name.
 // Objects are created by the creator files and removed by rmdir (or the
-// free command); Shutdown refuses new work, drains, wakes waiters and
-// closes the engine.
+// free command); a batch that never accepted a submission is also freed
+// after mount.idle_batch_timeout (idle.go). Shutdown refuses new work,
+// drains, wakes waiters and closes the engine.
+//
+// # Documents
+//
+// Every JSON document is decoded by decodeStrict (strict.go): exact-case
+// keys, no duplicates, no unknown keys. Each open handle of a document
+// file is a DocWriter (docwriter.go): sequential writes from offset 0 and
+// a sticky first error.
 //
 // # Locking
 //
 // Service.mu guards the name tables and the mount-wide last error;
-// Batch.mu guards a batch's error text and target names. Order:
+// Batch.mu guards a batch's error text, target names and idle-reclaim
+// state. Order:
 // Service.mu before Batch.mu. Neither is held across an engine call that
 // can block, so waits and transfers on different batches never serialize
 // behind each other.

@@ -4,8 +4,11 @@
 // Invariants:
 //   - A valid name is a single path element that the kernel accepts and
 //     that never shadows a fixed file: non-empty, at most 255 bytes, valid
-//     UTF-8, no '/', no NUL or other control character, not "." or "..",
-//     and not one of the reserved names ("register", "open").
+//     UTF-8, no '/', no control character (C0, DEL, C1 U+0080-U+009F),
+//     no line or paragraph separator (U+2028, U+2029), not "." or "..",
+//     and not one of the reserved names ("register", "open"). Names are
+//     refused, never repaired: a name that passes is shown exactly as
+//     given.
 
 package control
 
@@ -39,8 +42,10 @@ func ValidateName(name string) error {
 		switch {
 		case r == '/':
 			return fmt.Errorf("name %q contains '/'", name)
-		case r < 0x20 || r == 0x7f:
+		case r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f):
 			return fmt.Errorf("name %q contains control character %U", name, r)
+		case r == 0x2028 || r == 0x2029:
+			return fmt.Errorf("name %q contains line or paragraph separator %U", name, r)
 		}
 	}
 	return nil

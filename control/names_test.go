@@ -27,6 +27,13 @@ func TestValidateName(t *testing.T) {
 		{"a\x00b", false},
 		{"a\x7fb", false},
 		{"\xff", false},
+		{"a\u0080b", false},
+		{"a\u0085b", false},
+		{"a\u009fb", false},
+		{"a\u00a0b", true},
+		{"a\u2028b", false},
+		{"a\u2029b", false},
+		{"ok\xc3", false},
 	} {
 		err := ValidateName(c.name)
 		if (err == nil) != c.ok {

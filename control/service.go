@@ -12,8 +12,10 @@
 //     skip reserved names.
 //   - Every error a method returns has been recorded exactly once: in the
 //     batch's error text for batch operations, in the mount-wide last
-//     error otherwise, and in the log. Interrupted waits (EINTR) are not
-//     errors and are not recorded.
+//     error otherwise (each prefixed with its RFC 3339 UTC time), and in
+//     the log. Interrupted waits (EINTR) are not errors and are not
+//     recorded; a document handle that already failed returns its first
+//     error again without recording it again (docwriter.go).
 //   - After Shutdown begins, creators and submit fail with KindClosed;
 //     reads keep working until the engine is closed.
 //   - Lock order: Service.mu, then Batch.mu; engine locks are taken only
@@ -46,6 +48,9 @@ type Options struct {
 	MaxDocumentBytes int
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
+	// IdleBatchTimeout is how long a cloned batch may stay without an
+	// accepted submission before it is freed (mount.idle_batch_timeout).
+	IdleBatchTimeout time.Duration
 	// Logger receives one line per failed operation and lifecycle events;
 	// nil discards.
 	Logger *slog.Logger
@@ -66,7 +71,8 @@ type Options struct {
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
-		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(), Logger: log}
+		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
+		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
 // Service is the control plane over one engine. Safe for concurrent use.
@@ -102,6 +108,9 @@ func New(e *engine.Engine, opts Options) *Service {
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
+	}
+	if opts.IdleBatchTimeout <= 0 {
+		opts.IdleBatchTimeout = defaultIdleBatchTimeout
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
@@ -140,6 +149,10 @@ func errClosing() error {
 	return detail(engine.KindClosed, "the daemon is shutting down; no new work is accepted")
 }
 
+// errorTimeLayout is RFC 3339 with milliseconds, in UTC: the prefix of
+// every line in an error file.
+const errorTimeLayout = "2006-01-02T15:04:05.000Z07:00"
+
 // scope says where an operation's error text goes.
 type scope struct {
 	batch   *Batch // nil: the mount-wide /error
@@ -152,7 +165,9 @@ type scope struct {
 // fail records err for sc and returns it labelled with sc's op and name.
 func (s *Service) fail(sc scope, err error) error {
 	err = label(sc.op, sc.name, err)
-	text := err.Error()
+	// The error files keep their text until the next failure; the time
+	// says whether it is older than what the reader just did.
+	text := time.Now().UTC().Format(errorTimeLayout) + " " + err.Error()
 	if sc.batch != nil {
 		sc.batch.setErr(text)
 	} else {
@@ -246,43 +261,6 @@ func (s *Service) drain(ctx context.Context) error {
 				return ctx.Err()
 			}
 		}
-	}
-	return nil
-}
-
-// DocWriter is the per-open-handle state of a JSON creator or submit
-// file: it assembles documents from write chunks and acts on each the
-// moment it is complete. Safe for concurrent use.
-type DocWriter struct {
-	mu     sync.Mutex
-	doc    *Document
-	commit func([]byte) error
-	fail   func(error) error
-}
-
-// Write feeds one write(2) chunk. Its error is the one write(2) must
-// return; it has been recorded and logged.
-func (w *DocWriter) Write(p []byte) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	doc, err := w.doc.Append(p)
-	if err != nil {
-		return w.fail(err)
-	}
-	if doc == nil {
-		return nil
-	}
-	return w.commit(doc)
-}
-
-// Flush reports a document left incomplete (KindInvalid), without
-// dropping it: flush can run several times on one handle (dup'd
-// descriptors) and a later write may still complete the document.
-func (w *DocWriter) Flush() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if err := w.doc.Pending(); err != nil {
-		return w.fail(err)
 	}
 	return nil
 }

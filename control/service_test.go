@@ -169,9 +169,7 @@ func TestServiceErrors(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if last := string(s.LastError()); last != err.Error()+"\n" {
-			t.Errorf("%s: /error = %q, want %q", c.what, last, err.Error()+"\n")
-		}
+		checkStamped(t, c.what+": /error", string(s.LastError()), err.Error()+"\n")
 	}
 	if len(s.Memories()) != 1 || len(s.Segments()) != 1 {
 		t.Errorf("failed creators left objects behind: %d memories, %d segments", len(s.Memories()), len(s.Segments()))
@@ -214,9 +212,7 @@ func TestServiceErrors(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if got := string(bt.Error()); got != err.Error()+"\n" {
-			t.Errorf("%s: batch error = %q", c.what, got)
-		}
+		checkStamped(t, c.what+": batch error", string(bt.Error()), err.Error()+"\n")
 	}
 	_, err = s.Wait(context.Background(), bt)
 	wantErrno(t, "wait before seal", err, syscall.EINVAL, "not sealed")
@@ -320,5 +316,24 @@ func TestServiceRefusesOwnDevice(t *testing.T) {
 	s2, _ := serviceOver(t, dir, func(o *control.Options) { o.OwnDevice = func() string { return "0:999999" } })
 	if err := s2.OpenSegment([]byte(doc)); err != nil {
 		t.Fatalf("open on another device: %v", err)
+	}
+}
+
+// checkStamped checks an error file's text: an RFC 3339 time of the last
+// minute, a space, then want.
+func checkStamped(t *testing.T, what, got, want string) {
+	t.Helper()
+	stamp, rest, ok := strings.Cut(got, " ")
+	if !ok || rest != want {
+		t.Errorf("%s = %q, want a time, a space and %q", what, got, want)
+		return
+	}
+	at, err := time.Parse(time.RFC3339, stamp)
+	if err != nil {
+		t.Errorf("%s: the prefix %q is not an RFC 3339 time: %v", what, stamp, err)
+		return
+	}
+	if d := time.Since(at); d < 0 || d > time.Minute {
+		t.Errorf("%s: the time %s is %s away from now", what, stamp, d)
 	}
 }

@@ -60,6 +60,12 @@ func TestParseSubmission(t *testing.T) {
 		{name: "unknown field", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1}],"notify":1}`, kind: engine.KindInvalid, msg: `unknown field "notify"`},
 		{name: "unknown request field", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1,"len":2}]}`, kind: engine.KindInvalid, msg: `unknown field "len"`},
 		{name: "trailing data", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1}]} {}`, kind: engine.KindInvalid, msg: "trailing data"},
+		{name: "duplicate key", doc: `{"op":"read","op":"write","target":"c","requests":[{"memory":"b","length":1}]}`, kind: engine.KindInvalid, msg: `duplicate key "op"`},
+		{name: "duplicate nested key", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1,"length":2}]}`, kind: engine.KindInvalid, msg: `duplicate key "length" in /requests/0`},
+		{name: "key differing in case", doc: `{"op":"read","OP":"write","target":"c","requests":[{"memory":"b","length":1}]}`, kind: engine.KindInvalid, msg: `unknown field "OP"`},
+		{name: "only a case-different key", doc: `{"Op":"read","target":"c","requests":[{"memory":"b","length":1}]}`, kind: engine.KindInvalid, msg: `unknown field "Op"`},
+		{name: "nested key differing in case", doc: `{"op":"read","target":"c","requests":[{"Memory":"b","length":1}]}`, kind: engine.KindInvalid, msg: `unknown field "Memory" in /requests/0`},
+		{name: "invalid UTF-8", doc: "{\"op\":\"read\",\"target\":\"c\xff\",\"requests\":[{\"memory\":\"b\",\"length\":1}]}", kind: engine.KindInvalid, msg: "invalid UTF-8"},
 		{name: "wrong type", doc: `{"op":1,"target":"c","requests":[]}`, kind: engine.KindInvalid, msg: "op: JSON number cannot be a string"},
 		{name: "bad size", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":"1MB!"}]}`, kind: engine.KindInvalid, msg: `size "1MB!"`},
 		{name: "negative size", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":-1}]}`, kind: engine.KindInvalid, msg: "size -1"},
@@ -136,6 +142,10 @@ func TestParseMemorySpec(t *testing.T) {
 		{doc: `{"name":"s","location":"cpu","bytes":1,"shm":"kv"}`, kind: engine.KindInvalid, msg: "absolute path"},
 		{doc: `{"name":"s","location":"cpu","bytes":1,"cuda_ipc_handle":"ab"}`, kind: engine.KindInvalid, msg: "cuda_ipc_handle needs"},
 		{doc: `{"name":"s","location":"cpu","bytes":1,"size":2}`, kind: engine.KindInvalid, msg: `unknown field "size"`},
+		{doc: `{"name":"s","name":"t","location":"cpu","bytes":1}`, kind: engine.KindInvalid, msg: `duplicate key "name"`},
+		{doc: `{"name":"s","location":"cpu","Bytes":1}`, kind: engine.KindInvalid, msg: `unknown field "Bytes"`},
+		{doc: `{"name":"a\u0085b","location":"cpu","bytes":1}`, kind: engine.KindInvalid, msg: "control character U+0085"},
+		{doc: `{"name":"a\u2028b","location":"cpu","bytes":1}`, kind: engine.KindInvalid, msg: "U+2028"},
 	} {
 		m, err := ParseMemorySpec([]byte(c.doc), 1<<20)
 		if c.kind == 0 {

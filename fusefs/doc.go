@@ -19,12 +19,17 @@
 //     (README, version, stats, metrics, error, info, state, status, tasks,
 //     clone); size 0, DIRECT_IO, so each cat sees fresh content.
 //   - docFile: JSON documents assembled per handle (control.DocWriter) and
-//     acted on by the write that completes them; Flush reports an
-//     incomplete document and is idempotent.
+//     acted on by the write that completes them; writes must be
+//     sequential from offset 0 (unless O_APPEND), the handle's first
+//     error is sticky, and Flush reports it, or an incomplete document,
+//     idempotently.
 //   - cmdFile: ctl and refresh: one action per write.
 //   - dataFile: a memory region's bytes.
 //   - waitFile: blocks in Read until the batch is terminal, honouring the
 //     request's interrupt.
+//
+// Directories refuse unlink, rename, link, symlink, mknod, create and
+// mkdir with EPERM (readonly.go); only rmdir removes objects.
 //
 // Every writable file accepts Setattr truncating to 0, because `echo x >
 // f` truncates with a separate setattr (go-fuse does not negotiate atomic

@@ -6,8 +6,8 @@
 //   - Every handle is opened FOPEN_DIRECT_IO, so reads and writes always
 //     reach these nodes, whatever size Getattr reports.
 //   - Write returns the action's error (bash's echo reports only that);
-//     Flush reports an incomplete document but never acts; Release only
-//     drops the handle.
+//     Flush reports a docFile handle's sticky error or an incomplete
+//     document but never acts; Release only drops the handle.
 
 package fusefs
 
@@ -109,7 +109,11 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_WRONLY {
 		return nil, 0, syscall.EACCES
 	}
-	return &docHandle{w: n.newWriter()}, fuse.FOPEN_DIRECT_IO, 0
+	w := n.newWriter()
+	if flags&syscall.O_APPEND != 0 {
+		w.Append()
+	}
+	return &docHandle{w: w}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 // docHandle is one open docFile.
@@ -121,7 +125,7 @@ var (
 )
 
 func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
-	if err := h.w.Write(data); err != nil {
+	if err := h.w.Write(data, off); err != nil {
 		return 0, errno(err)
 	}
 	return uint32(len(data)), 0

@@ -27,8 +27,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -107,7 +109,7 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 	}
 	srv, err := fs.Mount(abs, newRoot(f), fo)
 	if err != nil {
-		return nil, fmt.Errorf("mount %s: %w", abs, err)
+		return nil, fmt.Errorf("mount %s: %w", abs, fusermountError(err))
 	}
 	s := &Server{srv: srv, dir: abs, direct: direct, log: lg, done: make(chan struct{})}
 	var st unix.Stat_t
@@ -120,6 +122,33 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 		close(s.done)
 	}()
 	return s, nil
+}
+
+// fusermountExit matches go-fuse's report of a failed fusermount, which
+// prints the raw wait status ("exited with code 256" for exit status 1).
+var fusermountExit = regexp.MustCompile(`fusermount exited with code (\d+)`)
+
+// fusermountError rewrites go-fuse's failed-fusermount error to name
+// fusermount3's exit status (or the signal that killed it); its own
+// message went to the daemon's stderr just before. Other errors pass
+// through unchanged.
+func fusermountError(err error) error {
+	m := fusermountExit.FindStringSubmatch(err.Error())
+	if m == nil {
+		return err
+	}
+	raw, perr := strconv.ParseUint(m[1], 10, 32)
+	if perr != nil {
+		return err
+	}
+	ws := syscall.WaitStatus(raw)
+	switch {
+	case ws.Exited():
+		return fmt.Errorf("fusermount3 exited with status %d (its message is just above)", ws.ExitStatus())
+	case ws.Signaled():
+		return fmt.Errorf("fusermount3 was killed by signal %v", ws.Signal())
+	}
+	return err
 }
 
 // slogWriter carries go-fuse's debug lines into the daemon log.

@@ -81,15 +81,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// needFUSE skips the test when no FUSE mount is possible here.
+// needFUSE skips the test when no FUSE mount is possible here, or fails
+// it when ORBITEFS_REQUIRE names fuse (require_test.go).
 func needFUSE(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skipf("FUSE unavailable: %v", err)
+		unavailable(t, "fuse", "FUSE unavailable: %v", err)
 	}
 	if os.Geteuid() != 0 {
 		if _, err := exec.LookPath("fusermount3"); err != nil {
-			t.Skip("FUSE unavailable: not root and no fusermount3 on PATH")
+			unavailable(t, "fuse", "FUSE unavailable: not root and no fusermount3 on PATH")
 		}
 	}
 	for _, tool := range []string{"bash", "cat", "dd", "cmp", "sha256sum", "jq", "truncate", "timeout", "setpriv"} {

@@ -1,0 +1,62 @@
+// readme_test.go checks the README's quick start against the files it
+// describes: the Go version go.mod requires, the packages .ci/run
+// installs, and commands that work as root on a fresh Debian (no sudo).
+
+package tests
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+func TestReadmeQuickStart(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	readme, gomod, ci := read("README.md"), read("go.mod"), read(".ci/run")
+	start := readme[strings.Index(readme, "## Quick start"):]
+	start = start[:strings.Index(start[3:], "\n## ")+3]
+
+	goLine := regexp.MustCompile(`(?m)^go ([0-9.]+)$`).FindStringSubmatch(gomod)
+	if goLine == nil {
+		t.Fatal("go.mod has no go line")
+	}
+	if !strings.Contains(start, "Go "+goLine[1]) {
+		t.Errorf("the quick start does not name the Go version go.mod requires (%s)", goLine[1])
+	}
+
+	pkgs := regexp.MustCompile(`(?m)^for p in ([^;]+); do`).FindStringSubmatch(ci)
+	if pkgs == nil {
+		t.Fatal(".ci/run: no `for p in ...; do` package list")
+	}
+	for _, p := range strings.Fields(pkgs[1]) {
+		if !regexp.MustCompile(`(?m)^\| [^|]*\b` + regexp.QuoteMeta(p) + `\b[^|]*\| \S`).MatchString(start) {
+			t.Errorf("the quick start's package table does not list %s (installed by .ci/run) with a reason", p)
+		}
+	}
+
+	// Every sudo command has a root form without sudo.
+	for _, l := range strings.Split(start, "\n") {
+		if !strings.HasPrefix(l, "sudo ") {
+			continue
+		}
+		plain := strings.ReplaceAll(l, "sudo ", "")
+		if !strings.Contains(start, "\n"+plain+"\n") && !strings.Contains(start, "\n"+strings.Fields(plain)[0]) {
+			t.Errorf("%q has no form for root, who has no sudo on a fresh Debian", l)
+		}
+	}
+	if !strings.Contains(start, "As root") {
+		t.Errorf("the quick start does not show the commands for root")
+	}
+}
