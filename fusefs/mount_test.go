@@ -290,7 +290,7 @@ func TestWriteErrorsAndErrorFiles(t *testing.T) {
 		text      string
 	}{
 		{"memory/register", `{"name":"buf","location":"cpu","bytes":1}`, syscall.EEXIST, "error", `memory "buf" already exists`},
-		{"memory/register", `{"name":"g","location":"cuda:0","bytes":1}`, syscall.EOPNOTSUPP, "error", "not built yet"},
+		{"memory/register", `{"name":"g","location":"cuda:0","bytes":1}`, syscall.EOPNOTSUPP, "error", "no GPU backend"},
 		{"segments/open", `{"name":"pw","uri":"file:///etc/passwd","permission":"read"}`, syscall.EACCES, "error", "not beneath an allowed root"},
 		{"segments/open", `{"name":"me","uri":"file://` + m.dir + `/version","permission":"read"}`, syscall.EACCES, "error", "leads into the orbitefs mount"},
 		{b + "submit", `not json`, syscall.EINVAL, b + "error", "want a JSON object"},
