@@ -224,7 +224,9 @@ func testRmdirMemoryInUse(t *testing.T, m *mount) {
 	b := m.startSlowBatch(t)
 	r := m.run(t, `rmdir "$M/memory/`+b.region+`"`)
 	if r.code == 0 || !strings.Contains(r.stderr, eBUSY) {
-		t.Errorf("rmdir memory in use: %s\nwant %s", r, eBUSY)
+		// Say why the batch was no longer running (seen once under load).
+		st := m.run(t, `cat "$M/ctl/batches/`+b.n+`/status"; cat "$M/ctl/batches/`+b.n+`/tasks/0"`)
+		t.Fatalf("rmdir memory in use: %s\nwant %s\nbatch: %s", r, eBUSY, st)
 	}
 	if !contains(m.ls(t, "memory"), b.region) {
 		t.Errorf("the busy region disappeared from ls memory")
