@@ -44,7 +44,7 @@ func (b *Backend) Probe() error {
 			}
 		}
 		if err != nil {
-			b.err = fmt.Errorf("%w: cuda: %w", engine.ErrUnavailable, err)
+			b.err = unavailable{err}
 			return
 		}
 		b.drv = d
@@ -204,3 +204,11 @@ type event struct{ ev *Event }
 func (e *event) Done() (bool, error) { return e.ev.Query() }
 func (e *event) Wait() error         { return e.ev.Sync() }
 func (e *event) Close() error        { return e.ev.Destroy() }
+
+// unavailable keeps the driver's own text and matches
+// engine.ErrUnavailable, so the engine's message says it once.
+type unavailable struct{ err error }
+
+func (u unavailable) Error() string        { return u.err.Error() }
+func (u unavailable) Unwrap() error        { return u.err }
+func (u unavailable) Is(target error) bool { return target == engine.ErrUnavailable }

@@ -11,7 +11,6 @@
 package gds
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/orbitefs/orbitefs/engine"
@@ -39,7 +38,7 @@ func (b *Backend) Probe() error {
 	b.once.Do(func() {
 		d, err := Open(Options{Binder: BindFunc(func(fn func() error) error { return b.bind(0, fn) })})
 		if err != nil {
-			b.err = fmt.Errorf("%w: gds: %w", engine.ErrUnavailable, err)
+			b.err = unavailable{err}
 			return
 		}
 		b.drv = d
@@ -102,3 +101,10 @@ func (f file) Write(dev int, ptr, n, off uint64) (int, error) {
 }
 
 func (f file) Close() error { return f.h.Close() }
+
+// unavailable keeps cuFile's own text and matches engine.ErrUnavailable.
+type unavailable struct{ err error }
+
+func (u unavailable) Error() string        { return u.err.Error() }
+func (u unavailable) Unwrap() error        { return u.err }
+func (u unavailable) Is(target error) bool { return target == engine.ErrUnavailable }

@@ -46,6 +46,9 @@ func loadMain(args []string) int {
 	cold := fs.Bool("cold", false, "drop the file's page cache before each pass")
 	verify := fs.Bool("verify", false, "compare memory with the file after the last pass")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	lanes := fs.Int("lanes", 0, "engine.staging_lanes (0: the default)")
+	chunks := fs.Int("chunks", 0, "engine.staging_chunk_count (0: the default)")
+	chunk := fs.String("chunk", "", "engine.staging_chunk_size (default: the default)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -91,7 +94,19 @@ func loadMain(args []string) int {
 	cfg := config.DefaultEngine()
 	cfg.MaxInflightBytes = config.Size(max(uint64(cfg.MaxInflightBytes), 2*o.Request*uint64(1+o.Size/o.Request)))
 	cfg.MaxTransferBytes = config.Size(max(uint64(cfg.MaxTransferBytes), o.Request))
-	e, err := engine.New(cfg, transports(cfg)...)
+	cfg.StagingLanes = *lanes
+	if *chunks > 0 {
+		cfg.StagingChunkCount = *chunks
+	}
+	if *chunk != "" {
+		n, err := config.ParseSize(*chunk)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "orbitefs bench load: --chunk: %v\n", err)
+			return 2
+		}
+		cfg.StagingChunkSize = n
+	}
+	e, err := engine.New(cfg, transports(cfg)...) // validates the staging flags
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orbitefs bench load: %v\n", err)
 		return 1
