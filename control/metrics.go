@@ -80,6 +80,37 @@ var ioUringMetrics = []metric{
 	{"io_uring_written_bytes_total", "counter", "Bytes written through io_uring.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.BytesWritten) })},
 }
 
+func stagingValue(f func(*engine.StagingStats) float64) func(*engine.Stats) float64 {
+	return func(s *engine.Stats) float64 {
+		if s.Staging == nil {
+			return 0
+		}
+		return f(s.Staging)
+	}
+}
+
+// stagingMetrics appear once the pinned staging pool exists (the first
+// CUDA transfer through staging).
+var stagingMetrics = []metric{
+	{"staging_chunk_bytes", "gauge", "Size of one pinned staging chunk.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.ChunkSize) })},
+	{"staging_chunks", "gauge", "Pinned staging chunks in the pool.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Chunks) })},
+	{"staging_allocated", "gauge", "1 once the pinned staging slab is allocated.", stagingValue(func(f *engine.StagingStats) float64 { return b2f(f.Allocated) })},
+	{"staging_chunks_in_use", "gauge", "Pinned staging chunks leased now.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.InUse) })},
+	{"staging_chunks_high_water", "gauge", "Most pinned staging chunks leased at once.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.HighWater) })},
+	{"staging_leases_total", "counter", "Pinned staging chunk leases.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Leases) })},
+	{"staging_pageable_fallbacks_total", "counter", "Lanes that found no free chunk and used a pageable buffer.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Fallbacks) })},
+	{"staging_pageable_bytes", "gauge", "Bytes of pageable fallback buffers outstanding.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.PageableBytes) })},
+}
+
+var gdsMetrics = []metric{
+	{"gds_files", "gauge", "Segment files registered with cuFile.", func(s *engine.Stats) float64 { return float64(s.GDS.Files) }},
+	{"gds_buffer_registrations", "gauge", "Device regions registered with cuFile.", func(s *engine.Stats) float64 { return float64(s.GDS.BufferRegistrations) }},
+	{"gds_buffer_registration_failures_total", "counter", "cuFile buffer registrations refused (the region stays on staging).", func(s *engine.Stats) float64 { return float64(s.GDS.BufferRegistrationFailures) }},
+	{"gds_reads_total", "counter", "cuFile read calls.", func(s *engine.Stats) float64 { return float64(s.GDS.Reads) }},
+	{"gds_writes_total", "counter", "cuFile write calls.", func(s *engine.Stats) float64 { return float64(s.GDS.Writes) }},
+	{"gds_unquiesced_calls_total", "counter", "cuFile calls that did not return by deadline + quiesce_grace.", func(s *engine.Stats) float64 { return float64(s.GDS.Unquiesced) }},
+}
+
 // RenderMetrics renders st (and the build version) as Prometheus text.
 func RenderMetrics(st engine.Stats, version string) []byte {
 	var b strings.Builder
@@ -95,6 +126,14 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 			write(m.name, m.typ, m.help, "", m.value(&st))
 		}
 	}
+	if st.Staging != nil {
+		for _, m := range stagingMetrics {
+			write(m.name, m.typ, m.help, "", m.value(&st))
+		}
+	}
 	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
+	for _, m := range gdsMetrics {
+		write(m.name, m.typ, m.help, "", m.value(&st))
+	}
 	return []byte(b.String())
 }

@@ -102,7 +102,7 @@ func TestMemoryInfoOmitsEmptyShm(t *testing.T) {
 // TestMetricsCoverStats fails when engine.Stats gains a numeric field
 // that /metrics does not export.
 func TestMetricsCoverStats(t *testing.T) {
-	out := string(RenderMetrics(engine.Stats{IOUring: &engine.FileStats{}}, "test"))
+	out := string(RenderMetrics(engine.Stats{IOUring: &engine.FileStats{}, Staging: &engine.StagingStats{}}, "test"))
 	count := func(typ reflect.Type) int {
 		n := 0
 		for i := 0; i < typ.NumField(); i++ {
@@ -119,6 +119,12 @@ func TestMetricsCoverStats(t *testing.T) {
 	}
 	if n := count(reflect.TypeOf(engine.FileStats{})); len(ioUringMetrics) != n {
 		t.Errorf("engine.FileStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(ioUringMetrics))
+	}
+	if n := count(reflect.TypeOf(engine.StagingStats{})); len(stagingMetrics) != n {
+		t.Errorf("engine.StagingStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(stagingMetrics))
+	}
+	if n := count(reflect.TypeOf(engine.GDSStats{})); len(gdsMetrics) != n {
+		t.Errorf("engine.GDSStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(gdsMetrics))
 	}
 	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {

@@ -11,7 +11,7 @@ import (
 // libcuda and libcufile only when the engine first needs them, so the
 // same binary runs on machines without a GPU (GPU requests are then
 // EOPNOTSUPP, saying why).
-func gpuBackends(config.Engine) []engine.Backend {
-	c := cuda.NewBackend(cuda.Options{})
+func gpuBackends(cfg config.Engine) []engine.Backend {
+	c := cuda.NewBackend(cuda.Options{Logger: cfg.Logger})
 	return []engine.Backend{c, gds.NewBackend(c.Bind)}
 }

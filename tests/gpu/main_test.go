@@ -21,6 +21,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if os.Getenv("ORBITEFS_IDLE_CHILD") != "" {
+		if err := idleChild(os.Getenv("ORBITEFS_IDLE_FILE")); err != nil {
+			fmt.Fprintln(os.Stderr, "idle child:", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
 	os.Exit(m.Run())
 }
 
