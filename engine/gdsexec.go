@@ -248,6 +248,10 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 		x.resolve(k, 0, unitErr(g, k, u, KindTimeout, errors.New("deadline passed before these bytes started")))
 		return true
 	}
+	if err := x.waitProducer(k); err != nil {
+		x.resolve(k, 0, err)
+		return true
+	}
 	p := u.pieces[0]
 	type result struct {
 		n   int

@@ -8,6 +8,7 @@ package engine_test
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -372,4 +373,66 @@ func TestDeviceRegistration(t *testing.T) {
 			t.Errorf("%q accepted", s)
 		}
 	}
+}
+
+// producerEvent completes when the test says so.
+type producerEvent struct {
+	done chan struct{}
+	err  error
+}
+
+func (p *producerEvent) Done() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+func (p *producerEvent) Wait() error  { <-p.done; return p.err }
+func (p *producerEvent) Close() error { return nil }
+
+// TestProducerEvent: a WRITE from device memory waits for the producer's
+// readiness event before reading that memory: bytes the producer wrote
+// before signalling reach the file; a failed producer fails the task with
+// nothing written; host-only requests refuse an event.
+func TestProducerEvent(t *testing.T) {
+	e := gpuEngine(t, newFakeGPU(1), nil, nil)
+	path, orig := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	ev := &producerEvent{done: make(chan struct{})}
+	b, err := e.SubmitAsync(engine.OpWrite, seg, []engine.Request{{Address: d.BaseAddress(), Length: 256 << 10, Producer: ev}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the task to start", func() bool { ts, _ := b.TaskStatus(0); return ts.State == engine.TaskRunning })
+	// The "kernel" writes its output (straight into device memory, as a
+	// kernel would: the engine's loan refuses Region.WriteAt now), then
+	// records the event.
+	out := make([]byte, 256<<10)
+	rand.Read(out)
+	copy(hostBytes(uintptr(d.BaseAddress()), 256<<10), out)
+	close(ev.done)
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	b.Free()
+	back, _ := os.ReadFile(path)
+	if !bytes.Equal(back[:256<<10], out) {
+		t.Fatal("the file has bytes from before the producer's event")
+	}
+
+	failed := &producerEvent{done: make(chan struct{}), err: errors.New("fake: CUDA_ERROR_LAUNCH_FAILED")}
+	close(failed.done)
+	d.WriteAt(make([]byte, 4096), 0)
+	_, err = e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Address: d.BaseAddress(), Length: 4096, Producer: failed}}, ioTimeout)
+	wantKind(t, err, engine.KindIO)
+	if back2, _ := os.ReadFile(path); !bytes.Equal(back2[:4096], back[:4096]) {
+		t.Fatal("a failed producer's memory reached the file")
+	}
+	h := register(t, e, 4096)
+	_, err = e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Address: h.BaseAddress(), Length: 4096, Producer: ev}}, ioTimeout)
+	wantKind(t, err, engine.KindInvalid)
+	_ = orig
 }

@@ -39,11 +39,14 @@ type group struct {
 	scratch []*hostmem.Mapping
 	ranges  []hostRange // every local range, for loans
 	routes  []route     // per request (route.go)
-	pieces  [][]piece   // per off-ring request: its elements in file order
-	bounds  []hostRange // per-region bounding box, for same-batch fences
-	fileLo  uint64
-	fileHi  uint64
-	vector  bool // some request carries Elements (even one): never the fast path
+	// producers: per request, the readiness event to consume before its
+	// device memory is touched (nil when none); offring.go waits.
+	producers []Event
+	pieces    [][]piece   // per off-ring request: its elements in file order
+	bounds    []hostRange // per-region bounding box, for same-batch fences
+	fileLo    uint64
+	fileHi    uint64
+	vector    bool // some request carries Elements (even one): never the fast path
 	// offRing: some request touches device memory, so the whole group
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
@@ -448,6 +451,15 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		}
 	}
 	g.routes[i] = rt
+	if r.Producer != nil {
+		if !m.device {
+			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
+		}
+		if g.producers == nil {
+			g.producers = make([]Event, g.n)
+		}
+		g.producers[i] = r.Producer
+	}
 	if rt == routeRing {
 		return nil
 	}

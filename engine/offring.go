@@ -73,6 +73,9 @@ type offRing struct {
 	units []unit
 	next  atomic.Int64
 
+	ready    []sync.Once // per task: its producer event consumed once
+	readyErr []error
+
 	mu        sync.Mutex
 	res       []unitResult
 	left      []int // per task: units not yet resolved
@@ -116,7 +119,24 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 		x.left[i] = len(x.units) - x.first[i]
 	}
 	x.res = make([]unitResult, len(x.units))
+	x.ready, x.readyErr = make([]sync.Once, g.n), make([]error, g.n)
 	return x
+}
+
+// waitProducer consumes unit k's task's producer event once, before
+// anything touches its device memory (spec: "consumes its producer event
+// before access"). A failure fails the unit with nothing moved.
+func (x *offRing) waitProducer(k int) error {
+	i := x.units[k].task
+	if x.g.producers == nil || x.g.producers[i] == nil {
+		return nil
+	}
+	x.ready[i].Do(func() {
+		if err := x.g.producers[i].Wait(); err != nil {
+			x.readyErr[i] = unitErr(x.g, k, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
+		}
+	})
+	return x.readyErr[i]
 }
 
 // clip returns the parts of ps inside [at, at+n), with rel made relative

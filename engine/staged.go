@@ -176,6 +176,10 @@ func (l *lane) fill() bool {
 				l.x.resolve(k, 0, unitErr(g, k, u, KindTimeout, errors.New("deadline passed before these bytes started")))
 				continue
 			}
+			if err := l.x.waitProducer(k); err != nil {
+				l.x.resolve(k, 0, err)
+				continue
+			}
 			if g.op == OpWrite {
 				if err := l.stageOut(s.c, u); err != nil {
 					l.x.resolve(k, 0, err)

@@ -100,6 +100,12 @@ type Request struct {
 	TargetOffset uint64
 	Length       uint64
 	Elements     []Element
+	// Producer, when set, is the producer's readiness event for the
+	// request's device memory (for example the event recorded after the
+	// kernel that wrote a KV block): the engine waits for it before it
+	// touches that memory. Only requests touching device memory may
+	// carry one; a failed wait fails the task with nothing moved.
+	Producer Event
 }
 
 // Vector builds a vectored request.

@@ -212,3 +212,7 @@ type unavailable struct{ err error }
 func (u unavailable) Error() string        { return u.err.Error() }
 func (u unavailable) Unwrap() error        { return u.err }
 func (u unavailable) Is(target error) bool { return target == engine.ErrUnavailable }
+
+// EngineEvent lets a producer's event (recorded after the work that
+// filled device memory) gate a transfer: engine.Request.Producer.
+func EngineEvent(ev *Event) engine.Event { return &event{ev} }
