@@ -389,3 +389,56 @@ func TestIPCImport(t *testing.T) {
 		t.Fatalf("the exporting process saw wrong bytes or failed: %v", err)
 	}
 }
+
+// TestProducerEvent: a WRITE from GPU memory that an asynchronous copy is
+// still filling waits for the copy's event (Request.Producer), so the file
+// gets the produced bytes, not what was there before.
+func TestProducerEvent(t *testing.T) {
+	e := newEngine(t, nil)
+	drv, err := cuda.Open(cuda.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 256 << 20
+	path, _ := randomFile(t, ext4Dir(t), n)
+	seg, _ := e.OpenFileSegment("file://"+path, engine.PermReadWrite)
+	defer e.CloseFileSegment(seg, time.Minute)
+	d, err := e.RegisterDevice(0, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Unregister(d)
+	host, err := dev.HostAlloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Free()
+	rand.Read(host.Bytes())
+	s, err := dev.NewStream(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	ev, err := dev.NewEvent(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	if err := s.HtoDAsync(cuda.DevicePtr(d.BaseAddress()), host.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	if err := ev.Record(s); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := submit(e, engine.OpWrite, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: d.BaseAddress(), Length: n, Producer: cuda.EngineEvent(ev)}}); err != nil {
+		t.Fatal(err)
+	}
+	back, _ := os.ReadFile(path)
+	if !bytes.Equal(back, host.Bytes()) {
+		t.Fatal("the file does not hold the produced bytes")
+	}
+}
