@@ -71,14 +71,17 @@ type TaskRange struct {
 
 // TaskStatus is one task's published state.
 type TaskStatus struct {
-	Index         int           `json:"index"`
-	State         TaskState     `json:"-"`
-	Length        uint64        `json:"length"`
-	Transferred   uint64        `json:"transferred_bytes"`
-	Transport     TransportKind `json:"-"`
-	PhysicalOwner int           `json:"physical_owner"`
-	Err           error         `json:"-"`
-	RemoteEffect  RemoteEffect  `json:"-"`
+	Index       int           `json:"index"`
+	State       TaskState     `json:"-"`
+	Length      uint64        `json:"length"`
+	Transferred uint64        `json:"transferred_bytes"`
+	Transport   TransportKind `json:"-"`
+	// FailoverCount is how many times the task moved to its next
+	// transport after a failed attempt (failover.go).
+	FailoverCount int          `json:"failover_count"`
+	PhysicalOwner int          `json:"physical_owner"`
+	Err           error        `json:"-"`
+	RemoteEffect  RemoteEffect `json:"-"`
 }
 
 // Report describes one group (one Submit).
@@ -117,6 +120,8 @@ type task struct {
 	err         error
 	effect      RemoteEffect
 	submitted   bool
+	failovers   int  // attempts started after a failed one
+	parked      bool // a failed attempt awaits its failover decision
 	g           *group
 }
 
@@ -143,6 +148,9 @@ type Batch struct {
 		notify   []Report // finished groups not yet handed to onDone
 		changed  chan struct{}
 		state    State
+		// parked are failed attempts awaiting a failover decision, in
+		// the order they failed (failover.go).
+		parked []parked
 		// unquiesced is set when a group ends unquiesced; Free then
 		// quarantines the batch instead of returning its reservation.
 		unquiesced bool
@@ -405,13 +413,16 @@ func (b *Batch) Sealed() bool {
 // Status returns the overall state: open until sealed, then terminal once
 // every group has finished.
 func (b *Batch) Status() State {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pollLocked()
 	return b.mu.state
 }
 
 // TaskStatus returns task i's published state.
 func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("status"); err != nil {
@@ -420,19 +431,22 @@ func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 	if i < 0 || i >= len(b.mu.tasks) {
 		return TaskStatus{}, errorf(KindNotFound, "status", b.name(), "task %d: batch has %d tasks", i, len(b.mu.tasks))
 	}
+	b.pollLocked()
 	return b.taskStatusLocked(i), nil
 }
 
 func (b *Batch) taskStatusLocked(i int) TaskStatus {
 	t := &b.mu.tasks[i]
 	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
-		Transport: t.g.routes[i-t.g.first].transport(), PhysicalOwner: i, Err: t.err, RemoteEffect: t.effect}
+		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: i, Err: t.err, RemoteEffect: t.remoteEffect()}
 }
 
 // TaskStatuses returns every task's state, in index order.
 func (b *Batch) TaskStatuses() []TaskStatus {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pollLocked()
 	out := make([]TaskStatus, len(b.mu.tasks))
 	for i := range out {
 		out[i] = b.taskStatusLocked(i)
@@ -449,8 +463,10 @@ func (b *Batch) TaskCount() int {
 
 // Submissions returns one report per accepted group, in order.
 func (b *Batch) Submissions() []Report {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pollLocked()
 	out := make([]Report, len(b.mu.groups))
 	for i, g := range b.mu.groups {
 		out[i] = g.reportLocked()
@@ -484,8 +500,11 @@ func (b *Batch) WaitContext(ctx context.Context) (State, error) {
 			b.mu.Unlock()
 			return StateOpen, errorf(KindInvalid, "wait", b.name(), "batch is not sealed; seal it first")
 		}
+		// Wait may start every parked attempt (failover.go).
+		b.advanceLocked(-1, true)
 		st, ch := b.mu.state, b.changedChanLocked()
 		b.mu.Unlock()
+		b.deliver()
 		if st.Terminal() {
 			return st, nil
 		}
@@ -528,6 +547,10 @@ func (b *Batch) Cancel(i int) error {
 	}
 	t := &b.mu.tasks[i]
 	switch {
+	case t.parked:
+		b.fenceParkedLocked(i)
+		b.changedLocked()
+		return nil
 	case t.state == TaskRunning:
 		return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
 	case t.state.terminal():
@@ -547,7 +570,10 @@ func (b *Batch) CancelAll() error {
 		return err
 	}
 	for i := range b.mu.tasks {
-		if b.mu.tasks[i].state == TaskPending {
+		switch {
+		case b.mu.tasks[i].parked:
+			b.fenceParkedLocked(i)
+		case b.mu.tasks[i].state == TaskPending:
 			b.cancelTaskLocked(i)
 		}
 	}
@@ -580,7 +606,10 @@ func (b *Batch) cancelTaskLocked(i int) {
 	g.finishLocked(true) // never dispatched: nothing of it reached the kernel
 }
 
-var errCancelled = errors.New("cancelled before it started")
+var (
+	errCancelled      = errors.New("cancelled before it started")
+	errCancelledRetry = errors.New("cancelled after a failed transport attempt, before the next one")
+)
 
 // Free releases the batch's reservation. A batch with queued or running
 // groups returns ErrBusy and stays valid. A batch with an unquiesced group

@@ -77,6 +77,7 @@ type Engine struct {
 		workersStarted   atomic.Uint64
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
+		failovers        atomic.Uint64
 	}
 }
 
@@ -124,6 +125,9 @@ func (e *Engine) checkOpen(op string) error {
 	}
 	return nil
 }
+
+// isClosed reports whether Close has begun.
+func (e *Engine) isClosed() bool { return e.checkOpen("") != nil }
 
 // fileReady probes the file transport once, lazily.
 func (e *Engine) fileReady() error {
@@ -260,6 +264,9 @@ type Stats struct {
 	Staging            *StagingStats `json:"staging,omitempty"`
 	GDS                GDSStats      `json:"gds"`
 	RuntimeQueue       QueueStats    `json:"runtime_queue"`
+
+	// Failovers counts attempts started on a task's next transport.
+	Failovers uint64 `json:"failovers"`
 }
 
 // QueueStats reports the runtime admission queue.
@@ -303,6 +310,7 @@ func (e *Engine) Stats() Stats {
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
+	s.Failovers = e.st.failovers.Load()
 	if e.file != nil {
 		fs := e.file.FileStats()
 		s.IOUring = &fs

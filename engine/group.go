@@ -38,7 +38,8 @@ type group struct {
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
 	scratch []*hostmem.Mapping
 	ranges  []hostRange // every local range, for loans
-	routes  []route     // per request (route.go)
+	routes  []route     // per request (route.go); failover.go may advance one
+	policy  []reqPolicy // per request: what failover must respect
 	pieces  [][]piece   // per off-ring request: its elements in file order
 	bounds  []hostRange // per-region bounding box, for same-batch fences
 	fileLo  uint64
@@ -117,7 +118,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
 	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent,
-		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)),
+		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)), policy: make([]reqPolicy, len(reqs)),
 		fileLo: ^uint64(0), lastSubmitted: -1}
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
@@ -405,7 +406,11 @@ func (g *group) reportLocked() Report {
 			}
 			if g.op == OpWrite {
 				for j := i; j <= g.lastSubmitted; j++ {
-					if b.mu.tasks[g.first+j].submitted {
+					t := &b.mu.tasks[g.first+j]
+					// Off-ring executors know per task whether a failed
+					// write reached the kernel or cuFile; a ring task that
+					// was submitted may have, whatever its outcome.
+					if (!g.offRing && t.submitted) || t.effect == EffectUnknown {
 						r.RemoteEffect = EffectUnknown
 						break
 					}
@@ -414,7 +419,24 @@ func (g *group) reportLocked() Report {
 			break
 		}
 	}
+	if g.op == OpWrite && r.RemoteEffect == EffectNone {
+		for i := 0; i < g.n; i++ {
+			if b.mu.tasks[g.first+i].transferred > 0 {
+				r.RemoteEffect = EffectApplied
+				break
+			}
+		}
+	}
 	return r
+}
+
+// remoteEffect is what the task may have done to the target: unknown as
+// its executor recorded it, else applied when a WRITE confirmed bytes.
+func (t *task) remoteEffect() RemoteEffect {
+	if t.effect == EffectNone && t.g.op == OpWrite && t.transferred > 0 {
+		return EffectApplied
+	}
+	return t.effect
 }
 
 // route chooses request i's route (route.go) from the ranges build
@@ -448,6 +470,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		}
 	}
 	g.routes[i] = rt
+	g.policy[i] = reqPolicy{asked: r.Transport, vector: len(r.Elements) > 0}
 	if rt == routeRing {
 		return nil
 	}

@@ -135,11 +135,17 @@ const (
 	EffectNone RemoteEffect = iota
 	// EffectUnknown: a WRITE was submitted and may have changed the target.
 	EffectUnknown
+	// EffectApplied: a WRITE changed the target, and only by the bytes it
+	// confirmed (transferred_bytes; for a group, its tasks' bytes).
+	EffectApplied
 )
 
 func (r RemoteEffect) String() string {
-	if r == EffectUnknown {
+	switch r {
+	case EffectUnknown:
 		return "unknown"
+	case EffectApplied:
+		return "applied"
 	}
 	return "none"
 }
