@@ -158,15 +158,15 @@ type fakeGDS struct {
 	failRegister atomic.Bool
 	// failReads / failWrites fail that many next cuFile calls, which
 	// then move no byte.
-	failReads  atomic.Int64
+	failReads atomic.Int64
 	// failReadNth fails the read whose ordinal (counting from 1 over
 	// this fake's life) equals it.
 	failReadNth atomic.Int64
-	failWrites atomic.Int64
-	writes     atomic.Int64
-	reads        atomic.Int64
-	opened       atomic.Int64
-	closed       atomic.Int64
+	failWrites  atomic.Int64
+	writes      atomic.Int64
+	reads       atomic.Int64
+	opened      atomic.Int64
+	closed      atomic.Int64
 }
 
 func (g *fakeGDS) Probe() error { return nil }
