@@ -151,6 +151,10 @@ type Batch struct {
 		// parked are failed attempts awaiting a failover decision, in
 		// the order they failed (failover.go).
 		parked []parked
+		// deferred: freed while busy (enable_progress_worker); the
+		// reservation returns when the last group finishes (deferfree.go).
+		deferred bool
+		retired  chan struct{} // closed once the reservation is settled
 		// unquiesced is set when a group ends unquiesced; Free then
 		// quarantines the batch instead of returning its reservation.
 		unquiesced bool
@@ -178,8 +182,8 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	if e.mu.closed {
 		return nil, errorf(KindClosed, op, "batches", "engine is closed")
 	}
-	if n := len(e.mu.batches) + e.mu.quarantined; n >= e.cfg.MaxAllocatedBatches {
-		return nil, errorf(KindExhausted, op, "batches", "%d live and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
+	if n := len(e.mu.batches) + e.mu.quarantined + len(e.mu.deferred); n >= e.cfg.MaxAllocatedBatches {
+		return nil, errorf(KindExhausted, op, "batches", "%d live, %d deferred and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), len(e.mu.deferred), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
 	}
 	if e.mu.reserved+capacity > e.cfg.MaxAllocatedRequests {
 		return nil, errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests)
@@ -562,11 +566,15 @@ func (b *Batch) Cancel(i int) error {
 }
 
 // CancelAll cancels every task that has not started.
-func (b *Batch) CancelAll() error {
+func (b *Batch) CancelAll() error { return b.cancelAll(true) }
+
+// cancelAll is CancelAll; Close passes live=false to reach deferred
+// (freed) batches too.
+func (b *Batch) cancelAll(live bool) error {
 	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkLocked("cancel"); err != nil {
+	if err := b.checkLocked("cancel"); err != nil && live {
 		return err
 	}
 	for i := range b.mu.tasks {
@@ -623,6 +631,12 @@ func (b *Batch) Free() error {
 		return err
 	}
 	if b.mu.active > 0 {
+		if b.e.cfg.EnableProgressWorker {
+			b.deferFreeLocked() // deferfree.go
+			b.mu.Unlock()
+			b.deliver()
+			return nil
+		}
 		n := b.mu.active
 		b.mu.Unlock()
 		return errorf(KindBusy, "free", b.name(), "%d group(s) still queued or running; wait or cancel first", n)
@@ -630,6 +644,7 @@ func (b *Batch) Free() error {
 	b.mu.freed = true
 	quarantine := b.mu.unquiesced
 	b.changedLocked()
+	b.retiredLocked()
 	b.mu.Unlock()
 	e := b.e
 	e.mu.Lock()

@@ -54,8 +54,11 @@ type Engine struct {
 		// quarantined counts freed batches with an unquiesced group: their
 		// capacity (still in reserved) and their place under
 		// max_allocated_batches stay consumed.
-		quarantined    int
-		closeDone      bool // a Close got past the drain: later calls return nil
+		quarantined int
+		closeDone   bool // a Close got past the drain: later calls return nil
+		// deferred are batches freed while busy (deferfree.go): their
+		// capacity and batch slot stay consumed until their work drains.
+		deferred       map[uint64]*Batch
 		inflightGroups int
 		inflightBytes  uint64
 		registered     uint64 // page-rounded bytes of regions registered or being mapped
@@ -163,12 +166,15 @@ func (e *Engine) Close(timeout time.Duration) error {
 	for _, b := range e.mu.batches {
 		batches = append(batches, b)
 	}
+	for _, b := range e.mu.deferred {
+		batches = append(batches, b) // freed while busy: drain them too
+	}
 	e.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for _, b := range batches {
-		b.CancelAll()
+		b.cancelAll(false)
 	}
 	for _, b := range batches {
 		if err := b.drain(ctx); err != nil {
@@ -267,6 +273,10 @@ type Stats struct {
 
 	// Failovers counts attempts started on a task's next transport.
 	Failovers uint64 `json:"failovers"`
+	// DeferredBatches are batches freed while busy (enable_progress_worker)
+	// whose work has not drained: they keep their capacity (counted in
+	// ReservedRequests) and batch slot.
+	DeferredBatches int `json:"deferred_batches"`
 }
 
 // QueueStats reports the runtime admission queue.
@@ -294,6 +304,7 @@ func (e *Engine) Stats() Stats {
 	s.Batches = len(e.mu.batches)
 	s.ReservedRequests = e.mu.reserved
 	s.QuarantinedBatches = e.mu.quarantined
+	s.DeferredBatches = len(e.mu.deferred)
 	s.InflightGroups = e.mu.inflightGroups
 	s.InflightBytes = e.mu.inflightBytes
 	e.mu.RUnlock()

@@ -83,8 +83,9 @@ func (b *Batch) parkLocked(p parked) {
 	t := &b.mu.tasks[p.g.first+p.i]
 	t.parked = true
 	b.mu.parked = append(b.mu.parked, p)
-	if b.mu.onDone != nil {
-		// A hook user has nobody polling: decide now.
+	if b.mu.onDone != nil || b.mu.freed {
+		// A hook user or a deferred (freed) batch has nobody polling:
+		// decide now.
 		b.advanceLocked(1, true)
 	}
 	b.changedLocked()

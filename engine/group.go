@@ -353,6 +353,7 @@ func (g *group) finishLocked(drained bool) {
 		b.mu.unquiesced = true
 	}
 	b.mu.active--
+	defer b.settleDeferredLocked() // deferfree.go
 	for k, h := range b.mu.inflight {
 		if h == g {
 			b.mu.inflight = append(b.mu.inflight[:k], b.mu.inflight[k+1:]...)
