@@ -245,9 +245,10 @@ func (s *Service) Ctl(bt *Batch, text string) error {
 	case CtlCancelAll:
 		err = bt.b.CancelAll()
 	case CtlProgress:
-		// The engine's per-batch worker drives I/O by itself; there is
-		// nothing to poll. Accepted so scripts written against the spec's
-		// explicit-progress API keep working.
+		// One explicit step (engine Progress): starts one transport
+		// attempt waiting after a failure; the per-batch worker drives
+		// everything else by itself.
+		_, err = bt.b.Progress()
 	case CtlFree:
 		return s.free(bt)
 	}
@@ -272,13 +273,34 @@ func (s *Service) free(bt *Batch) error {
 		return s.fail(bt.scope("free"), err)
 	}
 	bt.idle.Stop()
+	// A deferred free (engine.enable_progress_worker) returns while the
+	// batch's work still runs: its directory stays listed, answering
+	// ENOENT ("batch was freed"), until the work drains.
+	retired := bt.b.Retired()
+	select {
+	case <-retired:
+		s.forget(bt)
+	default:
+		s.log.Debug("batch free deferred until its work drains", "op", "free", "batch", bt.ID)
+		go func() {
+			select {
+			case <-retired:
+			case <-s.stopCtx.Done():
+			}
+			s.forget(bt)
+		}()
+	}
+	return nil
+}
+
+// forget drops a freed batch from the table.
+func (s *Service) forget(bt *Batch) {
 	s.mu.Lock()
 	if s.mu.batches[bt.ID] == bt {
 		delete(s.mu.batches, bt.ID)
 	}
 	s.mu.Unlock()
 	s.log.Debug("batch freed", "op", "free", "batch", bt.ID)
-	return nil
 }
 
 // State is /ctl/batches/<N>/state: open, completed, failed or cancelled.

@@ -62,6 +62,9 @@ type Engine struct {
 		inflightGroups int
 		inflightBytes  uint64
 		registered     uint64 // page-rounded bytes of regions registered or being mapped
+
+		// requesterClosed: CloseRequester ran; Submit is refused for good.
+		requesterClosed bool
 	}
 	regLimit uint64 // config RegisteredLimit, fixed at New
 

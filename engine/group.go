@@ -72,6 +72,9 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err := e.checkOpen(verb); err != nil {
 		return nil, err
 	}
+	if err := e.checkRequester(verb); err != nil {
+		return nil, err
+	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
 		return nil, errorf(KindInvalid, verb, b.name(), "target %T is not a file segment", target)
