@@ -40,6 +40,7 @@ type Batch struct {
 		used       bool           // a submission was accepted
 		submitting int            // submits in progress
 		reclaimed  bool           // freed by the idle timer
+		freed      bool           // freed; listed until its deferred work drains
 	}
 }
 
@@ -90,7 +91,10 @@ func (s *Service) Batches() []*Batch {
 
 // live fails with KindNotFound once the batch was freed.
 func (s *Service) live(bt *Batch, op string) error {
-	if s.Batch(bt.ID) != bt {
+	bt.mu.Lock()
+	freed := bt.mu.freed
+	bt.mu.Unlock()
+	if freed || s.Batch(bt.ID) != bt {
 		if bt.wasReclaimed() {
 			return s.fail(bt.scope(op), s.errReclaimed(bt))
 		}
@@ -273,6 +277,9 @@ func (s *Service) free(bt *Batch) error {
 		return s.fail(bt.scope("free"), err)
 	}
 	bt.idle.Stop()
+	bt.mu.Lock()
+	bt.mu.freed = true
+	bt.mu.Unlock()
 	// A deferred free (engine.enable_progress_worker) returns while the
 	// batch's work still runs: its directory stays listed, answering
 	// ENOENT ("batch was freed"), until the work drains.
