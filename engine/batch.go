@@ -442,7 +442,7 @@ func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 func (b *Batch) taskStatusLocked(i int) TaskStatus {
 	t := &b.mu.tasks[i]
 	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
-		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: i, Err: t.err, RemoteEffect: t.remoteEffect()}
+		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: t.g.ownerIndex(i - t.g.first), Err: t.err, RemoteEffect: t.remoteEffect()}
 }
 
 // TaskStatuses returns every task's state, in index order.
@@ -589,14 +589,19 @@ func (b *Batch) cancelAll(live bool) error {
 	return nil
 }
 
-// cancelTaskLocked marks a pending task cancelled; a queued group whose
-// tasks are all terminal finishes at once. REQUIRES: b.mu.
+// cancelTaskLocked marks a pending task cancelled, with every alias of
+// its physical owner (memseg.go); a queued group whose tasks are all
+// terminal finishes at once. REQUIRES: b.mu.
 func (b *Batch) cancelTaskLocked(i int) {
-	t := &b.mu.tasks[i]
-	t.state = TaskCancelled
-	t.err = errCancelled
-	b.e.st.tasksCancelled.Add(1)
-	g := t.g
+	g := b.mu.tasks[i].g
+	first, last := g.aliases(i - g.first)
+	for j := g.first + first; j <= g.first+last; j++ {
+		if t := &b.mu.tasks[j]; t.state == TaskPending {
+			t.state = TaskCancelled
+			t.err = errCancelled
+			b.e.st.tasksCancelled.Add(1)
+		}
+	}
 	if g.dispatched {
 		return // the worker skips it and finishes the group
 	}

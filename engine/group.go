@@ -30,6 +30,7 @@ type group struct {
 	first, n int
 	op       Op
 	seg      *Segment
+	mem      *memTarget // a memory segment target (memseg.go); seg and ent are nil
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
@@ -74,6 +75,9 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	if err := e.checkRequester(verb); err != nil {
 		return nil, err
+	}
+	if ms, ok := target.(*MemSegment); ok && ms != nil {
+		return e.prepareMem(b, op, ms, reqs, note, timeout) // memseg.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
@@ -135,32 +139,35 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	g.computeBounds()
 
-	e.mu.Lock()
-	if e.mu.closed {
-		e.mu.Unlock()
+	if err := e.admitCharge(verb, g); err != nil {
 		g.unmapScratch()
-		return nil, errorf(KindClosed, verb, b.name(), "engine is closed")
+		return nil, err
 	}
-	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
-		n := e.mu.inflightGroups
-		e.mu.Unlock()
-		g.unmapScratch()
-		return nil, errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", n, e.cfg.MaxInflightBatches)
-	}
-	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
-		n := e.mu.inflightBytes
-		e.mu.Unlock()
-		g.unmapScratch()
-		return nil, errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, n, uint64(e.cfg.MaxInflightBytes))
-	}
-	e.mu.inflightGroups++
-	e.mu.inflightBytes += g.charge
-	e.mu.Unlock()
 	if !ent.admit() {
 		g.unadmit()
 		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", seg.uri)
 	}
 	return g, nil
+}
+
+// admitCharge takes g's engine-wide admission charge (max_inflight_*),
+// or nothing.
+func (e *Engine) admitCharge(verb string, g *group) error {
+	b := g.b
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.closed {
+		return errorf(KindClosed, verb, b.name(), "engine is closed")
+	}
+	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
+		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.mu.inflightGroups, e.cfg.MaxInflightBatches)
+	}
+	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
+		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.mu.inflightBytes, uint64(e.cfg.MaxInflightBytes))
+	}
+	e.mu.inflightGroups++
+	e.mu.inflightBytes += g.charge
+	return nil
 }
 
 // build validates request i and prepares its file op.
@@ -296,7 +303,7 @@ func (g *group) computeBounds() {
 // device and inode, not by entry: a read_write and a read handle on one
 // file are two entries) where one writes.
 func (g *group) conflicts(h *group) bool {
-	if g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
+	if g.ent != nil && h.ent != nil && g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
 		return true
 	}
 	for _, a := range g.bounds {
@@ -328,7 +335,11 @@ func (g *group) unmapScratch() {
 // release returns the admission charge and segment user of a group that
 // has drained (or was never queued).
 func (g *group) release() {
-	g.ent.done()
+	if g.mem != nil {
+		g.mem.seg.done()
+	} else {
+		g.ent.done()
+	}
 	g.unadmit()
 }
 
@@ -385,7 +396,7 @@ func (g *group) reportLocked() Report {
 		return *g.final
 	}
 	b := g.b
-	r := Report{Tasks: TaskRange{First: g.first, Count: g.n}, Op: g.op, Target: g.seg.uri,
+	r := Report{Tasks: TaskRange{First: g.first, Count: g.n}, Op: g.op, Target: g.targetURI(),
 		Done: g.finished, RequestIndex: -1, LocallyDrained: g.finished && !g.unquiesced}
 	prefix := true
 	for i := 0; i < g.n; i++ {

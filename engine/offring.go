@@ -284,6 +284,10 @@ func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err er
 // startOffRing hands a dispatched group to its executor. Every pending
 // task becomes running. REQUIRES: b.mu.
 func (w *worker) startOffRingLocked(g *group) {
+	if g.mem != nil {
+		w.startMemLocked(g) // memseg.go
+		return
+	}
 	b := w.b
 	for i := 0; i < g.n; i++ {
 		t := &b.mu.tasks[g.first+i]
