@@ -158,7 +158,7 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if sub.Timeout != nil {
 		timeout = sub.Timeout.D()
 	}
-	tr, err := bt.b.Submit(sub.EngineOp(), seg.seg, reqs, nil, timeout)
+	tr, err := bt.b.Submit(sub.EngineOp(), seg.target(), reqs, nil, timeout)
 	if err != nil {
 		return s.fail(sc, err)
 	}

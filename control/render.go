@@ -144,6 +144,24 @@ type SegmentInfoJSON struct {
 	Permission string `json:"permission"`
 }
 
+// MemSegmentInfoJSON is /segments/<name>/info of a memory segment.
+type MemSegmentInfoJSON struct {
+	Name       string `json:"name"`
+	URI        string `json:"uri"`
+	Memory     string `json:"memory"`
+	Location   string `json:"location"`
+	Size       uint64 `json:"size"`
+	Users      int    `json:"users"`
+	Draining   bool   `json:"draining"`
+	Permission string `json:"permission"`
+}
+
+// RenderMemSegmentInfo combines names with the engine's info.
+func RenderMemSegmentInfo(name, memory string, info engine.MemSegmentInfo) MemSegmentInfoJSON {
+	return MemSegmentInfoJSON{Name: name, URI: info.URI, Memory: memory, Location: string(info.Location), Size: info.Size,
+		Users: info.Users, Draining: info.Draining, Permission: info.Permission.String()}
+}
+
 // RenderSegmentInfo combines a name with the engine's info.
 func RenderSegmentInfo(name string, info engine.SegmentInfo) SegmentInfoJSON {
 	return SegmentInfoJSON{Name: name, SegmentInfo: info, Permission: info.Permission.String()}
