@@ -217,6 +217,11 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	if !ms.perm.allows(op) {
 		return nil, errorf(KindPermission, verb, b.name(), "%s on %s, opened %s", op, ms.uri, ms.perm)
 	}
+	// The batch worker that dispatches every group (and fences memory
+	// groups against file groups) runs on an io_uring ring.
+	if err := e.fileReady(); err != nil {
+		return nil, &Error{Op: verb, Name: b.name(), Kind: KindUnavailable, Err: fmt.Errorf("memory segments: %w", err.(*Error).Err)}
+	}
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
 	}

@@ -57,6 +57,7 @@ func runOwners(t *testing.T, e *engine.Engine, op engine.Op, target engine.Targe
 // (each task keeps its length and bytes); gaps and merge_requests=false
 // keep them apart; bytes land as with one copy per request.
 func TestMemSegmentMerge(t *testing.T) {
+	needIOUring(t)
 	for _, merge := range []bool{true, false} {
 		e := newEngine(t, func(c *config.Engine) { c.MergeRequests = merge }, realTransports(config.DefaultEngine())...)
 		local := register(t, e, 1<<20)
@@ -102,6 +103,7 @@ func TestMemSegmentMerge(t *testing.T) {
 // TestMemSegmentSelfOverlap: a self-transfer whose merged ranges would
 // overlap stays two owners, so the result is strict FIFO order.
 func TestMemSegmentSelfOverlap(t *testing.T) {
+	needIOUring(t)
 	e := newEngine(t, nil, realTransports(config.DefaultEngine())...)
 	r := register(t, e, 1<<16)
 	orig := fillRandom(t, r)
@@ -178,6 +180,7 @@ func TestMemSegmentCancelAlias(t *testing.T) {
 
 // TestMemSegmentRules: permission, range, vectors, transports, close.
 func TestMemSegmentRules(t *testing.T) {
+	needIOUring(t)
 	e := newEngine(t, nil, realTransports(config.DefaultEngine())...)
 	local := register(t, e, 1<<16)
 	remote := register(t, e, 1<<16)
@@ -224,4 +227,16 @@ func TestMemSegmentDevice(t *testing.T) {
 	if !bytes.Equal(got, orig[4096:4096+8<<10]) {
 		t.Fatal("device-to-device bytes differ")
 	}
+}
+
+// TestMemSegmentNeedsFileTransport: without a file transport (a noiouring
+// build) the batch worker has no ring: memory submissions are refused up
+// front instead of reaching a worker that cannot run.
+func TestMemSegmentNeedsFileTransport(t *testing.T) {
+	e := newEngineOver(t, config.DefaultEngine())
+	local := register(t, e, 1<<16)
+	remote := register(t, e, 1<<16)
+	ms := openMem(t, e, remote, engine.PermRead)
+	_, err := e.SubmitAndWait(engine.OpRead, ms, []engine.Request{{Address: local.BaseAddress(), Length: 4096}}, ioTimeout)
+	wantKind(t, err, engine.KindUnavailable)
 }

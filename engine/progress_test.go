@@ -146,6 +146,7 @@ func TestDeferredFreeClose(t *testing.T) {
 // TestFreeRacingWorker: many batches on real io_uring, each freed right
 // after submit while its worker runs; every reservation comes back.
 func TestFreeRacingWorker(t *testing.T) {
+	needIOUring(t)
 	e := newEngine(t, func(c *config.Engine) { c.EnableProgressWorker = true }, realTransports(config.DefaultEngine())...)
 	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)
