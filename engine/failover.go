@@ -121,6 +121,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 	}
 	if done > 0 {
 		b.changedLocked()
+		b.pokeLocked()
 	}
 	return done
 }
@@ -159,5 +160,14 @@ func (b *Batch) fenceParkedLocked(idx int) {
 	g.outstanding--
 	if g.outstanding == 0 {
 		g.finishLocked(!g.offUndrained)
+	}
+	b.pokeLocked()
+}
+
+// pokeLocked wakes the batch worker, which may wait for off-ring work
+// that a decision here just ended. REQUIRES: b.mu.
+func (b *Batch) pokeLocked() {
+	if w := b.mu.w; w != nil {
+		w.poke()
 	}
 }

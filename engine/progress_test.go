@@ -180,3 +180,68 @@ func TestFreeRacingWorker(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestCancelRacingCompletion: many batches progress at once on real
+// io_uring while CancelAll races their completions; every task ends in
+// exactly one terminal state, the batch state agrees with its tasks, and
+// every charge returns.
+func TestCancelRacingCompletion(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		reg := register(t, e, 256<<10)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < 20; k++ {
+				b, err := e.AllocateBatch(64)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for g := 0; g < 4; g++ {
+					reqs := make([]engine.Request, 16)
+					for i := range reqs {
+						off := uint64(i * 16384)
+						reqs[i] = engine.Request{Address: reg.BaseAddress() + off, TargetOffset: off, Length: 16384}
+					}
+					if _, err := b.Submit(engine.OpRead, seg, reqs, nil, ioTimeout); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				b.CancelAll()
+				b.Seal()
+				st, err := b.Wait(ioTimeout)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var done, cancelled int
+				for _, ts := range b.TaskStatuses() {
+					switch ts.State {
+					case engine.TaskCompleted:
+						done++
+					case engine.TaskCancelled:
+						cancelled++
+					default:
+						t.Errorf("task %d ended %v", ts.Index, ts.State)
+					}
+				}
+				if (cancelled > 0) != (st == engine.StateCancelled) {
+					t.Errorf("state %v with %d cancelled, %d completed", st, cancelled, done)
+				}
+				if err := b.Free(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := e.Stats(); st.InflightGroups != 0 || st.InflightBytes != 0 || st.ReservedRequests != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
