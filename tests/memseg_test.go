@@ -58,3 +58,41 @@ cmp <(tail -c +32769 "$M/memory/%s/data" | head -c 4096) <(head -c 4096 "$T/src.
 		t.Errorf("write to a read-only memory segment: %s\nwant %s", r, eACCES)
 	}
 }
+
+// TestMemoryAliasCancel: a memory submission queued behind a running
+// file submission that fills the same region; cancelling the second task
+// of a merged pair cancels its physical owner (the first) too, and
+// cancel_all ends the rest.
+func TestMemoryAliasCancel(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: slowConfig})
+	_, S := m.scratchDirs(t)
+	m.ok(t, `truncate -s 256M "$S/sparse"`)
+	region := m.register(t, "alias", "256MiB")
+	src := m.register(t, "aliassrc", 65536)
+	file := m.openSegment(t, "alias", S+"/sparse", "read")
+	name := uniq("aliasmem")
+	m.ok(t, fmt.Sprintf(`echo '{"name":"%s","uri":"mem://%s","permission":"read"}' > "$M/segments/open"`, name, src))
+	t.Cleanup(func() { m.sh(t, `rmdir "$M/segments/`+name+`" 2>/dev/null`) })
+	n := m.clone(t)
+	// 1024 reads of 256 MiB, one at a time: the memory submission after
+	// it overlaps the same region, so it waits (fenced) for all of them.
+	m.ok(t, fmt.Sprintf(`jq -nc --arg r %s --arg s %s '{op:"read",target:$s,requests:[range(1024)|{memory:$r,offset:0,target_offset:0,length:268435456}]}' > "$M/ctl/batches/%s/submit"
+echo '{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":0,"length":4096},{"memory":"%s","offset":4096,"target_offset":4096,"length":4096}]}' > "$M/ctl/batches/%s/submit"
+echo "cancel 1025" > "$M/ctl/batches/%s/ctl"`, region, file, n, name, region, region, n, n))
+	for _, i := range []int{1024, 1025} {
+		v := m.task(t, n, i)
+		wantStr(t, "task", v, "state", "cancelled")
+		wantNum(t, "task", v, "physical_owner", 1024)
+	}
+	m.ctl(t, n, "cancel_all")
+	m.ctl(t, n, "seal")
+	if st := m.waitBatch(t, n); st != "cancelled" {
+		t.Errorf("state %s", st)
+	}
+	s := m.readJSON(t, "ctl/batches/"+n+"/status")
+	subs := s["submissions"].([]any)
+	mem := subs[1].(map[string]any)
+	wantNum(t, "memory submission", mem, "completed_requests", 0)
+	wantNum(t, "memory submission", mem, "request_index", 0)
+	wantNum(t, "memory submission", mem, "affected_requests", 0)
+}
