@@ -10,7 +10,11 @@
 //   - A rejected Submit adds no task and changes no counter but
 //     groups_rejected; an accepted group is never replayed or rolled back.
 //   - Task i belongs to exactly one group and its state only moves forward:
-//     pending -> running -> completed|failed, or pending -> cancelled.
+//     pending -> running -> completed|failed, or pending -> cancelled, or
+//     running -> cancelled for a task whose failed transport attempt was
+//     parked and then cancelled (failover.go).
+//   - Status, TaskStatus, TaskStatuses and Submissions are polls: each may
+//     decide one parked transport attempt (failover.go); Wait decides all.
 //   - Before seal the state is open; after seal it becomes terminal once
 //     every group has finished, and a terminal state never changes.
 //   - b.mu guards everything in mu; b.mu.changed (made when someone waits)
