@@ -594,7 +594,7 @@ func (b *Batch) cancelAll(live bool) error {
 }
 
 // cancelTaskLocked marks a pending task cancelled, with every alias of
-// its physical owner (memseg.go); a queued group whose tasks are all
+// its physical owner (memgroup.go); a queued group whose tasks are all
 // terminal finishes at once. REQUIRES: b.mu.
 func (b *Batch) cancelTaskLocked(i int) {
 	g := b.mu.tasks[i].g

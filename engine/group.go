@@ -30,7 +30,7 @@ type group struct {
 	first, n int
 	op       Op
 	seg      *Segment
-	mem      *memTarget // a memory segment target (memseg.go); seg and ent are nil
+	mem      *memTarget // a memory segment target (memgroup.go); seg and ent are nil
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
@@ -77,7 +77,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, err
 	}
 	if ms, ok := target.(*MemSegment); ok && ms != nil {
-		return e.prepareMem(b, op, ms, reqs, note, timeout) // memseg.go
+		return e.prepareMem(b, op, ms, reqs, note, timeout) // memgroup.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {

@@ -1,7 +1,7 @@
 package engine_test
 
 // memseg_test.go: memory segments, the local memory transport and
-// physical owners (memseg.go).
+// physical owners (memseg.go, memgroup.go).
 
 import (
 	"bytes"

@@ -285,7 +285,7 @@ func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err er
 // task becomes running. REQUIRES: b.mu.
 func (w *worker) startOffRingLocked(g *group) {
 	if g.mem != nil {
-		w.startMemLocked(g) // memseg.go
+		w.startMemLocked(g) // memgroup.go
 		return
 	}
 	b := w.b

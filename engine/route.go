@@ -33,7 +33,7 @@ const (
 	routeRing route = iota
 	routeStaged
 	routeGDS
-	routeMem // between two regions of this engine (memseg.go)
+	routeMem // between two regions of this engine (memgroup.go)
 )
 
 // transport is the kind a task on this route reports.

@@ -60,7 +60,7 @@ const (
 	TransportIOUring
 	TransportGDS
 	// TransportMemory is the local memory transport of memory segments
-	// (memseg.go); tasks report it, requests cannot ask for it.
+	// (memgroup.go); tasks report it, requests cannot ask for it.
 	TransportMemory
 )
 
