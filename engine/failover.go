@@ -23,8 +23,8 @@
 // it next: a status poll (Status, TaskStatus, TaskStatuses, Submissions)
 // starts the next attempt when enable_auto_failover_on_poll is set and
 // otherwise makes the failure terminal; Wait, Progress and SubmitAndWait
-// always start it; a batch with an OnGroupDone hook (no poller) starts it
-// at once. Cancel through the task (or cancel_all, or engine close)
+// always start it; a batch with an OnGroupDone hook, or freed while busy
+// (deferfree.go), has no poller and starts it at once. Cancel through the task (or cancel_all, or engine close)
 // fences it: the task ends cancelled and no attempt follows.
 //
 // The next attempt keeps the group's deadline, loans, admission charge
