@@ -40,6 +40,7 @@ type Batch struct {
 		used       bool           // a submission was accepted
 		submitting int            // submits in progress
 		reclaimed  bool           // freed by the idle timer
+		freed      bool           // freed; listed until its deferred work drains
 	}
 }
 
@@ -90,7 +91,10 @@ func (s *Service) Batches() []*Batch {
 
 // live fails with KindNotFound once the batch was freed.
 func (s *Service) live(bt *Batch, op string) error {
-	if s.Batch(bt.ID) != bt {
+	bt.mu.Lock()
+	freed := bt.mu.freed
+	bt.mu.Unlock()
+	if freed || s.Batch(bt.ID) != bt {
 		if bt.wasReclaimed() {
 			return s.fail(bt.scope(op), s.errReclaimed(bt))
 		}
@@ -154,7 +158,7 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if sub.Timeout != nil {
 		timeout = sub.Timeout.D()
 	}
-	tr, err := bt.b.Submit(sub.EngineOp(), seg.seg, reqs, nil, timeout)
+	tr, err := bt.b.Submit(sub.EngineOp(), seg.target(), reqs, nil, timeout)
 	if err != nil {
 		return s.fail(sc, err)
 	}
@@ -245,9 +249,10 @@ func (s *Service) Ctl(bt *Batch, text string) error {
 	case CtlCancelAll:
 		err = bt.b.CancelAll()
 	case CtlProgress:
-		// The engine's per-batch worker drives I/O by itself; there is
-		// nothing to poll. Accepted so scripts written against the spec's
-		// explicit-progress API keep working.
+		// One explicit step (engine Progress): starts one transport
+		// attempt waiting after a failure; the per-batch worker drives
+		// everything else by itself.
+		_, err = bt.b.Progress()
 	case CtlFree:
 		return s.free(bt)
 	}
@@ -272,13 +277,37 @@ func (s *Service) free(bt *Batch) error {
 		return s.fail(bt.scope("free"), err)
 	}
 	bt.idle.Stop()
+	bt.mu.Lock()
+	bt.mu.freed = true
+	bt.mu.Unlock()
+	// A deferred free (engine.enable_progress_worker) returns while the
+	// batch's work still runs: its directory stays listed, answering
+	// ENOENT ("batch was freed"), until the work drains.
+	retired := bt.b.Retired()
+	select {
+	case <-retired:
+		s.forget(bt)
+	default:
+		s.log.Debug("batch free deferred until its work drains", "op", "free", "batch", bt.ID)
+		go func() {
+			select {
+			case <-retired:
+			case <-s.stopCtx.Done():
+			}
+			s.forget(bt)
+		}()
+	}
+	return nil
+}
+
+// forget drops a freed batch from the table.
+func (s *Service) forget(bt *Batch) {
 	s.mu.Lock()
 	if s.mu.batches[bt.ID] == bt {
 		delete(s.mu.batches, bt.ID)
 	}
 	s.mu.Unlock()
 	s.log.Debug("batch freed", "op", "free", "batch", bt.ID)
-	return nil
 }
 
 // State is /ctl/batches/<N>/state: open, completed, failed or cancelled.

@@ -52,6 +52,8 @@ var engineMetrics = []metric{
 	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
 	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},
+	{"deferred_batches", "gauge", "Batches freed while busy (engine.enable_progress_worker) whose work has not drained; they keep their capacity and batch slot.", func(s *engine.Stats) float64 { return float64(s.DeferredBatches) }},
+	{"failovers_total", "counter", "Transport attempts started on a task's next transport after a failed one.", func(s *engine.Stats) float64 { return float64(s.Failovers) }},
 	{"runtime_queue_enabled", "gauge", "1 when the runtime admission queue is enabled.", func(s *engine.Stats) float64 { return b2f(s.RuntimeQueue.Enabled) }},
 }
 

@@ -25,6 +25,9 @@ type TaskJSON struct {
 	PhysicalOwner    int     `json:"physical_owner"`
 	Error            *string `json:"error"`
 	RemoteEffect     string  `json:"remote_effect"`
+	// FailoverCount is how many times the task moved to its next
+	// transport after a failed attempt (transport is the current one).
+	FailoverCount int `json:"failover_count"`
 }
 
 // RenderTask converts an engine task snapshot.
@@ -32,7 +35,7 @@ func RenderTask(t engine.TaskStatus) TaskJSON {
 	return TaskJSON{
 		Index: t.Index, State: t.State.String(), Length: t.Length, TransferredBytes: t.Transferred,
 		Transport: t.Transport.String(), PhysicalOwner: t.PhysicalOwner, Error: errText(t.Err),
-		RemoteEffect: t.RemoteEffect.String(),
+		RemoteEffect: t.RemoteEffect.String(), FailoverCount: t.FailoverCount,
 	}
 }
 
@@ -66,6 +69,9 @@ type SubmissionJSON struct {
 	AffectedRequests int     `json:"affected_requests"`
 	LocallyDrained   bool    `json:"locally_drained"`
 	Error            *string `json:"error"`
+	// RemoteEffect is what a WRITE submission may have done to its file:
+	// none, applied (confirmed bytes only) or unknown.
+	RemoteEffect string `json:"remote_effect"`
 }
 
 // StatusJSON is /ctl/batches/<N>/status.
@@ -115,7 +121,7 @@ func RenderStatus(b BatchSnapshot) StatusJSON {
 			Index: i, Op: r.Op.String(), Target: b.Targets[r.Tasks.First], URI: r.Target, Tasks: r.Tasks,
 			Done: r.Done, CompletedRequests: r.CompletedRequests, CompletedBytes: r.CompletedBytes,
 			RequestIndex: r.RequestIndex, AffectedRequests: r.AffectedRequests,
-			LocallyDrained: r.LocallyDrained, Error: errText(r.Err),
+			LocallyDrained: r.LocallyDrained, Error: errText(r.Err), RemoteEffect: r.RemoteEffect.String(),
 		})
 	}
 	return st
@@ -136,6 +142,24 @@ type SegmentInfoJSON struct {
 	Name string `json:"name"`
 	engine.SegmentInfo
 	Permission string `json:"permission"`
+}
+
+// MemSegmentInfoJSON is /segments/<name>/info of a memory segment.
+type MemSegmentInfoJSON struct {
+	Name       string `json:"name"`
+	URI        string `json:"uri"`
+	Memory     string `json:"memory"`
+	Location   string `json:"location"`
+	Size       uint64 `json:"size"`
+	Users      int    `json:"users"`
+	Draining   bool   `json:"draining"`
+	Permission string `json:"permission"`
+}
+
+// RenderMemSegmentInfo combines names with the engine's info.
+func RenderMemSegmentInfo(name, memory string, info engine.MemSegmentInfo) MemSegmentInfoJSON {
+	return MemSegmentInfoJSON{Name: name, URI: info.URI, Memory: memory, Location: string(info.Location), Size: info.Size,
+		Users: info.Users, Draining: info.Draining, Permission: info.Permission.String()}
 }
 
 // RenderSegmentInfo combines a name with the engine's info.

@@ -26,12 +26,14 @@ func TestRenderTask(t *testing.T) {
 		want string
 	}{
 		{"completed", engine.TaskStatus{Index: 0, State: engine.TaskCompleted, Length: 1 << 20, Transferred: 1 << 20, Transport: engine.TransportIOUring},
-			`{"error":null,"index":0,"length":1048576,"physical_owner":0,"remote_effect":"none","state":"completed","transferred_bytes":1048576,"transport":"io_uring"}`},
+			`{"error":null,"failover_count":0,"index":0,"length":1048576,"physical_owner":0,"remote_effect":"none","state":"completed","transferred_bytes":1048576,"transport":"io_uring"}`},
 		{"failed write", engine.TaskStatus{Index: 3, State: engine.TaskFailed, Length: 10, Transferred: 4, Transport: engine.TransportIOUring,
 			PhysicalOwner: 3, Err: errors.New("pwrite: EIO"), RemoteEffect: engine.EffectUnknown},
-			`{"error":"pwrite: EIO","index":3,"length":10,"physical_owner":3,"remote_effect":"unknown","state":"failed","transferred_bytes":4,"transport":"io_uring"}`},
-		{"pending", engine.TaskStatus{Index: 1, State: engine.TaskPending, Length: 8},
-			`{"error":null,"index":1,"length":8,"physical_owner":0,"remote_effect":"none","state":"pending","transferred_bytes":0,"transport":"unspec"}`},
+			`{"error":"pwrite: EIO","failover_count":0,"index":3,"length":10,"physical_owner":3,"remote_effect":"unknown","state":"failed","transferred_bytes":4,"transport":"io_uring"}`},
+		{"applied write", engine.TaskStatus{Index: 2, State: engine.TaskCompleted, Length: 4, Transferred: 4, Transport: engine.TransportGDS, RemoteEffect: engine.EffectApplied},
+			`{"error":null,"failover_count":0,"index":2,"length":4,"physical_owner":0,"remote_effect":"applied","state":"completed","transferred_bytes":4,"transport":"gds"}`},
+		{"pending", engine.TaskStatus{Index: 1, State: engine.TaskPending, Length: 8, FailoverCount: 1},
+			`{"error":null,"failover_count":1,"index":1,"length":8,"physical_owner":0,"remote_effect":"none","state":"pending","transferred_bytes":0,"transport":"unspec"}`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, _ := json.Marshal(roundJSON(t, RenderTask(c.in)))

@@ -1,6 +1,8 @@
-// segment.go owns the segment table: named file segments opened through
+// segment.go owns the segment table: named segments opened through
 // /segments/open, described by info, refreshed by a write to refresh,
-// closed by rmdir with a bounded drain.
+// closed by rmdir with a bounded drain. A segment is a file
+// (file:///path) or a registered memory region of this mount
+// (mem://MEMORY), the target of the local memory transport.
 //
 // Invariants:
 //   - A name maps to at most one engine segment handle; a close that
@@ -11,6 +13,7 @@ package control
 
 import (
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
@@ -22,7 +25,17 @@ type Segment struct {
 	URI     string
 	seq     uint64
 	created time.Time
-	seg     *engine.Segment
+	seg     *engine.Segment    // a file segment, or
+	mem     *engine.MemSegment // a memory segment
+	memory  string             // the memory name of a memory segment
+}
+
+// target is what submissions to this segment address.
+func (g *Segment) target() engine.Target {
+	if g.mem != nil {
+		return g.mem
+	}
+	return g.seg
 }
 
 // Seq is the object's unique sequence number (inode numbering).
@@ -89,9 +102,19 @@ func (s *Service) OpenSegment(doc []byte) error {
 	s.mu.segments[spec.Name] = nil
 	s.mu.Unlock()
 
-	seg, err := s.e.OpenFileSegment(spec.URI, perm)
-	if err == nil {
-		err = s.checkNotOwnDevice(seg)
+	g := &Segment{Name: spec.Name, URI: spec.URI, created: time.Now()}
+	if mem, ok := strings.CutPrefix(spec.URI, "mem://"); ok {
+		g.memory = mem
+		if m := s.Memory(mem); m == nil {
+			err = notFound("uri %s: no memory %q; register it through memory/register", spec.URI, mem)
+		} else {
+			g.mem, err = s.e.OpenMemorySegment(spec.URI, m.region, perm)
+		}
+	} else {
+		g.seg, err = s.e.OpenFileSegment(spec.URI, perm)
+		if err == nil {
+			err = s.checkNotOwnDevice(g.seg)
+		}
 	}
 	s.mu.Lock()
 	if err != nil {
@@ -99,7 +122,7 @@ func (s *Service) OpenSegment(doc []byte) error {
 		s.mu.Unlock()
 		return s.fail(sc, err)
 	}
-	g := &Segment{Name: spec.Name, URI: spec.URI, seq: s.nextSeq(), created: time.Now(), seg: seg}
+	g.seq = s.nextSeq()
 	s.mu.segments[spec.Name] = g
 	s.mu.Unlock()
 	s.log.Info("segment opened", "op", "open", "segment", g.Name, "uri", g.URI, "permission", perm.String())
@@ -136,7 +159,13 @@ func (s *Service) CloseSegment(name string) error {
 	if g == nil {
 		return s.fail(sc, notFound("no segment %q", name))
 	}
-	if err := s.e.CloseFileSegment(g.seg, s.opts.CloseTimeout); err != nil {
+	var err error
+	if g.mem != nil {
+		err = s.e.CloseMemorySegment(g.mem, s.opts.CloseTimeout)
+	} else {
+		err = s.e.CloseFileSegment(g.seg, s.opts.CloseTimeout)
+	}
+	if err != nil {
 		return s.fail(sc, err)
 	}
 	s.mu.Lock()
@@ -148,8 +177,12 @@ func (s *Service) CloseSegment(name string) error {
 	return nil
 }
 
-// RefreshSegment re-reads the file size into the info cache.
+// RefreshSegment re-reads the file size into the info cache (a memory
+// segment's size never changes: nothing to do).
 func (s *Service) RefreshSegment(g *Segment) error {
+	if g.mem != nil {
+		return nil
+	}
 	if err := s.e.RefreshFileSegment(g.seg); err != nil {
 		return s.fail(g.scope("refresh"), err)
 	}
@@ -158,6 +191,9 @@ func (s *Service) RefreshSegment(g *Segment) error {
 
 // SegmentInfo renders /segments/<name>/info.
 func (s *Service) SegmentInfo(g *Segment) ([]byte, error) {
+	if g.mem != nil {
+		return marshal(RenderMemSegmentInfo(g.Name, g.memory, g.mem.Info())), nil
+	}
 	info, err := s.e.FileSegmentInfo(g.seg)
 	if err != nil {
 		return nil, s.fail(g.scope("info"), err)

@@ -119,9 +119,13 @@ func ParseSegmentSpec(data []byte, max int) (*SegmentSpec, engine.Permission, er
 		return nil, 0, invalid("%v", err)
 	}
 	if s.URI == "" {
-		return nil, 0, invalid("uri is missing: want file:///absolute/path")
+		return nil, 0, invalid("uri is missing: want file:///absolute/path or mem://MEMORY")
 	}
-	if _, err := engine.ParseFileURI(s.URI); err != nil {
+	if mem, ok := strings.CutPrefix(s.URI, "mem://"); ok {
+		if err := ValidateName(mem); err != nil {
+			return nil, 0, invalid("uri %q: memory name: %v", s.URI, err)
+		}
+	} else if _, err := engine.ParseFileURI(s.URI); err != nil {
 		return nil, 0, invalid("%v", err)
 	}
 	perm, err := ParsePermission(s.Permission)

@@ -10,7 +10,11 @@
 //   - A rejected Submit adds no task and changes no counter but
 //     groups_rejected; an accepted group is never replayed or rolled back.
 //   - Task i belongs to exactly one group and its state only moves forward:
-//     pending -> running -> completed|failed, or pending -> cancelled.
+//     pending -> running -> completed|failed, or pending -> cancelled, or
+//     running -> cancelled for a task whose failed transport attempt was
+//     parked and then cancelled (failover.go).
+//   - Status, TaskStatus, TaskStatuses and Submissions are polls: each may
+//     decide one parked transport attempt (failover.go); Wait decides all.
 //   - Before seal the state is open; after seal it becomes terminal once
 //     every group has finished, and a terminal state never changes.
 //   - b.mu guards everything in mu; b.mu.changed (made when someone waits)
@@ -71,14 +75,17 @@ type TaskRange struct {
 
 // TaskStatus is one task's published state.
 type TaskStatus struct {
-	Index         int           `json:"index"`
-	State         TaskState     `json:"-"`
-	Length        uint64        `json:"length"`
-	Transferred   uint64        `json:"transferred_bytes"`
-	Transport     TransportKind `json:"-"`
-	PhysicalOwner int           `json:"physical_owner"`
-	Err           error         `json:"-"`
-	RemoteEffect  RemoteEffect  `json:"-"`
+	Index       int           `json:"index"`
+	State       TaskState     `json:"-"`
+	Length      uint64        `json:"length"`
+	Transferred uint64        `json:"transferred_bytes"`
+	Transport   TransportKind `json:"-"`
+	// FailoverCount is how many times the task moved to its next
+	// transport after a failed attempt (failover.go).
+	FailoverCount int          `json:"failover_count"`
+	PhysicalOwner int          `json:"physical_owner"`
+	Err           error        `json:"-"`
+	RemoteEffect  RemoteEffect `json:"-"`
 }
 
 // Report describes one group (one Submit).
@@ -117,6 +124,8 @@ type task struct {
 	err         error
 	effect      RemoteEffect
 	submitted   bool
+	failovers   int  // attempts started after a failed one
+	parked      bool // a failed attempt awaits its failover decision
 	g           *group
 }
 
@@ -143,6 +152,13 @@ type Batch struct {
 		notify   []Report // finished groups not yet handed to onDone
 		changed  chan struct{}
 		state    State
+		// parked are failed attempts awaiting a failover decision, in
+		// the order they failed (failover.go).
+		parked []parked
+		// deferred: freed while busy (enable_progress_worker); the
+		// reservation returns when the last group finishes (deferfree.go).
+		deferred bool
+		retired  chan struct{} // closed once the reservation is settled
 		// unquiesced is set when a group ends unquiesced; Free then
 		// quarantines the batch instead of returning its reservation.
 		unquiesced bool
@@ -170,8 +186,8 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	if e.mu.closed {
 		return nil, errorf(KindClosed, op, "batches", "engine is closed")
 	}
-	if n := len(e.mu.batches) + e.mu.quarantined; n >= e.cfg.MaxAllocatedBatches {
-		return nil, errorf(KindExhausted, op, "batches", "%d live and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
+	if n := len(e.mu.batches) + e.mu.quarantined + len(e.mu.deferred); n >= e.cfg.MaxAllocatedBatches {
+		return nil, errorf(KindExhausted, op, "batches", "%d live, %d deferred and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), len(e.mu.deferred), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
 	}
 	if e.mu.reserved+capacity > e.cfg.MaxAllocatedRequests {
 		return nil, errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests)
@@ -405,13 +421,16 @@ func (b *Batch) Sealed() bool {
 // Status returns the overall state: open until sealed, then terminal once
 // every group has finished.
 func (b *Batch) Status() State {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pollLocked()
 	return b.mu.state
 }
 
 // TaskStatus returns task i's published state.
 func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("status"); err != nil {
@@ -420,19 +439,22 @@ func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 	if i < 0 || i >= len(b.mu.tasks) {
 		return TaskStatus{}, errorf(KindNotFound, "status", b.name(), "task %d: batch has %d tasks", i, len(b.mu.tasks))
 	}
+	b.pollLocked()
 	return b.taskStatusLocked(i), nil
 }
 
 func (b *Batch) taskStatusLocked(i int) TaskStatus {
 	t := &b.mu.tasks[i]
 	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
-		Transport: t.g.routes[i-t.g.first].transport(), PhysicalOwner: i, Err: t.err, RemoteEffect: t.effect}
+		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: t.g.ownerIndex(i - t.g.first), Err: t.err, RemoteEffect: t.remoteEffect()}
 }
 
 // TaskStatuses returns every task's state, in index order.
 func (b *Batch) TaskStatuses() []TaskStatus {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pollLocked()
 	out := make([]TaskStatus, len(b.mu.tasks))
 	for i := range out {
 		out[i] = b.taskStatusLocked(i)
@@ -449,8 +471,10 @@ func (b *Batch) TaskCount() int {
 
 // Submissions returns one report per accepted group, in order.
 func (b *Batch) Submissions() []Report {
+	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.pollLocked()
 	out := make([]Report, len(b.mu.groups))
 	for i, g := range b.mu.groups {
 		out[i] = g.reportLocked()
@@ -484,8 +508,11 @@ func (b *Batch) WaitContext(ctx context.Context) (State, error) {
 			b.mu.Unlock()
 			return StateOpen, errorf(KindInvalid, "wait", b.name(), "batch is not sealed; seal it first")
 		}
+		// Wait may start every parked attempt (failover.go).
+		b.advanceLocked(-1, true)
 		st, ch := b.mu.state, b.changedChanLocked()
 		b.mu.Unlock()
+		b.deliver()
 		if st.Terminal() {
 			return st, nil
 		}
@@ -528,6 +555,10 @@ func (b *Batch) Cancel(i int) error {
 	}
 	t := &b.mu.tasks[i]
 	switch {
+	case t.parked:
+		b.fenceParkedLocked(i)
+		b.changedLocked()
+		return nil
 	case t.state == TaskRunning:
 		return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
 	case t.state.terminal():
@@ -539,15 +570,22 @@ func (b *Batch) Cancel(i int) error {
 }
 
 // CancelAll cancels every task that has not started.
-func (b *Batch) CancelAll() error {
+func (b *Batch) CancelAll() error { return b.cancelAll(true) }
+
+// cancelAll is CancelAll; Close passes live=false to reach deferred
+// (freed) batches too.
+func (b *Batch) cancelAll(live bool) error {
 	defer b.deliver()
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := b.checkLocked("cancel"); err != nil {
+	if err := b.checkLocked("cancel"); err != nil && live {
 		return err
 	}
 	for i := range b.mu.tasks {
-		if b.mu.tasks[i].state == TaskPending {
+		switch {
+		case b.mu.tasks[i].parked:
+			b.fenceParkedLocked(i)
+		case b.mu.tasks[i].state == TaskPending:
 			b.cancelTaskLocked(i)
 		}
 	}
@@ -555,14 +593,19 @@ func (b *Batch) CancelAll() error {
 	return nil
 }
 
-// cancelTaskLocked marks a pending task cancelled; a queued group whose
-// tasks are all terminal finishes at once. REQUIRES: b.mu.
+// cancelTaskLocked marks a pending task cancelled, with every alias of
+// its physical owner (memgroup.go); a queued group whose tasks are all
+// terminal finishes at once. REQUIRES: b.mu.
 func (b *Batch) cancelTaskLocked(i int) {
-	t := &b.mu.tasks[i]
-	t.state = TaskCancelled
-	t.err = errCancelled
-	b.e.st.tasksCancelled.Add(1)
-	g := t.g
+	g := b.mu.tasks[i].g
+	first, last := g.aliases(i - g.first)
+	for j := g.first + first; j <= g.first+last; j++ {
+		if t := &b.mu.tasks[j]; t.state == TaskPending {
+			t.state = TaskCancelled
+			t.err = errCancelled
+			b.e.st.tasksCancelled.Add(1)
+		}
+	}
 	if g.dispatched {
 		return // the worker skips it and finishes the group
 	}
@@ -580,7 +623,10 @@ func (b *Batch) cancelTaskLocked(i int) {
 	g.finishLocked(true) // never dispatched: nothing of it reached the kernel
 }
 
-var errCancelled = errors.New("cancelled before it started")
+var (
+	errCancelled      = errors.New("cancelled before it started")
+	errCancelledRetry = errors.New("cancelled after a failed transport attempt, before the next one")
+)
 
 // Free releases the batch's reservation. A batch with queued or running
 // groups returns ErrBusy and stays valid. A batch with an unquiesced group
@@ -594,6 +640,12 @@ func (b *Batch) Free() error {
 		return err
 	}
 	if b.mu.active > 0 {
+		if b.e.cfg.EnableProgressWorker {
+			b.deferFreeLocked() // deferfree.go
+			b.mu.Unlock()
+			b.deliver()
+			return nil
+		}
 		n := b.mu.active
 		b.mu.Unlock()
 		return errorf(KindBusy, "free", b.name(), "%d group(s) still queued or running; wait or cancel first", n)
@@ -601,6 +653,7 @@ func (b *Batch) Free() error {
 	b.mu.freed = true
 	quarantine := b.mu.unquiesced
 	b.changedLocked()
+	b.retiredLocked()
 	b.mu.Unlock()
 	e := b.e
 	e.mu.Lock()

@@ -54,11 +54,17 @@ type Engine struct {
 		// quarantined counts freed batches with an unquiesced group: their
 		// capacity (still in reserved) and their place under
 		// max_allocated_batches stay consumed.
-		quarantined    int
-		closeDone      bool // a Close got past the drain: later calls return nil
+		quarantined int
+		closeDone   bool // a Close got past the drain: later calls return nil
+		// deferred are batches freed while busy (deferfree.go): their
+		// capacity and batch slot stay consumed until their work drains.
+		deferred       map[uint64]*Batch
 		inflightGroups int
 		inflightBytes  uint64
 		registered     uint64 // page-rounded bytes of regions registered or being mapped
+
+		// requesterClosed: CloseRequester ran; Submit is refused for good.
+		requesterClosed bool
 	}
 	regLimit uint64 // config RegisteredLimit, fixed at New
 
@@ -77,6 +83,7 @@ type Engine struct {
 		workersStarted   atomic.Uint64
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
+		failovers        atomic.Uint64
 	}
 }
 
@@ -125,6 +132,9 @@ func (e *Engine) checkOpen(op string) error {
 	return nil
 }
 
+// isClosed reports whether Close has begun.
+func (e *Engine) isClosed() bool { return e.checkOpen("") != nil }
+
 // fileReady probes the file transport once, lazily.
 func (e *Engine) fileReady() error {
 	if e.file == nil {
@@ -159,12 +169,15 @@ func (e *Engine) Close(timeout time.Duration) error {
 	for _, b := range e.mu.batches {
 		batches = append(batches, b)
 	}
+	for _, b := range e.mu.deferred {
+		batches = append(batches, b) // freed while busy: drain them too
+	}
 	e.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	for _, b := range batches {
-		b.CancelAll()
+		b.cancelAll(false)
 	}
 	for _, b := range batches {
 		if err := b.drain(ctx); err != nil {
@@ -260,6 +273,13 @@ type Stats struct {
 	Staging            *StagingStats `json:"staging,omitempty"`
 	GDS                GDSStats      `json:"gds"`
 	RuntimeQueue       QueueStats    `json:"runtime_queue"`
+
+	// Failovers counts attempts started on a task's next transport.
+	Failovers uint64 `json:"failovers"`
+	// DeferredBatches are batches freed while busy (enable_progress_worker)
+	// whose work has not drained: they keep their capacity (counted in
+	// ReservedRequests) and batch slot.
+	DeferredBatches int `json:"deferred_batches"`
 }
 
 // QueueStats reports the runtime admission queue.
@@ -287,6 +307,7 @@ func (e *Engine) Stats() Stats {
 	s.Batches = len(e.mu.batches)
 	s.ReservedRequests = e.mu.reserved
 	s.QuarantinedBatches = e.mu.quarantined
+	s.DeferredBatches = len(e.mu.deferred)
 	s.InflightGroups = e.mu.inflightGroups
 	s.InflightBytes = e.mu.inflightBytes
 	e.mu.RUnlock()
@@ -303,6 +324,7 @@ func (e *Engine) Stats() Stats {
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
+	s.Failovers = e.st.failovers.Load()
 	if e.file != nil {
 		fs := e.file.FileStats()
 		s.IOUring = &fs

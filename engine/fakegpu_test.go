@@ -156,9 +156,17 @@ func (e *fakeEvent) Close() error { return nil }
 // fakeGDS moves bytes with pread/pwrite on the registered O_DIRECT fd.
 type fakeGDS struct {
 	failRegister atomic.Bool
-	reads        atomic.Int64
-	opened       atomic.Int64
-	closed       atomic.Int64
+	// failReads / failWrites fail that many next cuFile calls, which
+	// then move no byte.
+	failReads atomic.Int64
+	// failReadNth fails the read whose ordinal (counting from 1 over
+	// this fake's life) equals it.
+	failReadNth atomic.Int64
+	failWrites  atomic.Int64
+	writes      atomic.Int64
+	reads       atomic.Int64
+	opened      atomic.Int64
+	closed      atomic.Int64
 }
 
 func (g *fakeGDS) Probe() error { return nil }
@@ -182,10 +190,17 @@ type fakeGDSFile struct {
 }
 
 func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
-	f.g.reads.Add(1)
+	nth := f.g.reads.Add(1)
+	if f.g.failReads.Add(-1) >= 0 || nth == f.g.failReadNth.Load() {
+		return -1, errors.New("fake: cuFileRead: CU_FILE_IO_ERROR")
+	}
 	return unix.Pread(f.fd, hostBytes(uintptr(ptr), n), int64(off))
 }
 func (f *fakeGDSFile) Write(dev int, ptr, n, off uint64) (int, error) {
+	f.g.writes.Add(1)
+	if f.g.failWrites.Add(-1) >= 0 {
+		return -1, errors.New("fake: cuFileWrite: CU_FILE_IO_ERROR")
+	}
 	return unix.Pwrite(f.fd, hostBytes(uintptr(ptr), n), int64(off))
 }
 func (f *fakeGDSFile) Close() error { f.g.closed.Add(1); return nil }

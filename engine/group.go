@@ -30,6 +30,7 @@ type group struct {
 	first, n int
 	op       Op
 	seg      *Segment
+	mem      *memTarget // a memory segment target (memgroup.go); seg and ent are nil
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
@@ -38,7 +39,8 @@ type group struct {
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
 	scratch []*hostmem.Mapping
 	ranges  []hostRange // every local range, for loans
-	routes  []route     // per request (route.go)
+	routes  []route     // per request (route.go); failover.go may advance one
+	policy  []reqPolicy // per request: what failover must respect
 	// producers: per request, the readiness event to consume before its
 	// device memory is touched (nil when none); offring.go waits.
 	producers []Event
@@ -73,6 +75,12 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	const verb = "submit"
 	if err := e.checkOpen(verb); err != nil {
 		return nil, err
+	}
+	if err := e.checkRequester(verb); err != nil {
+		return nil, err
+	}
+	if ms, ok := target.(*MemSegment); ok && ms != nil {
+		return e.prepareMem(b, op, ms, reqs, note, timeout) // memgroup.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
@@ -120,7 +128,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
 	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent,
-		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)),
+		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)), policy: make([]reqPolicy, len(reqs)),
 		fileLo: ^uint64(0), lastSubmitted: -1}
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
@@ -134,32 +142,35 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	g.computeBounds()
 
-	e.mu.Lock()
-	if e.mu.closed {
-		e.mu.Unlock()
+	if err := e.admitCharge(verb, g); err != nil {
 		g.unmapScratch()
-		return nil, errorf(KindClosed, verb, b.name(), "engine is closed")
+		return nil, err
 	}
-	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
-		n := e.mu.inflightGroups
-		e.mu.Unlock()
-		g.unmapScratch()
-		return nil, errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", n, e.cfg.MaxInflightBatches)
-	}
-	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
-		n := e.mu.inflightBytes
-		e.mu.Unlock()
-		g.unmapScratch()
-		return nil, errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, n, uint64(e.cfg.MaxInflightBytes))
-	}
-	e.mu.inflightGroups++
-	e.mu.inflightBytes += g.charge
-	e.mu.Unlock()
 	if !ent.admit() {
 		g.unadmit()
 		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", seg.uri)
 	}
 	return g, nil
+}
+
+// admitCharge takes g's engine-wide admission charge (max_inflight_*),
+// or nothing.
+func (e *Engine) admitCharge(verb string, g *group) error {
+	b := g.b
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.mu.closed {
+		return errorf(KindClosed, verb, b.name(), "engine is closed")
+	}
+	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
+		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.mu.inflightGroups, e.cfg.MaxInflightBatches)
+	}
+	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
+		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.mu.inflightBytes, uint64(e.cfg.MaxInflightBytes))
+	}
+	e.mu.inflightGroups++
+	e.mu.inflightBytes += g.charge
+	return nil
 }
 
 // build validates request i and prepares its file op.
@@ -295,7 +306,7 @@ func (g *group) computeBounds() {
 // device and inode, not by entry: a read_write and a read handle on one
 // file are two entries) where one writes.
 func (g *group) conflicts(h *group) bool {
-	if g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
+	if g.ent != nil && h.ent != nil && g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
 		return true
 	}
 	for _, a := range g.bounds {
@@ -327,7 +338,11 @@ func (g *group) unmapScratch() {
 // release returns the admission charge and segment user of a group that
 // has drained (or was never queued).
 func (g *group) release() {
-	g.ent.done()
+	if g.mem != nil {
+		g.mem.seg.done()
+	} else {
+		g.ent.done()
+	}
 	g.unadmit()
 }
 
@@ -355,6 +370,7 @@ func (g *group) finishLocked(drained bool) {
 		b.mu.unquiesced = true
 	}
 	b.mu.active--
+	defer b.settleDeferredLocked() // deferfree.go
 	for k, h := range b.mu.inflight {
 		if h == g {
 			b.mu.inflight = append(b.mu.inflight[:k], b.mu.inflight[k+1:]...)
@@ -383,7 +399,7 @@ func (g *group) reportLocked() Report {
 		return *g.final
 	}
 	b := g.b
-	r := Report{Tasks: TaskRange{First: g.first, Count: g.n}, Op: g.op, Target: g.seg.uri,
+	r := Report{Tasks: TaskRange{First: g.first, Count: g.n}, Op: g.op, Target: g.targetURI(),
 		Done: g.finished, RequestIndex: -1, LocallyDrained: g.finished && !g.unquiesced}
 	prefix := true
 	for i := 0; i < g.n; i++ {
@@ -408,7 +424,11 @@ func (g *group) reportLocked() Report {
 			}
 			if g.op == OpWrite {
 				for j := i; j <= g.lastSubmitted; j++ {
-					if b.mu.tasks[g.first+j].submitted {
+					t := &b.mu.tasks[g.first+j]
+					// Off-ring executors know per task whether a failed
+					// write reached the kernel or cuFile; a ring task that
+					// was submitted may have, whatever its outcome.
+					if (!g.offRing && t.submitted) || t.effect == EffectUnknown {
 						r.RemoteEffect = EffectUnknown
 						break
 					}
@@ -417,7 +437,24 @@ func (g *group) reportLocked() Report {
 			break
 		}
 	}
+	if g.op == OpWrite && r.RemoteEffect == EffectNone {
+		for i := 0; i < g.n; i++ {
+			if b.mu.tasks[g.first+i].transferred > 0 {
+				r.RemoteEffect = EffectApplied
+				break
+			}
+		}
+	}
 	return r
+}
+
+// remoteEffect is what the task may have done to the target: unknown as
+// its executor recorded it, else applied when a WRITE confirmed bytes.
+func (t *task) remoteEffect() RemoteEffect {
+	if t.effect == EffectNone && t.g.op == OpWrite && t.transferred > 0 {
+		return EffectApplied
+	}
+	return t.effect
 }
 
 // route chooses request i's route (route.go) from the ranges build
@@ -451,6 +488,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		}
 	}
 	g.routes[i] = rt
+	g.policy[i] = reqPolicy{asked: r.Transport, vector: len(r.Elements) > 0}
 	if r.Producer != nil {
 		if !m.device {
 			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")

@@ -246,39 +246,17 @@ func (x *offRing) lanes(limit int) int {
 	return max(1, min(limit, len(x.units)))
 }
 
-// finishOffRing publishes one off-ring task's outcome and finishes the
-// group after its last task.
+// finishOffRing publishes one off-ring task's outcome (or parks a failed
+// attempt that may fail over, failover.go) and finishes the group after
+// its last task.
 func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
-	e := b.e
 	b.mu.Lock()
 	t := &b.mu.tasks[g.first+i]
 	if t.state == TaskRunning {
-		t.transferred = transferred
-		t.effect = effect
-		if err == nil {
-			t.state = TaskCompleted
-			e.st.tasksCompleted.Add(1)
+		if err != nil && b.retryableLocked(g, i, t, transferred, effect, drained) {
+			b.parkLocked(parked{g: g, i: i, transferred: transferred, err: err, effect: effect})
 		} else {
-			t.state = TaskFailed
-			t.err = err
-			e.st.tasksFailed.Add(1)
-		}
-		if g.op == OpRead {
-			e.st.bytesRead.Add(transferred)
-		} else {
-			e.st.bytesWritten.Add(transferred)
-		}
-		if !drained {
-			g.offUndrained = true
-		}
-		g.outstanding--
-		if g.outstanding == 0 {
-			drained = !g.offUndrained
-			if !drained {
-				e.st.unquiesced.Add(1)
-				e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
-			}
-			g.finishLocked(drained)
+			b.publishOffRingLocked(g, i, transferred, err, effect, drained)
 		}
 		b.changedLocked()
 	}
@@ -290,9 +268,46 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 	}
 }
 
+// publishOffRingLocked makes task i's outcome final. REQUIRES: b.mu.
+func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+	e := b.e
+	t := &b.mu.tasks[g.first+i]
+	t.transferred = transferred
+	t.effect = effect
+	if err == nil {
+		t.state = TaskCompleted
+		e.st.tasksCompleted.Add(1)
+	} else {
+		t.state = TaskFailed
+		t.err = err
+		e.st.tasksFailed.Add(1)
+	}
+	if g.op == OpRead {
+		e.st.bytesRead.Add(transferred)
+	} else {
+		e.st.bytesWritten.Add(transferred)
+	}
+	if !drained {
+		g.offUndrained = true
+	}
+	g.outstanding--
+	if g.outstanding == 0 {
+		drained = !g.offUndrained
+		if !drained {
+			e.st.unquiesced.Add(1)
+			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
+		}
+		g.finishLocked(drained)
+	}
+}
+
 // startOffRing hands a dispatched group to its executor. Every pending
 // task becomes running. REQUIRES: b.mu.
 func (w *worker) startOffRingLocked(g *group) {
+	if g.mem != nil {
+		w.startMemLocked(g) // memgroup.go
+		return
+	}
 	b := w.b
 	for i := 0; i < g.n; i++ {
 		t := &b.mu.tasks[g.first+i]
@@ -304,6 +319,14 @@ func (w *worker) startOffRingLocked(g *group) {
 	}
 	g.next = g.n
 	g.offRing = true
+	// Every running task is handed to an executor now: the affected span
+	// of a failure reaches the last of them.
+	for i := g.n - 1; i >= 0; i-- {
+		if b.mu.tasks[g.first+i].state == TaskRunning {
+			g.lastSubmitted = i
+			break
+		}
+	}
 	if g.outstanding == 0 {
 		g.finishLocked(true)
 		return

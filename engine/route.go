@@ -33,12 +33,16 @@ const (
 	routeRing route = iota
 	routeStaged
 	routeGDS
+	routeMem // between two regions of this engine (memgroup.go)
 )
 
 // transport is the kind a task on this route reports.
 func (r route) transport() TransportKind {
-	if r == routeGDS {
+	switch r {
+	case routeGDS:
 		return TransportGDS
+	case routeMem:
+		return TransportMemory
 	}
 	return TransportIOUring
 }

@@ -388,7 +388,7 @@ func TestFailedWriteHasUnknownEffect(t *testing.T) {
 		t.Fatalf("task 1: %+v", ts)
 	}
 	wantKind(t, ts.Err, engine.KindIO)
-	if ts2, _ := b.TaskStatus(2); ts2.State != engine.TaskCompleted || ts2.RemoteEffect != engine.EffectNone {
+	if ts2, _ := b.TaskStatus(2); ts2.State != engine.TaskCompleted || ts2.RemoteEffect != engine.EffectApplied {
 		t.Fatalf("task 2 must complete independently: %+v", ts2)
 	}
 	rep := b.Submissions()[0]

@@ -22,7 +22,7 @@ func (o Op) String() string {
 	return "read"
 }
 
-// Permission is what a file segment allows.
+// Permission is what a segment allows.
 type Permission uint8
 
 const (
@@ -59,10 +59,15 @@ const (
 	TransportUnspec TransportKind = iota
 	TransportIOUring
 	TransportGDS
+	// TransportMemory is the local memory transport of memory segments
+	// (memgroup.go); tasks report it, requests cannot ask for it.
+	TransportMemory
 )
 
 func (t TransportKind) String() string {
 	switch t {
+	case TransportMemory:
+		return "memory"
 	case TransportIOUring:
 		return "io_uring"
 	case TransportGDS:
@@ -141,11 +146,17 @@ const (
 	EffectNone RemoteEffect = iota
 	// EffectUnknown: a WRITE was submitted and may have changed the target.
 	EffectUnknown
+	// EffectApplied: a WRITE changed the target, and only by the bytes it
+	// confirmed (transferred_bytes; for a group, its tasks' bytes).
+	EffectApplied
 )
 
 func (r RemoteEffect) String() string {
-	if r == EffectUnknown {
+	switch r {
+	case EffectUnknown:
 		return "unknown"
+	case EffectApplied:
+		return "applied"
 	}
 	return "none"
 }

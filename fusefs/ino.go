@@ -25,6 +25,7 @@ const (
 	inoCtl
 	inoBatches
 	inoClone
+	inoEngineCtl
 )
 
 const (

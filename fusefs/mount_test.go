@@ -215,7 +215,7 @@ func TestLayoutAndModes(t *testing.T) {
 		"memory/buf":                   "data info",
 		"segments":                     "cache open",
 		"segments/cache":               "info refresh",
-		"ctl":                          "batches",
+		"ctl":                          "batches engine",
 		"ctl/batches":                  n + " clone",
 		"ctl/batches/" + n:             "ctl error state status submit tasks wait",
 		"ctl/batches/" + n + "/tasks/": "0 1",
@@ -234,6 +234,7 @@ func TestLayoutAndModes(t *testing.T) {
 		"segments/open":                0o200,
 		"segments/cache/refresh":       0o200,
 		"ctl/batches/clone":            0o400,
+		"ctl/engine":                   0o200,
 		"ctl/batches/" + n + "/submit": 0o200,
 		"ctl/batches/" + n + "/wait":   0o400,
 	} {

@@ -41,7 +41,12 @@ func (k fixedKids) find(name string) (child, bool) {
 // newRoot builds the root directory node.
 func newRoot(f *fsys) *dir {
 	svc := f.svc
-	ctl := fixedKids{{name: "batches", ino: inoBatches, dir: true, node: f.staticDir(batchesKids{f})}}
+	ctl := fixedKids{
+		{name: "batches", ino: inoBatches, dir: true, node: f.staticDir(batchesKids{f})},
+		{name: "engine", ino: inoEngineCtl, node: func() fs.InodeEmbedder {
+			return newCmdFile(f, svc.Started(), func(p []byte) error { return svc.EngineCtl(string(p)) })
+		}},
+	}
 	root := fixedKids{
 		{name: "README", ino: inoReadme, node: f.staticFile(svc.Readme)},
 		{name: "version", ino: inoVersion, node: f.staticFile(svc.Version)},

@@ -536,7 +536,7 @@ func testStatusFresh(t *testing.T, m *mount) {
 		wantStr(t, "task", v, "state", "completed")
 		wantNum(t, "task", v, "length", 4096)
 		wantNum(t, "task", v, "transferred_bytes", 4096)
-		for _, k := range []string{"transport", "physical_owner", "error", "remote_effect"} {
+		for _, k := range []string{"transport", "physical_owner", "error", "remote_effect", "failover_count"} {
 			if _, ok := v[k]; !ok {
 				t.Errorf("tasks/%d lacks %s: %v", i, k, v)
 			}

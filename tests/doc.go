@@ -30,6 +30,12 @@
 //     (interruptible wait, independent batches, EBUSY on free and rmdir,
 //     the segment close timeout, cancel, a short read at EOF), against one
 //     daemon whose config makes a batch last minutes unless cancelled.
+//   - batchlife_test.go: deferred free (engine.enable_progress_worker:
+//     rmdir of a busy batch returns, the ID disappears once drained) and
+//     /ctl/engine (close_requester, close), each on its own daemon.
+//   - memseg_test.go: memory segments (mem://), merged adjacent requests
+//     sharing physical_owner, and cancelling a physical owner through an
+//     alias while its submission is fenced behind a long one.
 //   - lifecycle_test.go: tests that stop, break or configure a daemon of
 //     their own (SIGTERM/SIGINT, an outside umount, stale and live mounts,
 //     config files, the daemon's own mount as a target, the harness's

@@ -1,0 +1,92 @@
+// enginectl.go owns /ctl/engine, the mount's handle on the engine as a
+// whole: one command per write.
+//
+//	close_requester [DUR]  refuse new submissions (ESHUTDOWN) and wait up
+//	                       to DUR (default mount.close_timeout) for the
+//	                       accepted ones; ETIMEDOUT leaves them running,
+//	                       write it again to keep waiting
+//	close [DUR]            the daemon's shutdown path: drain up to DUR
+//	                       (default mount.close_timeout), then close the
+//	                       engine; every later operation answers ESHUTDOWN
+//	                       until the mount is unmounted
+//
+// DUR is a Go duration ("5s", "250ms").
+
+package control
+
+import (
+	"strings"
+	"time"
+)
+
+// EngineVerb is an /ctl/engine command.
+type EngineVerb string
+
+const (
+	EngineCloseRequester EngineVerb = "close_requester"
+	EngineClose          EngineVerb = "close"
+)
+
+// EngineCtl is one parsed /ctl/engine command; Timeout is 0 when omitted.
+type EngineCtl struct {
+	Verb    EngineVerb
+	Timeout time.Duration
+}
+
+// ParseEngineCtl reads one command; anything else is KindInvalid naming
+// the text.
+func ParseEngineCtl(text string) (EngineCtl, error) {
+	line := strings.TrimSpace(text)
+	if strings.ContainsAny(line, "\n\r") {
+		return EngineCtl{}, invalid("engine ctl %q: one command per write", line)
+	}
+	f := strings.Fields(line)
+	if len(f) == 0 {
+		return EngineCtl{}, invalid("empty engine ctl command: want close_requester [DUR] or close [DUR]")
+	}
+	v := EngineVerb(f[0])
+	if v != EngineCloseRequester && v != EngineClose {
+		return EngineCtl{}, invalid("unknown engine ctl command %q: want close_requester [DUR] or close [DUR]", line)
+	}
+	c := EngineCtl{Verb: v}
+	switch len(f) {
+	case 1:
+	case 2:
+		d, err := time.ParseDuration(f[1])
+		if err != nil || d <= 0 {
+			return EngineCtl{}, invalid("engine ctl %q: timeout %q is not a positive duration such as 5s", line, f[1])
+		}
+		c.Timeout = d
+	default:
+		return EngineCtl{}, invalid("engine ctl %q: want %s [DUR]", line, v)
+	}
+	return c, nil
+}
+
+// EngineCtl runs one /ctl/engine command.
+func (s *Service) EngineCtl(text string) error {
+	sc := scope{op: "engine ctl", name: "engine"}
+	c, err := ParseEngineCtl(text)
+	if err != nil {
+		return s.fail(sc, err)
+	}
+	d := c.Timeout
+	if d == 0 {
+		d = s.opts.CloseTimeout
+	}
+	sc.op = string(c.Verb)
+	switch c.Verb {
+	case EngineCloseRequester:
+		if s.closing.Load() {
+			return s.fail(sc, errClosing())
+		}
+		err = s.e.CloseRequester(d)
+	case EngineClose:
+		s.log.Info("engine close requested through /ctl/engine", "op", "close", "timeout", d)
+		err = s.Shutdown(d)
+	}
+	if err != nil {
+		return s.fail(sc, err)
+	}
+	return nil
+}

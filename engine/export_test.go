@@ -1,0 +1,12 @@
+package engine
+
+// export_test.go exposes internals that tests must wait on without
+// changing them.
+
+// ParkedAttempts is how many failed attempts await a failover decision
+// (failover.go). It is not a poll: it decides nothing.
+func (b *Batch) ParkedAttempts() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.mu.parked)
+}
