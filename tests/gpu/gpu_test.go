@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -440,5 +441,75 @@ func TestProducerEvent(t *testing.T) {
 	back, _ := os.ReadFile(path)
 	if !bytes.Equal(back, host.Bytes()) {
 		t.Fatal("the file does not hold the produced bytes")
+	}
+}
+
+// flakyGDS is the real cuFile backend whose first read calls fail (a
+// test-only fault injector around real I/O), so the failover to staging
+// runs on the real GPU.
+type flakyGDS struct {
+	*gds.Backend
+	fail atomic.Int64 // read calls left to fail
+}
+
+func (f *flakyGDS) OpenFile(fd int) (engine.GDSFile, error) {
+	h, err := f.Backend.OpenFile(fd)
+	if err != nil {
+		return nil, err
+	}
+	return flakyFile{h, f}, nil
+}
+
+type flakyFile struct {
+	engine.GDSFile
+	f *flakyGDS
+}
+
+func (x flakyFile) Read(dev int, ptr, n, off uint64) (int, error) {
+	if x.f.fail.Add(-1) >= 0 {
+		return 0, errors.New("injected: cuFileRead failed")
+	}
+	return x.GDSFile.Read(dev, ptr, n, off)
+}
+
+// TestFailoverToStaging: an unspec READ into GPU memory whose cuFile
+// attempt fails moves to pinned staging and completes with the file's
+// bytes, failover_count 1, transport io_uring.
+func TestFailoverToStaging(t *testing.T) {
+	c := cuda.NewBackend(cuda.Options{})
+	if err := c.Probe(); err != nil {
+		if os.Getenv("ORBITEFS_REQUIRE") == "gpu" {
+			t.Fatalf("no GPU, and ORBITEFS_REQUIRE=gpu: %v", err)
+		}
+		t.Skipf("no GPU: %v", err)
+	}
+	cfg := config.DefaultEngine()
+	g := &flakyGDS{Backend: gds.NewBackend(c.Bind)}
+	g.fail.Store(1)
+	e, err := engine.New(cfg, iouring.New(cfg.IOUring), c, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(time.Minute)
+	path, orig := randomFile(t, ext4Dir(t), 64<<20)
+	seg, _ := e.OpenFileSegment("file://"+path, engine.PermRead)
+	defer e.CloseFileSegment(seg, time.Minute)
+	d, err := e.RegisterDevice(0, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Unregister(d)
+	ts, err := submit(e, engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 64 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ts[0].Transport != engine.TransportIOUring || ts[0].FailoverCount != 1 {
+		t.Fatalf("task %+v: want io_uring after one failover", ts[0])
+	}
+	if !bytes.Equal(deviceBytes(t, d, 0, 64<<20), orig) {
+		t.Fatal("bytes differ after failover")
+	}
+	if e.Stats().Failovers != 1 {
+		t.Fatalf("stats failovers %d", e.Stats().Failovers)
 	}
 }
