@@ -57,6 +57,8 @@ type group struct {
 	outstanding   int // ops handed to the ring and not completed
 	lastSubmitted int // highest request index consumed by the kernel, or -1
 	final         *Report
+
+	inline groupInline // storage of a one-request group (groupinline.go)
 }
 
 type hostRange struct {
@@ -116,9 +118,9 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
-	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent,
-		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)),
-		fileLo: ^uint64(0), lastSubmitted: -1}
+	g := newGroup(len(reqs))
+	g.b, g.op, g.seg, g.ent = b, op, seg, ent
+	g.deadline, g.fileLo, g.lastSubmitted = time.Now().Add(timeout), ^uint64(0), -1
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
@@ -365,7 +367,8 @@ func (g *group) finishLocked(drained bool) {
 		g.release()
 	}
 	r := g.reportLocked()
-	g.final = &r
+	g.inline.final = r
+	g.final = &g.inline.final
 	if b.mu.onDone != nil {
 		b.mu.notify = append(b.mu.notify, r)
 	}

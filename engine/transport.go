@@ -121,4 +121,7 @@ type FileStats struct {
 	FileRegs     uint64 `json:"file_registrations"`
 	BytesRead    uint64 `json:"bytes_read"`
 	BytesWritten uint64 `json:"bytes_written"`
+	// SubmitCalls counts the submitting system calls (io_uring_enter):
+	// sqes_submitted / submit_calls is the SQEs each call carried.
+	SubmitCalls uint64 `json:"submit_calls"`
 }

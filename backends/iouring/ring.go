@@ -217,6 +217,7 @@ func (r *ring) Submit() (int, error) {
 		return 0, nil
 	}
 	got, err := r.r.Submit()
+	r.t.st.enters.Add(1)
 	n := int(got)
 	if r.sqpoll && err == nil {
 		// With SQPOLL, Submit reports the entries the kernel thread has
