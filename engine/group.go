@@ -254,7 +254,8 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 	} else {
 		buf = Buffer{} // fixed buffers only pay off with the direct fd
 	}
-	g.ops[i] = FileOp{Write: g.op == OpWrite, File: file, Offset: r.TargetOffset, Iov: iov, Buf: buf}
+	g.ops[i] = FileOp{Write: g.op == OpWrite, File: file, Offset: r.TargetOffset, Iov: iov, Buf: buf,
+		Offload: offload(file == g.ent.buffered, extent)}
 	return nil
 }
 
