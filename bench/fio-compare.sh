@@ -10,7 +10,8 @@
 # usage: bench/fio-compare.sh [-n ROUNDS] [-t SECONDS] [-f FILE] [-s BYTES]
 #                             [-q QD] [-j JOBS] [-B] [-o OUTDIR] [WORKLOAD...]
 #   WORKLOAD  seqread (1 MiB sequential read), seqwrite (1 MiB sequential
-#             write), randread (4 KiB random read); default: all three.
+#             write), randread (4 KiB random read), seqread4m (4 MiB
+#             sequential read); default: the first three.
 #             All run O_DIRECT (unless -B) at queue depth QD.
 #   -n        rounds per workload (default 5; each round runs all three)
 #   -t        seconds per run (default 10)
@@ -77,7 +78,8 @@ spec() {
 	seqread) echo "read seq 1MiB read 1M" ;;
 	seqwrite) echo "write seq 1MiB write 1M" ;;
 	randread) echo "read rand 4KiB randread 4k" ;;
-	*) echo "fio-compare.sh: unknown workload $1 (want seqread, seqwrite, randread)" >&2; exit 2 ;;
+	seqread4m) echo "read seq 4MiB read 4M" ;;
+	*) echo "fio-compare.sh: unknown workload $1 (want seqread, seqwrite, randread, seqread4m)" >&2; exit 2 ;;
 	esac
 }
 
