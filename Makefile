@@ -46,6 +46,7 @@ bench-smoke: build
 	rm -f /tmp/orbitefs-bench-smoke.bin
 	./bin/orbitefs bench kvswap --dir /tmp/orbitefs-bench-smoke-kv --create --layers 2 --groups 8 --group-bytes 64KiB --batch 4 --clients 2 --write-pct 25 --runtime 200ms --json
 	rm -rf /tmp/orbitefs-bench-smoke-kv
+	if [ -e /dev/fuse ] && [ "$$(id -u)" = 0 ]; then ./bin/orbitefs bench ctl --clients 2 --runtime 200ms --json; fi
 
 run: build
 	@mkdir -p $(MOUNT)
