@@ -115,7 +115,8 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 		UID:    f.uid,
 		GID:    f.gid,
 		Logger: goLog,
-		// Entry, attribute and negative timeouts stay nil: zero.
+		// Entry, attribute and negative timeouts stay nil: zero, except
+		// where a node sets its own (cache.go).
 	}
 	srv, err := fs.Mount(abs, newRoot(f), fo)
 	if err != nil {
