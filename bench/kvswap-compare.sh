@@ -64,7 +64,7 @@ run_fio() { # clients
 }
 median() { sort -g | awk '{v[NR] = $1} END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) orbitefs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores; $dir ($(findmnt -no FSTYPE -T "$dir" 2>/dev/null || echo '?')); direct $direct; $layers layers x $groups groups x $gbytes B; batch $batch; ${runtime}s x $rounds rounds; raw JSON in $out" >&2
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) orbitefs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(nproc) cores; $dir ($(stat -f -c %T "$dir" 2>/dev/null || echo "?")); direct $direct; $layers layers x $groups groups x $gbytes B; batch $batch; ${runtime}s x $rounds rounds; raw JSON in $out" >&2
 "$orbitefs" bench kvswap --dir "$dir" --create --layers "$layers" --groups "$groups" --group-bytes "$gbytes" --batch "$batch" --runtime 100ms "${buffered[@]}" >/dev/null
 {
 printf '| clients | orbitefs GB/s | fio GB/s | orbitefs/fio | orbitefs batch p99 us | fio per-request p99 us |\n'
