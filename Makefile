@@ -44,6 +44,9 @@ bench-smoke: build
 	dd if=/dev/urandom of=/tmp/orbitefs-bench-smoke.bin bs=1M count=8 status=none
 	./bin/orbitefs bench file --file /tmp/orbitefs-bench-smoke.bin --op read --pattern rand --bs 4KiB --qd 8 --size 8MiB --runtime 200ms --json
 	rm -f /tmp/orbitefs-bench-smoke.bin
+	./bin/orbitefs bench kvswap --dir /tmp/orbitefs-bench-smoke-kv --create --layers 2 --groups 8 --group-bytes 64KiB --batch 4 --clients 2 --write-pct 25 --runtime 200ms --json
+	rm -rf /tmp/orbitefs-bench-smoke-kv
+	if [ -e /dev/fuse ] && [ "$$(id -u)" = 0 ]; then ./bin/orbitefs bench ctl --clients 2 --runtime 200ms --json; fi
 
 run: build
 	@mkdir -p $(MOUNT)

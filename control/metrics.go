@@ -80,6 +80,8 @@ var ioUringMetrics = []metric{
 	{"io_uring_file_registrations_total", "counter", "File registrations with rings.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.FileRegs) })},
 	{"io_uring_read_bytes_total", "counter", "Bytes read through io_uring.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.BytesRead) })},
 	{"io_uring_written_bytes_total", "counter", "Bytes written through io_uring.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.BytesWritten) })},
+	{"io_uring_submit_calls_total", "counter", "io_uring_enter calls that submitted entries.", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.SubmitCalls) })},
+	{"io_uring_offloaded_ops_total", "counter", "Operations run on the kernel's io-wq threads (IOSQE_ASYNC).", ioUringValue(func(f *engine.FileStats) float64 { return float64(f.OffloadedOps) })},
 }
 
 func stagingValue(f func(*engine.StagingStats) float64) func(*engine.Stats) float64 {

@@ -62,6 +62,8 @@ type group struct {
 	outstanding   int // ops handed to the ring and not completed
 	lastSubmitted int // highest request index consumed by the kernel, or -1
 	final         *Report
+
+	inline groupInline // storage of a one-request group (groupinline.go)
 }
 
 type hostRange struct {
@@ -127,9 +129,9 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
-	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent,
-		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)), policy: make([]reqPolicy, len(reqs)),
-		fileLo: ^uint64(0), lastSubmitted: -1}
+	g := newGroup(len(reqs))
+	g.b, g.op, g.seg, g.ent = b, op, seg, ent
+	g.deadline, g.fileLo, g.lastSubmitted = time.Now().Add(timeout), ^uint64(0), -1
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
@@ -266,7 +268,8 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 	} else {
 		buf = Buffer{} // fixed buffers only pay off with the direct fd
 	}
-	g.ops[i] = FileOp{Write: g.op == OpWrite, File: file, Offset: r.TargetOffset, Iov: iov, Buf: buf}
+	g.ops[i] = FileOp{Write: g.op == OpWrite, File: file, Offset: r.TargetOffset, Iov: iov, Buf: buf,
+		Offload: offload(file == g.ent.buffered, extent)}
 	return nil
 }
 
@@ -384,7 +387,8 @@ func (g *group) finishLocked(drained bool) {
 		g.release()
 	}
 	r := g.reportLocked()
-	g.final = &r
+	g.inline.final = r
+	g.final = &g.inline.final
 	if b.mu.onDone != nil {
 		b.mu.notify = append(b.mu.notify, r)
 	}

@@ -97,6 +97,11 @@ type FileOp struct {
 	Iov    []IOVec
 	Buf    Buffer // the registration holding Iov[0]; Key 0 when none
 	Token  uint64 // returned in Completion
+	// Offload asks the backend to run the op on the kernel's worker
+	// threads rather than inline in the submitting call (io_uring:
+	// IOSQE_ASYNC), so several large page-cache copies proceed on several
+	// cores at once (offload.go).
+	Offload bool
 }
 
 // Completion is one finished op: Res is bytes moved, or a negative errno.
@@ -121,4 +126,10 @@ type FileStats struct {
 	FileRegs     uint64 `json:"file_registrations"`
 	BytesRead    uint64 `json:"bytes_read"`
 	BytesWritten uint64 `json:"bytes_written"`
+	// SubmitCalls counts the submitting system calls (io_uring_enter):
+	// sqes_submitted / submit_calls is the SQEs each call carried.
+	SubmitCalls uint64 `json:"submit_calls"`
+	// OffloadedOps counts ops run on the kernel's worker threads
+	// (FileOp.Offload).
+	OffloadedOps uint64 `json:"offloaded_ops"`
 }

@@ -58,6 +58,9 @@ func (n *dir) fillAttr(a *fuse.Attr) { n.f.attr(a, modeDir, 0, n.t) }
 
 func (n *dir) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
+	if !n.IsRoot() {
+		out.SetTimeout(attrTTL) // cache.go: not the root's
+	}
 	return 0
 }
 
@@ -68,6 +71,10 @@ func (n *dir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.
 	}
 	node := c.node()
 	node.(attrFiller).fillAttr(&out.Attr)
+	out.SetAttrTimeout(attrTTL) // cache.go
+	if st, ok := n.kids.(stableNames); ok && st.stable(name) {
+		out.SetEntryTimeout(entryTTL) // cache.go
+	}
 	mode := uint32(syscall.S_IFREG)
 	if c.dir {
 		mode = syscall.S_IFDIR

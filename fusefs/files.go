@@ -38,6 +38,7 @@ func (n *ctlNode) fillAttr(a *fuse.Attr) { n.f.attr(a, n.mode, 0, n.t) }
 
 func (n *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
+	out.SetTimeout(attrTTL) // cache.go
 	return 0
 }
 
@@ -181,6 +182,7 @@ func (n *dataFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeData, n.m.Len(), n.m
 
 func (n *dataFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
+	out.SetTimeout(attrTTL) // cache.go
 	return 0
 }
 

@@ -52,6 +52,9 @@ type Options struct {
 	Logger *slog.Logger
 	// Debug logs every FUSE request (very verbose).
 	Debug bool
+	// CountRequests counts FUSE requests by opcode (Server.Requests,
+	// reqcount.go), for `orbitefs bench ctl`. It slows every request.
+	CountRequests bool
 }
 
 // Server is a mounted control filesystem.
@@ -63,6 +66,7 @@ type Server struct {
 	dev    string // "major:minor" of the mount; "" if unknown
 	log    *slog.Logger
 	done   chan struct{}
+	reqs   *requestCounter // nil unless Options.CountRequests
 }
 
 // Mount mounts the tree for svc at dir and starts serving. A stale mount
@@ -90,6 +94,12 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 	}
 	f := &fsys{svc: svc, uid: uint32(os.Geteuid()), gid: uint32(os.Getegid()), allowOther: opts.AllowOther, log: lg}
 	goLog := slog.NewLogLogger(lg.Handler(), slog.LevelWarn)
+	var fuseLog io.Writer = &slogWriter{lg}
+	var reqs *requestCounter
+	if opts.CountRequests {
+		reqs = &requestCounter{next: slogWriter{lg}}
+		fuseLog = reqs
+	}
 	fo := &fs.Options{
 		MountOptions: fuse.MountOptions{
 			FsName:            "orbitefs",
@@ -99,19 +109,21 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 			Options:           []string{"default_permissions"},
 			DirectMountStrict: direct,
 			DisableXAttrs:     true,
-			Debug:             opts.Debug,
-			Logger:            log.New(&slogWriter{lg}, "", 0),
+			Debug:             opts.Debug || opts.CountRequests,
+			Logger:            log.New(fuseLog, "", 0),
 		},
 		UID:    f.uid,
 		GID:    f.gid,
 		Logger: goLog,
-		// Entry, attribute and negative timeouts stay nil: zero.
+		// Entry, attribute and negative timeouts stay nil: zero, except
+		// where a node sets its own (cache.go).
 	}
 	srv, err := fs.Mount(abs, newRoot(f), fo)
 	if err != nil {
 		return nil, fmt.Errorf("mount %s: %w", abs, fusermountError(err))
 	}
 	s := &Server{srv: srv, dir: abs, direct: direct, log: lg, done: make(chan struct{})}
+	s.reqs = reqs
 	var st unix.Stat_t
 	if err := unix.Stat(abs, &st); err == nil {
 		s.conn = unix.Minor(st.Dev)

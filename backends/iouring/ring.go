@@ -143,6 +143,10 @@ func (r *ring) Prepare(op *engine.FileOp) error {
 		sqe.Flags |= giouring.SqeFixedFile
 		r.t.st.fixedFileOps.Add(1)
 	}
+	if op.Offload {
+		sqe.Flags |= giouring.SqeAsync
+		r.t.st.offloaded.Add(1)
+	}
 	sqe.SetData64(op.Token)
 	if op.Write {
 		r.t.st.bytesWritten.Add(n)
@@ -217,6 +221,7 @@ func (r *ring) Submit() (int, error) {
 		return 0, nil
 	}
 	got, err := r.r.Submit()
+	r.t.st.enters.Add(1)
 	n := int(got)
 	if r.sqpoll && err == nil {
 		// With SQPOLL, Submit reports the entries the kernel thread has

@@ -37,6 +37,7 @@ type Transport struct {
 
 	st struct {
 		submitted, completed, fixedOps, fixedFileOps, vectored atomic.Uint64
+		enters, offloaded                                      atomic.Uint64 // io_uring_enter calls that submit; IOSQE_ASYNC ops
 		bufRegs, fileRegs, bytesRead, bytesWritten             atomic.Uint64
 	}
 }
@@ -166,7 +167,8 @@ func (t *Transport) FileStats() engine.FileStats {
 		FixedOps: t.st.fixedOps.Load(), FixedFileOps: t.st.fixedFileOps.Load(),
 		VectoredOps: t.st.vectored.Load(), BufferRegs: t.st.bufRegs.Load(),
 		FileRegs: t.st.fileRegs.Load(), BytesRead: t.st.bytesRead.Load(),
-		BytesWritten: t.st.bytesWritten.Load(),
+		BytesWritten: t.st.bytesWritten.Load(), SubmitCalls: t.st.enters.Load(),
+		OffloadedOps: t.st.offloaded.Load(),
 	}
 	t.mu.Lock()
 	s.Rings, s.RingsIdle, s.RingsAbandon = t.mu.total, len(t.mu.idle), len(t.mu.abandoned)

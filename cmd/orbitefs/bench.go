@@ -129,12 +129,18 @@ func benchMain(args []string) int {
 	if len(args) > 0 && args[0] == "load" {
 		return loadMain(args[1:])
 	}
+	if len(args) > 0 && args[0] == "kvswap" {
+		return kvswapMain(args[1:])
+	}
+	if len(args) > 0 && args[0] == "ctl" {
+		return ctlMain(args[1:])
+	}
 	if len(args) == 0 || args[0] != "file" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
 			fmt.Fprint(os.Stdout, benchUsage)
 			return 0
 		}
-		fmt.Fprint(os.Stderr, "usage: orbitefs bench file|load [flags]  (see orbitefs bench file -h, orbitefs bench load -h)\n")
+		fmt.Fprint(os.Stderr, "usage: orbitefs bench file|load|kvswap|ctl [flags]  (see orbitefs bench file -h, load -h, kvswap -h, ctl -h)\n")
 		return 2
 	}
 	a, err := parseBenchArgs(args[1:], os.Stderr)

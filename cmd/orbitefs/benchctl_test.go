@@ -1,0 +1,38 @@
+package main
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestBenchCtlCountsFUSERequests: `bench ctl` drives real round trips
+// through its own in-process mount and through the API, and counts the
+// FUSE requests of a round trip: one RMDIR per trip, and more than the
+// five syscalls a trip makes, but at most 40 (64 before the kernel cached
+// attributes and fixed names, fusefs/cache.go), with at most 8 GETATTR
+// (25 before).
+func TestBenchCtlCountsFUSERequests(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
+		t.Skip("needs /dev/fuse and root")
+	}
+	rep, err := runCtl("", 2, 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Runs) != 4 || rep.MountAPI1 <= 0 || rep.MountAPIN <= 0 || rep.RSSIdleKiB == 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range rep.Runs {
+		if r.RoundTrips == 0 {
+			t.Fatalf("no round trips: %+v", r)
+		}
+		if r.Via == "mount" && (r.FUSERequestsPerTrip < 5 || r.FUSERequestsPerTrip > 40) {
+			t.Errorf("%+v: want 5 to 40 FUSE requests per round trip", r)
+		}
+	}
+	ops := rep.FUSEByOpOne
+	if ops["RMDIR"] == 0 || ops["OPEN"] < 4*ops["RMDIR"] || ops["GETATTR"] > 8*ops["RMDIR"] {
+		t.Errorf("FUSE requests by op %v: want one RMDIR, at least four OPENs and at most 8 GETATTRs per trip", ops)
+	}
+}
