@@ -40,7 +40,12 @@
 // Batch.mu, then Engine.mu, then segEntry.mu, then Region.mu. No lock is
 // held across a blocking wait; Batch.mu is never held across a syscall on
 // the ring. OnGroupDone hooks run with no lock held (Batch.deliverMu is
-// only tried, so a hook may Submit, Cancel or Free).
+// only tried, so a hook may Submit, Cancel or Free). The off-ring
+// executors' locks are leaves, never held while another engine lock is
+// taken: offRing.mu (resolve drops it before finishOffRing takes
+// Batch.mu), stagingPool.mu, gpuState.streamMu, and gdsState.mu (which
+// gdsRegister holds while it reads Region.mu and calls cuFile, so Stats
+// may wait for a first registration).
 //
 // # Errors
 //

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/orbitefs/orbitefs/engine"
@@ -28,6 +29,14 @@ type fakeGPU struct {
 	allocs map[uint64]*hostmem.Mapping
 	pinned int
 	copies atomic.Int64
+	// review: fail the DtoH enqueue whose ordinal equals failDtoHNth;
+	// slowCopy delays every copy; busyCopies counts copies not yet run;
+	// hang blocks copies until closed.
+	failDtoHNth atomic.Int64
+	dtohs       atomic.Int64
+	slowCopy    atomic.Int64
+	busyCopies  atomic.Int64
+	hang        chan struct{}
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -110,11 +119,28 @@ type fakeStream struct {
 }
 
 func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
-	s.work <- func() { copy(hostBytes(uintptr(dst), n), hostBytes(src, n)); s.f.copies.Add(1) }
+	s.work <- func() {
+		if s.f.hang != nil {
+			<-s.f.hang
+		}
+		copy(hostBytes(uintptr(dst), n), hostBytes(src, n))
+		s.f.copies.Add(1)
+	}
 	return nil
 }
 func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
-	s.work <- func() { copy(hostBytes(dst, n), hostBytes(uintptr(src), n)); s.f.copies.Add(1) }
+	if nth := s.f.dtohs.Add(1); nth == s.f.failDtoHNth.Load() {
+		return errors.New("fake: cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE")
+	}
+	s.f.busyCopies.Add(1)
+	s.work <- func() {
+		if d := s.f.slowCopy.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
+		copy(hostBytes(dst, n), hostBytes(uintptr(src), n))
+		s.f.copies.Add(1)
+		s.f.busyCopies.Add(-1)
+	}
 	return nil
 }
 func (s *fakeStream) Record() (engine.Event, error) {

@@ -30,7 +30,8 @@ const gdsSlice = 16 << 20
 type gdsState struct {
 	b         GDS
 	probeOnce sync.Once
-	probeErr  error
+	probeErr  error       // written once inside probeOnce
+	probed    atomic.Bool // set after probeOnce: readers without the Once see probeErr through it
 
 	mu      sync.Mutex
 	files   map[uint64]GDSFile // by the entry's direct fd key
@@ -66,7 +67,10 @@ func (e *Engine) gdsReady() error {
 	if err := e.gpuReady("", ""); err != nil {
 		return err
 	}
-	e.gds.probeOnce.Do(func() { e.gds.probeErr = e.gds.b.Probe() })
+	e.gds.probeOnce.Do(func() {
+		e.gds.probeErr = e.gds.b.Probe()
+		e.gds.probed.Store(true)
+	})
 	if e.gds.probeErr != nil {
 		return e.gds.probeErr
 	}
@@ -77,18 +81,12 @@ func (e *Engine) gdsReady() error {
 }
 
 func (e *Engine) gdsMode() string {
-	if e.gds.b == nil {
+	switch {
+	case e.gds.b == nil:
 		return "unavailable"
-	}
-	done := false
-	e.gds.mu.Lock()
-	done = e.gds.files != nil || e.gds.regs != nil
-	e.gds.mu.Unlock()
-	if !done && e.gds.probeErr == nil {
-		// Not probed by a submission yet (Stats never probes).
-		return "unprobed"
-	}
-	if e.gds.probeErr != nil {
+	case !e.gds.probed.Load():
+		return "unprobed" // Stats never probes
+	case e.gds.probeErr != nil:
 		return "unavailable"
 	}
 	return e.gds.b.Mode()
@@ -97,7 +95,7 @@ func (e *Engine) gdsMode() string {
 func (e *Engine) gdsStats() GDSStats {
 	s := GDSStats{Mode: e.gdsMode(), BufferRegistrationFailures: e.gds.regFailures.Load(),
 		Reads: e.gds.reads.Load(), Writes: e.gds.writes.Load(), Unquiesced: e.gds.unquiesced.Load()}
-	if e.gds.probeErr != nil {
+	if e.gds.probed.Load() && e.gds.probeErr != nil {
 		s.ProbeError = e.gds.probeErr.Error()
 	}
 	e.gds.mu.Lock()
@@ -121,6 +119,16 @@ func (e *Engine) gdsRegister(r *Region) error {
 	}
 	if err, ok := e.gds.regs[r.key]; ok {
 		return err
+	}
+	// Unregister marks the region closed before it deregisters (under
+	// gds.mu, which this holds): a region closed by now is never
+	// registered, and one closed after this check is deregistered by its
+	// Unregister once this returns.
+	r.mu.Lock()
+	closed := r.mu.closed
+	r.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%s was unregistered", r.name())
 	}
 	err := e.gds.b.RegisterBuffer(r.dev.Device(), r.BaseAddress(), r.Len())
 	if err != nil {

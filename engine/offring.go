@@ -26,6 +26,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -132,8 +133,16 @@ func (x *offRing) waitProducer(k int) error {
 		return nil
 	}
 	x.ready[i].Do(func() {
-		if err := x.g.producers[i].Wait(); err != nil {
+		// Polled, never past deadline + quiesce_grace: a producer that
+		// never signals must not hang the group. Nothing was touched, so
+		// nothing is retained.
+		cut := x.g.deadline.Add(x.g.b.e.cfg.QuiesceGrace.D())
+		done, err := waitEvent(x.g.producers[i], cut)
+		switch {
+		case err != nil:
 			x.readyErr[i] = unitErr(x.g, k, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
+		case !done:
+			x.readyErr[i] = unitErr(x.g, k, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
 		}
 	})
 	return x.readyErr[i]

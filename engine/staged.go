@@ -20,6 +20,13 @@
 //     given a unit.
 //   - The lane gives back its ring, chunks and streams only when every
 //     slot is free; otherwise (cutoff, uncertain copy) it keeps them.
+//   - A slot whose chunk the kernel or the GPU may still touch (an SQE
+//     left in a ring whose submit failed, a copy whose outcome is
+//     unknown) is dead: it never takes another unit.
+//   - No wait is unbounded: copies and producer events are polled against
+//     deadline + quiesce_grace, past which the lane ends unquiesced.
+//   - A lane that cannot start (no ring, no chunk) leaves its units to the
+//     other lanes; runStaged fails whatever no lane took.
 
 package engine
 
@@ -40,6 +47,7 @@ const (
 	slotFree slotState = iota
 	slotIO
 	slotCopy
+	slotDead // its chunk may still be used by the kernel or the GPU
 )
 
 type slot struct {
@@ -48,6 +56,7 @@ type slot struct {
 	state slotState
 	evs   []Event
 	got   uint64
+	short error // why a READ unit stopped short, reported after its copy
 }
 
 type lane struct {
@@ -60,7 +69,14 @@ type lane struct {
 	inIO    int
 	inCopy  int
 	clean   bool // false once the lane must keep its resources
+	// poisoned: a submit failed for good, so the ring's SQ may still hold
+	// SQEs; the lane prepares and submits nothing more on it.
+	poisoned bool
 }
+
+// errNoLane fails units that no lane could take (no ring or no staging
+// buffer for any lane).
+var errNoLane = errors.New("no staging lane could run these bytes")
 
 // stagingLanes is how many lanes one job may use.
 func (e *Engine) stagingLanes() int {
@@ -85,30 +101,39 @@ func (e *Engine) runStaged(x *offRing) {
 		x.failRest(err)
 		return
 	}
-	n := x.lanes(e.stagingLanes())
+	// More lanes than chunks would leave lanes with nothing to stage in.
+	n := x.lanes(min(e.stagingLanes(), e.cfg.StagingChunkCount))
 	per := max(1, e.cfg.StagingChunkCount/n)
 	var wg sync.WaitGroup
-	for range n {
+	errs := make([]error, n)
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.stagedLane(x, p, per)
+			errs[i] = e.stagedLane(x, p, per)
 		}()
 	}
 	wg.Wait()
+	// Units no lane took: every lane failed to start (or stopped early).
+	cause := errors.Join(errs...)
+	if cause == nil {
+		cause = errNoLane
+	}
+	x.failRest(wrap(KindOf(cause), x.g.op.String(), x.g.b.name(), fmt.Errorf("%w: %w", errNoLane, cause)))
 }
 
-func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int) {
+// stagedLane runs one lane until no unit is left. It returns why it could
+// not start (no ring, no staging buffer); its units then go to the other
+// lanes.
+func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int) error {
 	q, err := e.file.Acquire()
 	if err != nil {
-		x.failRest(wrap(KindExhausted, x.g.op.String(), x.g.b.name(), err))
-		return
+		return wrap(KindExhausted, x.g.op.String(), x.g.b.name(), err)
 	}
 	cs, err := e.getChunks(p, depth)
 	if err != nil {
 		q.Release()
-		x.failRest(err)
-		return
+		return err
 	}
 	l := &lane{e: e, x: x, q: q, streams: map[int]Stream{}, clean: true}
 	for _, c := range cs {
@@ -117,33 +142,38 @@ func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int) {
 	l.run()
 	if !l.clean {
 		q.Abandon()
-		return
+		return nil
 	}
 	q.Release()
 	e.putChunks(p, cs)
 	for dev, s := range l.streams {
 		e.putStream(dev, s)
 	}
+	return nil
 }
 
 func (l *lane) run() {
 	g := l.x.g
 	grace := l.e.cfg.QuiesceGrace.D()
 	more := true
+	cut := g.deadline.Add(grace)
 	for {
-		l.retireCopies(false)
-		if more {
+		l.retireCopies(time.Time{})
+		if more && !l.poisoned {
 			more = l.fill()
 		}
 		l.submit()
-		if l.inIO == 0 && l.inCopy == 0 && !more {
-			return
+		if l.inIO == 0 && l.inCopy == 0 && (!more || l.poisoned || !l.alive()) {
+			return // units left over go to other lanes, or runStaged fails them
 		}
 		if l.inIO == 0 {
-			l.retireCopies(true)
+			if !l.retireCopies(cut) {
+				l.cutoff(grace)
+				return
+			}
 			continue
 		}
-		left := time.Until(g.deadline.Add(grace))
+		left := time.Until(cut)
 		if left <= 0 {
 			l.cutoff(grace)
 			return
@@ -156,6 +186,16 @@ func (l *lane) run() {
 			l.e.log.Warn("staged reap failed", "batch", g.b.id, "err", err)
 		}
 	}
+}
+
+// alive reports whether some slot can still take a unit.
+func (l *lane) alive() bool {
+	for i := range l.slots {
+		if l.slots[i].state != slotDead {
+			return true
+		}
+	}
+	return false
 }
 
 // fill gives free slots new units; false when no unit is left.
@@ -181,8 +221,13 @@ func (l *lane) fill() bool {
 				continue
 			}
 			if g.op == OpWrite {
-				if err := l.stageOut(s.c, u); err != nil {
+				dead, err := l.stageOut(s.c, u)
+				if err != nil {
 					l.x.resolve(k, 0, err)
+					if dead {
+						s.state = slotDead
+						break
+					}
 					continue
 				}
 			}
@@ -210,10 +255,12 @@ func (l *lane) fileFor(c *chunk, u *unit) FileRef {
 	return ent.buffered
 }
 
-// submit hands prepared SQEs to the kernel. A persistent failure fails
-// the units that never reached it.
+// submit hands prepared SQEs to the kernel. A persistent failure
+// poisons the ring: the SQEs it did not take may still be in its SQ, so
+// their slots die (the chunks stay out of use), their units fail as never
+// submitted, and the lane only drains what the kernel took.
 func (l *lane) submit() {
-	for tries := 0; len(l.pending) > 0; tries++ {
+	for tries := 0; len(l.pending) > 0 && !l.poisoned; tries++ {
 		n, err := l.q.Submit()
 		n = min(n, len(l.pending))
 		if l.x.g.op == OpWrite {
@@ -229,19 +276,16 @@ func (l *lane) submit() {
 		if transient && tries < 3 {
 			continue
 		}
-		// The unsent SQEs stay in the ring's SQ: the ring cannot be
-		// reused, so the lane keeps it (Abandon) once the rest drains.
+		l.poisoned = true
+		l.clean = false
 		for _, i := range l.pending {
 			s := &l.slots[i]
-			u := &l.x.units[s.k]
-			l.x.resolve(s.k, 0, unitErr(l.x.g, s.k, u, KindIO, fmt.Errorf("not submitted: %w", err)))
-			s.state = slotFree
-			s.k = -1
+			k := s.k
+			s.state, s.k = slotDead, -1
 			l.inIO--
+			l.x.resolve(k, 0, unitErr(l.x.g, k, &l.x.units[k], KindIO, fmt.Errorf("not submitted: %w", err)))
 		}
 		l.pending = l.pending[:0]
-		l.clean = false
-		return
 	}
 }
 
@@ -258,9 +302,13 @@ func (l *lane) complete(c Completion) {
 		return
 	}
 	got := uint64(c.Res)
+	var short error
+	if got < u.n {
+		got, short = l.retryRest(s.c, u, got)
+	}
 	if g.op == OpWrite || got == 0 {
 		s.state, s.k = slotFree, -1
-		l.x.resolve(k, got, nil)
+		l.x.resolve(k, got, short)
 		return
 	}
 	// READ: copy the returned prefix to its destinations.
@@ -288,13 +336,57 @@ func (l *lane) complete(c Completion) {
 		l.abortCopies(s, unitErr(g, k, u, KindIO, err))
 		return
 	}
+	s.short = short
 	if len(s.evs) == 0 {
 		s.state, s.k = slotFree, -1
-		l.x.resolve(k, got, nil)
+		l.x.resolve(k, got, short)
 		return
 	}
 	s.state = slotCopy
 	l.inCopy++
+}
+
+// retryRest moves the rest of a short unit once more, synchronously, with
+// pread/pwrite on the buffered fd (as shortio.go does for the ring), so
+// the unit ends with its exact count and the real reason: end of file on
+// a read stays a short count (KindRange), an errno becomes its kind
+// (ENOSPC -> KindNoSpace).
+func (l *lane) retryRest(c *chunk, u *unit, got uint64) (uint64, error) {
+	g := l.x.g
+	fd := g.ent.buffered.FD
+	for got < u.n {
+		var n int
+		var err error
+		if g.op == OpWrite {
+			n, err = unix.Pwrite(fd, c.b[got:u.n], int64(u.off+got))
+		} else {
+			n, err = unix.Pread(fd, c.b[got:u.n], int64(u.off+got))
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			var errno unix.Errno
+			kind := KindIO
+			if errors.As(err, &errno) {
+				kind = errnoKind(errno)
+			}
+			what := "short read"
+			if g.op == OpWrite {
+				what = "short write"
+			}
+			return got, &Error{Op: g.op.String(), Name: g.seg.name(), Kind: kind,
+				Err: fmt.Errorf("requests[%d]: %s: %d of %d bytes at offset %d, the rest failed: %w", u.task, what, got, u.n, u.off, os.NewSyscallError(g.op.String(), err))}
+		}
+		if n == 0 {
+			if g.op == OpWrite {
+				return got, unitErr(g, -1, u, KindIO, errShortWrite)
+			}
+			return got, nil // end of file: a short count, KindRange
+		}
+		got += uint64(n)
+	}
+	return got, nil
 }
 
 // record puts an event behind the copies of slot s on every stream the
@@ -311,23 +403,59 @@ func (l *lane) record(s *slot) error {
 }
 
 // abortCopies handles a copy that could not be enqueued or recorded:
-// wait for what was enqueued; if even that cannot be confirmed the
-// chunk's fate is unknown and the lane keeps everything.
+// wait (bounded) for what was enqueued; if that cannot be confirmed the
+// chunk's fate is unknown: the slot dies and the lane keeps everything.
 func (l *lane) abortCopies(s *slot, err error) {
-	for _, st := range l.streams {
-		if serr := st.Sync(); serr != nil {
-			l.uncertain()
-		}
+	state := slotFree
+	if !l.drainStreams() {
+		l.uncertain()
+		state = slotDead
 	}
 	l.closeEvents(s)
 	k := s.k
-	s.state, s.k = slotFree, -1
+	s.state, s.k = state, -1
 	l.x.resolve(k, 0, err)
 }
 
-// retireCopies frees slots whose device copies completed; with block, it
-// waits for the oldest one first.
-func (l *lane) retireCopies(block bool) {
+// drainStreams waits, until deadline + quiesce_grace, for every copy the
+// lane enqueued; false when that cannot be confirmed.
+func (l *lane) drainStreams() bool {
+	cut := l.x.g.deadline.Add(l.e.cfg.QuiesceGrace.D())
+	ok := true
+	for _, st := range l.streams {
+		ev, err := st.Record()
+		if err != nil {
+			ok = false
+			continue
+		}
+		if done, err := waitEvent(ev, cut); !done || err != nil {
+			ok = false
+		}
+		ev.Close()
+	}
+	return ok
+}
+
+// waitEvent polls ev until it completes or until cut (zero: no wait at
+// all). It never blocks past cut: a copy that never completes must not
+// hang its group (the caller ends it unquiesced).
+func waitEvent(ev Event, cut time.Time) (bool, error) {
+	pause := 20 * time.Microsecond
+	for {
+		done, err := ev.Done()
+		if done || err != nil || cut.IsZero() || !time.Now().Before(cut) {
+			return done, err
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, time.Millisecond)
+	}
+}
+
+// retireCopies frees slots whose device copies completed. With a
+// nonzero cut it first waits (polling, never past cut) for the oldest
+// copy; it returns false when that copy did not complete by cut.
+func (l *lane) retireCopies(cut time.Time) bool {
+	ok := true
 	for i := range l.slots {
 		s := &l.slots[i]
 		if s.state != slotCopy {
@@ -337,12 +465,7 @@ func (l *lane) retireCopies(block bool) {
 		var err error
 		for _, ev := range s.evs {
 			var d bool
-			if block {
-				err = ev.Wait()
-				d = err == nil
-			} else {
-				d, err = ev.Done()
-			}
+			d, err = waitEvent(ev, cut)
 			if err != nil || !d {
 				done = false
 				break
@@ -350,24 +473,30 @@ func (l *lane) retireCopies(block bool) {
 		}
 		if err != nil {
 			// The copy's outcome is unknown: the destination may still
-			// change and the chunk may still be read by the GPU.
+			// change and the chunk may still be read by the GPU, so the
+			// slot never takes another unit.
 			l.uncertain()
 			k := s.k
-			s.state, s.k = slotFree, -1
+			s.state, s.k = slotDead, -1
 			l.inCopy--
 			l.x.resolve(k, 0, unitErr(l.x.g, k, &l.x.units[k], KindIO, fmt.Errorf("device copy: %w", err)))
 			continue
 		}
 		if !done {
+			if !cut.IsZero() {
+				ok = false
+			}
+			cut = time.Time{} // waited once; only poll the rest
 			continue
 		}
-		block = false
+		cut = time.Time{}
 		l.closeEvents(s)
 		k := s.k
 		s.state, s.k = slotFree, -1
 		l.inCopy--
-		l.x.resolve(k, s.got, nil)
+		l.x.resolve(k, s.got, s.short)
 	}
+	return ok
 }
 
 func (l *lane) closeEvents(s *slot) {
@@ -378,11 +507,12 @@ func (l *lane) closeEvents(s *slot) {
 }
 
 // stageOut fills chunk c with unit u's bytes for a WRITE and confirms
-// the device copies.
-func (l *lane) stageOut(c *chunk, u *unit) error {
+// the device copies before the SQE is written. A copy that cannot be
+// enqueued waits for the ones already enqueued into c; when even that
+// cannot be confirmed, c's fate is unknown (the caller's slot dies).
+func (l *lane) stageOut(c *chunk, u *unit) (dead bool, err error) {
 	g := l.x.g
-	k := -1
-	var used []Stream
+	enqueued := false
 	for _, p := range u.pieces {
 		dst := c.b[p.rel : p.rel+p.n]
 		switch p.kind {
@@ -396,18 +526,20 @@ func (l *lane) stageOut(c *chunk, u *unit) error {
 				err = st.DtoH(uintptr(c.addr()+p.rel), p.addr, p.n)
 			}
 			if err != nil {
-				return unitErr(g, k, u, KindIO, err)
+				if enqueued && !l.drainStreams() {
+					l.uncertain()
+					return true, unitErr(g, -1, u, KindIO, fmt.Errorf("device-to-host copy: %w (and earlier copies into the chunk could not be confirmed)", err))
+				}
+				return false, unitErr(g, -1, u, KindIO, err)
 			}
-			used = append(used, st)
+			enqueued = true
 		}
 	}
-	for _, st := range used {
-		if err := st.Sync(); err != nil {
-			l.uncertain()
-			return unitErr(g, k, u, KindIO, fmt.Errorf("device-to-host copy: %w", err))
-		}
+	if enqueued && !l.drainStreams() {
+		l.uncertain()
+		return true, unitErr(g, -1, u, KindIO, errors.New("device-to-host copy not confirmed by the deadline"))
 	}
-	return nil
+	return false, nil
 }
 
 // uncertain marks the lane and its job as unable to prove a drain.
@@ -425,7 +557,7 @@ func (l *lane) cutoff(grace time.Duration) {
 	g := l.x.g
 	for i := range l.slots {
 		s := &l.slots[i]
-		if s.state == slotFree {
+		if s.state == slotFree || s.state == slotDead {
 			continue
 		}
 		k := s.k
