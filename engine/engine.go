@@ -35,6 +35,10 @@ type Engine struct {
 	file     FileTransport // nil in a build without a file backend
 	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
 	gds      gdsState      // cuFile; zero when no GDS backend
+	// adm is admission (admission.go): QoS budgets and the runtime queue;
+	// defaultPolicy is what a submission without a policy resolves to.
+	adm           *admission
+	defaultPolicy *QoSPolicy
 
 	probeOnce sync.Once
 	probeErr  error
@@ -109,6 +113,8 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	}
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
+	e.adm = newAdmission(cfg)
+	e.defaultPolicy, _ = e.ResolveQoS(QoSContext{}) // blank names cannot fail
 	return e, nil
 }
 
@@ -260,11 +266,7 @@ type Stats struct {
 	Staging            *StagingStats `json:"staging,omitempty"`
 	GDS                GDSStats      `json:"gds"`
 	RuntimeQueue       QueueStats    `json:"runtime_queue"`
-}
-
-// QueueStats reports the runtime admission queue.
-type QueueStats struct {
-	Enabled bool `json:"enabled"`
+	QoS                QoSStats      `json:"qos"`
 }
 
 // Stats returns a snapshot. The file transport's part reports its probe
@@ -312,6 +314,6 @@ func (e *Engine) Stats() Stats {
 		st := p.stats()
 		s.Staging = &st
 	}
-	s.RuntimeQueue.Enabled = e.cfg.RuntimeQueue.Enabled
+	s.RuntimeQueue, s.QoS = e.adm.stats()
 	return s
 }

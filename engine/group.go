@@ -33,6 +33,7 @@ type group struct {
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
+	adm      groupAdm // admission.go; guarded by admission.mu
 
 	ops     []FileOp
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
@@ -66,7 +67,7 @@ type hostRange struct {
 }
 
 // prepare validates a submission and admits it. Nothing is queued yet.
-func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (*group, error) {
+func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *Notification, opts SubmitOptions) (*group, error) {
 	const verb = "submit"
 	if err := e.checkOpen(verb); err != nil {
 		return nil, err
@@ -90,8 +91,13 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if !seg.ent.perm.allows(op) {
 		return nil, errorf(KindPermission, verb, b.name(), "%s on %s, opened %s", op, seg.uri, seg.ent.perm)
 	}
+	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
+	}
+	pol, err := e.checkPolicy(opts.QoS)
+	if err != nil {
+		return nil, wrap(KindInvalid, verb, b.name(), err)
 	}
 	// One submission carries at most max_batch_requests descriptors: a
 	// scalar request is one, a vector one per element (padding included).
@@ -116,8 +122,12 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
+	deadline := time.Now().Add(timeout)
+	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
+		deadline = opts.Deadline // with_deadline only shortens
+	}
 	g := &group{b: b, n: len(reqs), op: op, seg: seg, ent: ent,
-		deadline: time.Now().Add(timeout), ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)),
+		deadline: deadline, ops: make([]FileOp, len(reqs)), iovs: make([]IOVec, len(reqs)), routes: make([]route, len(reqs)),
 		fileLo: ^uint64(0), lastSubmitted: -1}
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
@@ -152,6 +162,12 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	e.mu.inflightGroups++
 	e.mu.inflightBytes += g.charge
 	e.mu.Unlock()
+	// QoS and runtime queue admission (admission.go); on refusal unadmit
+	// returns the engine-wide charge just taken.
+	if err := e.adm.admit(g, pol); err != nil {
+		g.unadmit()
+		return nil, err
+	}
 	if !ent.admit() {
 		g.unadmit()
 		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", seg.uri)
@@ -311,7 +327,8 @@ func (g *group) conflicts(h *group) bool {
 func (g *group) fastPathEligible() bool {
 	e := g.b.e
 	return !g.offRing && g.n == 1 && !g.vector && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
-		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0
+		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0 &&
+		!e.adm.gates() // admission may make it wait: never on the caller
 }
 
 func (g *group) unmapScratch() {
@@ -336,6 +353,7 @@ func (g *group) unadmit() {
 	e.mu.inflightGroups--
 	e.mu.inflightBytes -= g.charge
 	e.mu.Unlock()
+	e.adm.release(g)
 	g.unmapScratch()
 }
 

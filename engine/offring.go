@@ -250,6 +250,8 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 		}
 		if !drained {
 			g.offUndrained = true
+		} else {
+			e.adm.ownerDone(g, i, transferred) // window share, bandwidth
 		}
 		g.outstanding--
 		if g.outstanding == 0 {

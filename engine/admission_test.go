@@ -1,0 +1,371 @@
+package engine_test
+
+import (
+	"bytes"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// specQoS is the spec's "JSON QoS configuration" example.
+const specQoS = `{
+  "qos": {
+    "version": 1,
+    "defaults": {"priority": "medium", "max_inflight_bytes": "64MiB", "max_inflight_requests": 128},
+    "tenants": [
+      {
+        "name": "tenant-a",
+        "defaults": {"max_inflight_bytes": "128MiB"},
+        "intents": {
+          "foreground_get": {"priority": "high"},
+          "background_prefetch": {"priority": "low", "max_inflight_requests": 16}
+        }
+      }
+    ]
+  }
+}`
+
+func mustQoS(t *testing.T, doc string) *config.QoS {
+	t.Helper()
+	q, err := config.ParseQoSJSON([]byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q
+}
+
+func resolve(t *testing.T, e *engine.Engine, tenant, intent string, prio *engine.Priority) *engine.QoSPolicy {
+	t.Helper()
+	p, err := e.ResolveQoS(engine.QoSContext{Tenant: tenant, Intent: intent, Priority: prio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestQoSResolveSpecExample(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) { c.QoS = mustQoS(t, specQoS) })
+	low := config.PriorityLow
+	p := resolve(t, e, " Tenant-A ", "FOREGROUND_GET", &low)
+	if p.Priority() != config.PriorityHigh || p.Matched() != "tenant-a/foreground_get" {
+		t.Fatalf("tenant-a/foreground_get requested low: got %v via %q, want high via tenant-a/foreground_get", p.Priority(), p.Matched())
+	}
+	f := p.Explain().Contract
+	if *f.MaxInflightBytes != 128<<20 || *f.MaxInflightRequests != 128 {
+		t.Fatalf("foreground_get caps: bytes %d requests %d, want 128MiB (tenant) and 128 (global)", *f.MaxInflightBytes, *f.MaxInflightRequests)
+	}
+	bg := resolve(t, e, "tenant-a", "background_prefetch", nil).Explain().Contract
+	if *bg.MaxInflightRequests != 16 || *bg.MaxInflightBytes != 128<<20 || *bg.Priority != "low" {
+		t.Fatalf("background_prefetch: %+v", bg)
+	}
+	if p := resolve(t, e, "tenant-a", "unknown", nil); p.Matched() != "tenant-a" || p.Priority() != config.PriorityMedium {
+		t.Fatalf("unknown intent resolved to %q %v, want the tenant default at medium", p.Matched(), p.Priority())
+	}
+	for _, who := range []string{"", "  ", "nobody"} {
+		if p := resolve(t, e, who, "", nil); p.Matched() != "default" {
+			t.Fatalf("tenant %q resolved to %q, want default", who, p.Matched())
+		}
+	}
+	if n := len(e.QoSContracts()); n != 4 {
+		t.Fatalf("%d contracts, want 4 (default, tenant-a, two intents)", n)
+	}
+	other := newEngine(t, func(c *config.Engine) { c.QoS = mustQoS(t, specQoS) })
+	b, _ := other.AllocateBatch(1)
+	defer b.Free()
+	seg, reg := smallTarget(t, other, 4096)
+	_, err := b.SubmitWith(engine.OpRead, seg, []engine.Request{{Address: reg.BaseAddress(), Length: 4096}}, nil, engine.SubmitOptions{QoS: p})
+	wantKind(t, err, engine.KindInvalid)
+	if !errors.Is(err, engine.ErrForeignQoS) || b.TaskCount() != 0 {
+		t.Fatalf("foreign policy: %v (tasks %d), want ErrForeignQoS and no task", err, b.TaskCount())
+	}
+}
+
+func TestQoSDelayRequiresRuntimeQueue(t *testing.T) {
+	cfg := config.DefaultEngine()
+	cfg.QoS = mustQoS(t, `{"qos":{"defaults":{"max_inflight_bytes":"64MiB","allowed_degraded_actions":["delay","reject"]}}}`)
+	_, err := engine.New(cfg)
+	wantKind(t, err, engine.KindInvalid)
+	cfg.RuntimeQueue.Enabled = true
+	e, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close(time.Second)
+}
+
+// smallTarget is a file of n random bytes on tmpfs or the temp dir, and a
+// region of the same size.
+func smallTarget(t *testing.T, e *engine.Engine, n int) (*engine.Segment, *engine.Region) {
+	t.Helper()
+	needIOUring(t)
+	path, _ := randomFile(t, t.TempDir(), "f", n)
+	return openSeg(t, e, path, engine.PermReadWrite), register(t, e, uint64(n))
+}
+
+func read4k(reg *engine.Region, off uint64) []engine.Request {
+	return []engine.Request{{Address: reg.BaseAddress() + off, TargetOffset: off, Length: 4096}}
+}
+
+func waitState(t *testing.T, b *engine.Batch) engine.State {
+	t.Helper()
+	b.Seal()
+	st, err := b.Wait(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// A reject-mode contract refuses a group over its cap at submit, before
+// any charge; once the held group completes the same submission passes.
+func TestQoSRejectOverCap(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[{"name":"a","defaults":{"max_inflight_bytes":"8KiB"}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	pol := resolve(t, e, "a", "", nil)
+	release := e.HoldWindowForTest(64, 0) // nothing dispatches: A stays charged
+	a, _ := e.AllocateBatch(4)
+	if _, err := a.SubmitWith(engine.OpRead, seg, []engine.Request{read4k(reg, 0)[0], read4k(reg, 4096)[0]}, nil, engine.SubmitOptions{QoS: pol}); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.AllocateBatch(4)
+	before := e.Stats().GroupsRejected
+	_, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 8192), nil, engine.SubmitOptions{QoS: pol})
+	wantKind(t, err, engine.KindExhausted)
+	if b.TaskCount() != 0 || e.Stats().GroupsRejected != before+1 || e.Stats().QoS.Rejected != 1 {
+		t.Fatalf("rejected group: tasks %d, stats %+v", b.TaskCount(), e.Stats().QoS)
+	}
+	if u := e.QoSUsage()[1]; u.Bytes != 8192 || u.Owners != 2 {
+		t.Fatalf("usage of a: %+v, want 2 owners, 8192 bytes (the rejected group charged nothing)", u)
+	}
+	// Another tenant (the default contract, uncapped) is not affected.
+	if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 8192), nil, engine.SubmitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if st := waitState(t, a); st != engine.StateCompleted {
+		t.Fatalf("a: %v", st)
+	}
+	if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 12288), nil, engine.SubmitOptions{QoS: pol}); err != nil {
+		t.Fatalf("after capacity freed: %v", err)
+	}
+	if st := waitState(t, b); st != engine.StateCompleted {
+		t.Fatalf("b: %v", st)
+	}
+	a.Free()
+	b.Free()
+	if u := e.QoSUsage()[1]; u.Bytes != 0 || u.Owners != 0 {
+		t.Fatalf("usage after drain: %+v", u)
+	}
+}
+
+// Delay mode: a group over its contract's cap waits at its batch head,
+// holding up its successors in that batch while another batch proceeds;
+// it completes once capacity frees, and never waits past its deadline.
+func TestQoSDelayBlockedHeadIndependentBatches(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[{"name":"slow","defaults":{"max_inflight_requests":1,"allowed_degraded_actions":["delay"]}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 32<<10)
+	slow := resolve(t, e, "slow", "", nil)
+	release := e.HoldQoSForTest(slow, 1, 0)
+	b1, _ := e.AllocateBatch(8)
+	if _, err := b1.SubmitWith(engine.OpRead, seg, read4k(reg, 0), nil, engine.SubmitOptions{QoS: slow}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b1.SubmitWith(engine.OpRead, seg, read4k(reg, 4096), nil, engine.SubmitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b2, _ := e.AllocateBatch(8)
+	if _, err := b2.SubmitWith(engine.OpRead, seg, read4k(reg, 8192), nil, engine.SubmitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, b2); st != engine.StateCompleted {
+		t.Fatalf("independent batch: %v", st)
+	}
+	waitFor(t, "the slow head to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	for i := 0; i < 2; i++ {
+		if ts, _ := b1.TaskStatus(i); ts.State != engine.TaskPending {
+			t.Fatalf("b1 task %d is %v while its head waits, want pending", i, ts.State)
+		}
+	}
+	// A waiter with a short deadline fails at it, charging nothing.
+	b3, _ := e.AllocateBatch(1)
+	if _, err := b3.SubmitWith(engine.OpRead, seg, read4k(reg, 12288), nil, engine.SubmitOptions{QoS: slow, Timeout: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, b3); st != engine.StateFailed {
+		t.Fatalf("short deadline: %v", st)
+	}
+	if ts, _ := b3.TaskStatus(0); engine.KindOf(ts.Err) != engine.KindTimeout {
+		t.Fatalf("short deadline task: %v", ts.Err)
+	}
+	release()
+	if st := waitState(t, b1); st != engine.StateCompleted {
+		t.Fatalf("b1 after capacity freed: %v", st)
+	}
+	if s := e.Stats(); s.QoS.Delayed < 1 || s.RuntimeQueue.Waiting != 0 {
+		t.Fatalf("stats: %+v %+v", s.QoS, s.RuntimeQueue)
+	}
+	for _, b := range []*engine.Batch{b1, b2, b3} {
+		b.Free()
+	}
+	if u := e.QoSUsage()[1]; u.Owners != 0 {
+		t.Fatalf("usage after drain: %+v", u)
+	}
+}
+
+// With a window of one owner, the order in which waiting batches get it
+// is admission order (FIFO) or earliest deadline first (EDF).
+func TestRuntimeQueueFIFOvsEDF(t *testing.T) {
+	for _, edf := range []bool{false, true} {
+		name := "fifo"
+		if edf {
+			name = "edf"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, func(c *config.Engine) {
+				c.RuntimeQueue.Enabled = true
+				c.RuntimeQueue.MaxDispatchOwners = 1
+				c.RuntimeQueue.DeadlineAware = edf
+			})
+			seg, reg := smallTarget(t, e, 16<<10)
+			var mu sync.Mutex
+			var order []uint64
+			e.OnGrantForTest(func(id uint64, _ int) { mu.Lock(); order = append(order, id); mu.Unlock() })
+			release := e.HoldWindowForTest(1, 0)
+			timeouts := []time.Duration{30 * time.Second, 10 * time.Second, 20 * time.Second}
+			var bs []*engine.Batch
+			for i, to := range timeouts {
+				b, _ := e.AllocateBatch(1)
+				if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, uint64(i)*4096), nil, engine.SubmitOptions{Timeout: to}); err != nil {
+					t.Fatal(err)
+				}
+				bs = append(bs, b)
+			}
+			waitFor(t, "three waiters", func() bool { return e.Stats().RuntimeQueue.Waiting == 3 })
+			release()
+			for _, b := range bs {
+				if st := waitState(t, b); st != engine.StateCompleted {
+					t.Fatalf("batch %d: %v", b.ID(), st)
+				}
+				b.Free()
+			}
+			want := []uint64{bs[0].ID(), bs[1].ID(), bs[2].ID()}
+			if edf {
+				want = []uint64{bs[1].ID(), bs[2].ID(), bs[0].ID()}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(order) != 3 || order[0] != want[0] || order[1] != want[1] || order[2] != want[2] {
+				t.Fatalf("dispatch order %v, want %v", order, want)
+			}
+		})
+	}
+}
+
+// Many batches of many owners against a small window: the window's peak
+// never exceeds its limits, and every byte arrives.
+func TestRuntimeQueueWindowLimits(t *testing.T) {
+	const owners, winBytes = 3, 48 << 10
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners = owners
+		c.RuntimeQueue.MaxDispatchBytes = winBytes
+	})
+	needIOUring(t)
+	const n, per, size = 6, 16, 16 << 10
+	path, want := randomFile(t, t.TempDir(), "f", n*per*size)
+	seg := openSeg(t, e, path, engine.PermRead)
+	reg := register(t, e, uint64(len(want)))
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for k := 0; k < n; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			reqs := make([]engine.Request, per)
+			for i := range reqs {
+				off := uint64((k*per + i) * size)
+				reqs[i] = engine.Request{Address: reg.BaseAddress() + off, TargetOffset: off, Length: size}
+			}
+			if _, err := e.SubmitAndWait(engine.OpRead, seg, reqs, 20*time.Second); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(regionBytes(t, reg), want) {
+		t.Fatal("bytes differ")
+	}
+	q := e.Stats().RuntimeQueue
+	if q.PeakDispatchOwners > owners || q.PeakDispatchBytes > winBytes || q.Granted != n*per {
+		t.Fatalf("window: %+v, want peaks <= %d owners, %d bytes and %d grants", q, owners, winBytes, n*per)
+	}
+	if q.DispatchOwners != 0 || q.OutstandingOwners != 0 || q.OutstandingBytes != 0 {
+		t.Fatalf("charges left after drain: %+v", q)
+	}
+	// An owner larger than the window fails before any task is published.
+	b, _ := e.AllocateBatch(1)
+	defer b.Free()
+	_, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: reg.BaseAddress(), Length: winBytes + 4096}}, nil, 0)
+	wantKind(t, err, engine.KindExhausted)
+	if b.TaskCount() != 0 {
+		t.Fatalf("%d tasks published", b.TaskCount())
+	}
+}
+
+// With EDF and a positive mlu_local_threshold, an owner whose predicted
+// time (measured rate) over its remaining time reaches the threshold is
+// dropped with ErrDeadlineInfeasible; with no rate yet it runs.
+func TestRuntimeQueueDeadlineInfeasible(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.DeadlineAware = true
+		c.RuntimeQueue.MLULocalThreshold = 1e-9 // any known rate and a finite deadline
+		c.IOUring.DirectIO = false
+	})
+	needIOUring(t)
+	const size = 8 << 20
+	path, _ := randomFile(t, t.TempDir(), "f", size)
+	seg := openSeg(t, e, path, engine.PermRead)
+	reg := register(t, e, size)
+	reqs := func() []engine.Request {
+		var r []engine.Request
+		for off := uint64(0); off < size; off += 1 << 20 {
+			r = append(r, engine.Request{Address: reg.BaseAddress() + off, TargetOffset: off, Length: 1 << 20})
+		}
+		return r
+	}
+	// Unknown rate: everything runs, and the runs measure the rate.
+	for tries := 0; ; tries++ {
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, reqs(), 20*time.Second); err != nil {
+			t.Fatalf("with no estimate yet: %v", err)
+		}
+		bw := e.Stats().RuntimeQueue.Bandwidth
+		if len(bw) == 1 && bw[0].BytesPerSecond > 0 && bw[0].Path == "file_dram" {
+			break
+		}
+		if tries == 100 {
+			t.Fatalf("no bandwidth estimate after %d transfers: %+v", tries, bw)
+		}
+	}
+	rep, err := e.SubmitAndWait(engine.OpRead, seg, reqs()[:2], 20*time.Second)
+	if !errors.Is(err, engine.ErrDeadlineInfeasible) || engine.KindOf(err) != engine.KindTimeout || rep.CompletedRequests != 0 {
+		t.Fatalf("infeasible: %v (report %+v)", err, rep)
+	}
+	if d := e.Stats().RuntimeQueue.DeadlineInfeasibleDrops; d != 2 {
+		t.Fatalf("drops %d, want 2", d)
+	}
+}
