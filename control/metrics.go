@@ -52,7 +52,6 @@ var engineMetrics = []metric{
 	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
 	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},
-	{"runtime_queue_enabled", "gauge", "1 when the runtime admission queue is enabled.", func(s *engine.Stats) float64 { return b2f(s.RuntimeQueue.Enabled) }},
 }
 
 func ioUringValue(f func(*engine.FileStats) float64) func(*engine.Stats) float64 {
@@ -131,6 +130,7 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 			write(m.name, m.typ, m.help, "", m.value(&st))
 		}
 	}
+	renderAdmission(&st, write) // qos.go
 	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
 	for _, m := range gdsMetrics {
 		write(m.name, m.typ, m.help, "", m.value(&st))

@@ -25,6 +25,10 @@ const (
 	inoCtl
 	inoBatches
 	inoClone
+	inoQoS // qos.go
+	inoQoSContracts
+	inoQoSUsage
+	inoQoSResolve
 )
 
 const (
