@@ -196,9 +196,10 @@ func TestQoSDelayBlockedHeadIndependentBatches(t *testing.T) {
 			t.Fatalf("b1 task %d is %v while its head waits, want pending", i, ts.State)
 		}
 	}
-	// A waiter with a short deadline fails at it, charging nothing.
+	// A waiter whose deadline (shortened by Deadline) passes fails at it,
+	// charging nothing.
 	b3, _ := e.AllocateBatch(1)
-	if _, err := b3.SubmitWith(engine.OpRead, seg, read4k(reg, 12288), nil, engine.SubmitOptions{QoS: slow, Timeout: 50 * time.Millisecond}); err != nil {
+	if _, err := b3.SubmitWith(engine.OpRead, seg, read4k(reg, 12288), nil, engine.SubmitOptions{QoS: slow, Timeout: time.Minute, Deadline: time.Now().Add(50 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
 	if st := waitState(t, b3); st != engine.StateFailed {
@@ -368,4 +369,98 @@ func TestRuntimeQueueDeadlineInfeasible(t *testing.T) {
 	if d := e.Stats().RuntimeQueue.DeadlineInfeasibleDrops; d != 2 {
 		t.Fatalf("drops %d, want 2", d)
 	}
+}
+
+// Priority and promotion_slack order waiters ahead of admission order.
+func TestRuntimeQueuePriorityAndPromotion(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		slack time.Duration
+		prio  []config.Priority
+		tos   []time.Duration
+		want  []int
+	}{
+		{"priority", 0, []config.Priority{config.PriorityLow, config.PriorityMedium, config.PriorityHigh}, []time.Duration{30 * time.Second, 30 * time.Second, 30 * time.Second}, []int{2, 1, 0}},
+		{"promotion", 10 * time.Second, []config.Priority{config.PriorityHigh, config.PriorityLow, config.PriorityLow}, []time.Duration{30 * time.Second, 8 * time.Second, 5 * time.Second}, []int{2, 1, 0}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, func(cfg *config.Engine) {
+				cfg.RuntimeQueue.Enabled = true
+				cfg.RuntimeQueue.MaxDispatchOwners = 1
+				cfg.RuntimeQueue.PromotionSlack = config.Duration(c.slack)
+			})
+			seg, reg := smallTarget(t, e, 16<<10)
+			var mu sync.Mutex
+			var order []uint64
+			e.OnGrantForTest(func(id uint64, _ int) { mu.Lock(); order = append(order, id); mu.Unlock() })
+			release := e.HoldWindowForTest(1, 0)
+			var bs []*engine.Batch
+			for i := range c.prio {
+				b, _ := e.AllocateBatch(1)
+				pol := resolve(t, e, "", "", &c.prio[i])
+				if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, uint64(i)*4096), nil, engine.SubmitOptions{Timeout: c.tos[i], QoS: pol}); err != nil {
+					t.Fatal(err)
+				}
+				bs = append(bs, b)
+			}
+			waitFor(t, "three waiters", func() bool { return e.Stats().RuntimeQueue.Waiting == 3 })
+			release()
+			for _, b := range bs {
+				if st := waitState(t, b); st != engine.StateCompleted {
+					t.Fatalf("batch %d: %v", b.ID(), st)
+				}
+				b.Free()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for k, i := range c.want {
+				if order[k] != bs[i].ID() {
+					t.Fatalf("dispatch order %v, want batches %d, %d, %d", order, bs[c.want[0]].ID(), bs[c.want[1]].ID(), bs[c.want[2]].ID())
+				}
+			}
+		})
+	}
+}
+
+// When some contract delays, a reject-only contract charges at the batch
+// head; if it filled after the submission was accepted, the submission
+// fails there, before any I/O, and its batch goes on.
+func TestQoSRejectOnlyFillsAfterEnqueue(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[
+			{"name":"d","defaults":{"max_inflight_requests":1,"allowed_degraded_actions":["delay"]}},
+			{"name":"r","defaults":{"max_inflight_requests":1}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	d, r := resolve(t, e, "d", "", nil), resolve(t, e, "r", "", nil)
+	releaseD := e.HoldQoSForTest(d, 1, 0)
+	b, _ := e.AllocateBatch(4)
+	if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 0), nil, engine.SubmitOptions{QoS: d}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 4096), nil, engine.SubmitOptions{QoS: r}); err != nil {
+		t.Fatal(err) // r is free now
+	}
+	if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 8192), nil, engine.SubmitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	releaseR := e.HoldQoSForTest(r, 1, 0) // r fills after enqueue
+	defer releaseR()
+	waitFor(t, "the d head to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	releaseD()
+	if st := waitState(t, b); st != engine.StateFailed {
+		t.Fatalf("batch: %v", st)
+	}
+	ts := b.TaskStatuses()
+	if ts[0].State != engine.TaskCompleted || ts[1].State != engine.TaskFailed || ts[2].State != engine.TaskCompleted {
+		t.Fatalf("tasks %v %v %v, want completed, failed, completed", ts[0].State, ts[1].State, ts[2].State)
+	}
+	if engine.KindOf(ts[1].Err) != engine.KindExhausted || ts[1].RemoteEffect != engine.EffectNone || ts[1].Transferred != 0 {
+		t.Fatalf("task 1: %v (effect %v, %d bytes)", ts[1].Err, ts[1].RemoteEffect, ts[1].Transferred)
+	}
+	if s := e.Stats().QoS; s.DispatchRejected != 1 {
+		t.Fatalf("qos stats %+v", s)
+	}
+	b.Free()
 }

@@ -246,9 +246,27 @@ func (w *worker) fill() bool {
 		w.releaseQueue()
 		return false
 	}
+	// A worker that waits for admission with nothing on its ring gives
+	// the ring back while it sleeps, so waiting batches can never hold
+	// every ring of the pool from the batch that is next in order.
+	idleWait := w.admWait && len(w.toPrepare) == 0 && len(w.pending) == 0 && !w.ringLiveLocked()
 	b.mu.Unlock()
 	w.prepareChosen()
+	if idleWait && !w.tainted.Load() {
+		w.releaseQueue()
+	}
 	return true
+}
+
+// ringLiveLocked reports whether ops of this batch are on the ring.
+// REQUIRES: b.mu.
+func (w *worker) ringLiveLocked() bool {
+	for _, g := range w.b.mu.inflight {
+		if !g.offRing && g.outstanding > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // prepareChosen writes the ops fillLocked chose to the ring. SQEs are
