@@ -464,3 +464,34 @@ func TestQoSRejectOnlyFillsAfterEnqueue(t *testing.T) {
 	}
 	b.Free()
 }
+
+// Cancelling a group that waits for a window share ends it and returns
+// its charges, with progress_fallback_interval 0 (wake-ups only): cancel
+// wakes the sleeping worker.
+func TestRuntimeQueueCancelWakesWaiter(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners = 1
+		c.ProgressFallbackInterval = 0
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	release := e.HoldWindowForTest(1, 0)
+	defer release()
+	b, _ := e.AllocateBatch(2)
+	if _, err := b.SubmitWith(engine.OpRead, seg, append(read4k(reg, 0), read4k(reg, 4096)...), nil, engine.SubmitOptions{Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the owner to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	if err := b.CancelAll(); err != nil {
+		t.Fatal(err)
+	}
+	b.Seal()
+	st, err := b.Wait(5 * time.Second)
+	if err != nil || st != engine.StateCancelled {
+		t.Fatalf("after cancel: %v %v, want cancelled at once", st, err)
+	}
+	if q := e.Stats().RuntimeQueue; q.Waiting != 0 || q.OutstandingOwners != 0 {
+		t.Fatalf("queue after cancel: %+v", q)
+	}
+	b.Free()
+}

@@ -541,7 +541,16 @@ func (b *Batch) Cancel(i int) error {
 	}
 	b.cancelTaskLocked(i)
 	b.changedLocked()
+	b.pokeLocked()
 	return nil
+}
+
+// pokeLocked wakes a worker that may sleep waiting for admission, so a
+// cancelled task of a dispatched group is skipped now. REQUIRES: b.mu.
+func (b *Batch) pokeLocked() {
+	if b.mu.w != nil {
+		b.mu.w.poke()
+	}
 }
 
 // CancelAll cancels every task that has not started.
@@ -558,6 +567,7 @@ func (b *Batch) CancelAll() error {
 		}
 	}
 	b.changedLocked()
+	b.pokeLocked()
 	return nil
 }
 

@@ -518,7 +518,12 @@ func (w *worker) reap(wait time.Duration) {
 	b.mu.Unlock()
 	if admWait {
 		// Capacity freed by another batch cannot interrupt a ring wait:
-		// poll the ring, and sleep on wake when it has nothing live.
+		// poll the ring, and sleep on wake when it has nothing live. The
+		// spec's progress_fallback_interval bounds the sleep while the
+		// runtime queue owns work (0: wake-ups only).
+		if fb := e.cfg.ProgressFallbackInterval.D(); fb > 0 {
+			wait = min(wait, fb)
+		}
 		if !admUntil.IsZero() {
 			wait = min(wait, max(time.Until(admUntil), 0)+time.Millisecond)
 		}
