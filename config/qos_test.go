@@ -161,3 +161,25 @@ func TestQoSConfigForms(t *testing.T) {
 		t.Errorf("bad qos_json: %v", err)
 	}
 }
+
+// FuzzParseQoSJSON: any input either fails with ErrInvalidQoS or yields
+// a disabled (nil) or valid set, never a panic.
+func FuzzParseQoSJSON(f *testing.F) {
+	f.Add([]byte(specQoSDoc))
+	f.Add([]byte(`{"qos":{"defaults":{"allowed_degraded_actions":["delay"]}}}`))
+	f.Add([]byte(`{"qos":{"tenants":[{"name":"A","intents":{"x":{"priority":0}}}]}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q, err := ParseQoSJSON(b)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidQoS) {
+				t.Fatalf("error %v does not wrap ErrInvalidQoS", err)
+			}
+			return
+		}
+		if q != nil {
+			if err := q.Validate(); err != nil {
+				t.Fatalf("parsed set fails Validate: %v", err)
+			}
+		}
+	})
+}
