@@ -495,3 +495,63 @@ func TestRuntimeQueueCancelWakesWaiter(t *testing.T) {
 	}
 	b.Free()
 }
+
+// Device-memory groups (staged GPU path, over the test-only GPU) take the
+// window whole at their batch head and return each owner's share as it
+// completes; the staged path gets its own bandwidth estimate.
+func TestRuntimeQueueStagedGPU(t *testing.T) {
+	const owners, winBytes = 4, 1 << 20
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners = owners
+		c.RuntimeQueue.MaxDispatchBytes = winBytes
+	})
+	path, orig := randomFile(t, t.TempDir(), "src", 4<<20)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 4<<20)
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for k := 0; k < 4; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var reqs []engine.Request
+			for i := 0; i < owners; i++ {
+				off := uint64(k<<20 + i<<18)
+				reqs = append(reqs, engine.Request{Address: d.BaseAddress() + off, TargetOffset: off, Length: 1 << 18})
+			}
+			if _, err := e.SubmitAndWait(engine.OpRead, src, reqs, 20*time.Second); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(orig))
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, orig) {
+		t.Fatal("device bytes differ from the file")
+	}
+	q := e.Stats().RuntimeQueue
+	if q.PeakDispatchOwners > owners || q.PeakDispatchBytes > winBytes || q.DispatchOwners != 0 || q.Granted != 16 {
+		t.Fatalf("window %+v", q)
+	}
+	if len(q.Bandwidth) != 1 || q.Bandwidth[0].Path != "staged_gpu" || q.Bandwidth[0].InflightBytes != 0 {
+		t.Fatalf("bandwidth %+v", q.Bandwidth)
+	}
+	// A device group larger than the window fails at submit.
+	b, _ := e.AllocateBatch(8)
+	defer b.Free()
+	var big []engine.Request
+	for i := 0; i < owners+1; i++ {
+		big = append(big, engine.Request{Address: d.BaseAddress() + uint64(i)<<12, TargetOffset: uint64(i) << 12, Length: 4096})
+	}
+	_, err := b.Submit(engine.OpRead, src, big, nil, 0)
+	wantKind(t, err, engine.KindExhausted)
+}
