@@ -10,7 +10,8 @@
 //     group holds (the kernel may still complete through them); it
 //     reports ErrUnquiesced instead.
 //   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
-//     then segEntry.mu, then Region.mu. No lock is held across a blocking
+//     then segEntry.mu, then Region.mu. admission.mu (admission.go) comes
+//     after Batch.mu and is never held with Engine.mu. No lock is held across a blocking
 //     wait; Batch.deliverMu is only ever tried (TryLock).
 
 package engine
