@@ -12,6 +12,9 @@
 //     capped contract charges here instead, all of the group at once, or
 //     not at all: a delay contract waits (never past the deadline), a
 //     reject-only one fails the group at dispatch, before any I/O.
+//     A group under a delay contract also takes its engine-wide
+//     max_inflight_bytes charge here (together with its contract's), so
+//     it waits for that budget too instead of failing at submit.
 //   - each owner's dispatch (ownerGate, worker): one dispatch window share
 //     (1 owner, its bytes); an owner that does not fit waits, and so does
 //     everything behind it in its batch (a later group only starts after
@@ -73,6 +76,10 @@ type groupAdm struct {
 	win     []uint64 // per request: window bytes held (0: none)
 	wait    waitKind // what it waits for, when it is a waiter
 	w       *worker  // the worker to poke when it may go on
+	// bytesDeferred: the engine-wide max_inflight_bytes charge is taken
+	// at the batch head (a delay contract), bytesHeld once it is. Set
+	// before the group is shared, or under Batch.mu and Engine.mu.
+	bytesDeferred, bytesHeld bool
 }
 
 type admission struct {
@@ -105,6 +112,13 @@ func newAdmission(cfg config.Engine) *admission {
 // active reports whether admission does anything at all; when not, the
 // submit and release paths take no lock (the 4 KiB IOPS path).
 func (a *admission) active() bool { return a.rq.Enabled || a.qos != nil }
+
+// defersBytes reports whether a group under pol takes its engine-wide
+// max_inflight_bytes charge at its batch head, waiting for it, instead of
+// failing at submit: its contract delays (which needs the runtime queue).
+func (a *admission) defersBytes(pol *QoSPolicy) bool {
+	return a.rq.Enabled && a.qos != nil && pol != nil && pol.slot >= 0 && a.qos.contracts[pol.slot].delay
+}
 
 // gates reports whether dispatch may wait for admission (so a group
 // must not run on the submitting caller's fast path).
@@ -255,7 +269,9 @@ func (a *admission) release(g *group) {
 		}
 	}
 	a.unwait(g)
-	if freed {
+	if freed || len(a.waiters) > 0 {
+		// Engine-wide bytes this group returned (unadmit) may be what a
+		// waiter needs.
 		a.wakeLocked()
 	}
 	a.mu.Unlock()
@@ -292,7 +308,7 @@ func (a *admission) usage(slot int) Usage {
 	defer a.mu.Unlock()
 	u := a.slots[slot]
 	for _, h := range a.waiters {
-		if h.adm.wait == waitSlot && h.adm.pol.slot == slot {
+		if h.adm.wait != waitWindow && h.adm.pol.slot == slot {
 			u.Waiting++
 		}
 	}

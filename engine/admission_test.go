@@ -555,3 +555,59 @@ func TestRuntimeQueueStagedGPU(t *testing.T) {
 	_, err := b.Submit(engine.OpRead, src, big, nil, 0)
 	wantKind(t, err, engine.KindExhausted)
 }
+
+// Under a delay contract the engine-wide max_inflight_bytes waits too: a
+// submission over it is accepted and runs once the bytes ahead of it are
+// released; without delay it fails at submit.
+func TestEngineBytesWaitUnderDelay(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.MaxInflightBytes = 16 << 10
+		c.MaxTransferBytes = 16 << 10
+		c.CallerFastPathBytes = 4 << 10
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[{"name":"d","defaults":{"allowed_degraded_actions":["delay"]}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 32<<10)
+	d := resolve(t, e, "d", "", nil)
+	release := e.HoldWindowForTest(64, 0) // A is charged but cannot run
+	a, _ := e.AllocateBatch(4)
+	var four []engine.Request
+	for i := 0; i < 4; i++ {
+		four = append(four, read4k(reg, uint64(i)*4096)...)
+	}
+	if _, err := a.SubmitWith(engine.OpRead, seg, four, nil, engine.SubmitOptions{QoS: d}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to hold the engine bytes", func() bool { return e.Stats().InflightBytes == 16<<10 })
+	// Not delayed: over max_inflight_bytes fails at submit, as before.
+	b0, _ := e.AllocateBatch(1)
+	_, err := b0.Submit(engine.OpRead, seg, read4k(reg, 16<<10), nil, 0)
+	wantKind(t, err, engine.KindExhausted)
+	b0.Free()
+	// Delayed: accepted, waits at its head.
+	b, _ := e.AllocateBatch(1)
+	if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 16<<10), nil, engine.SubmitOptions{QoS: d}); err != nil {
+		t.Fatalf("delay contract over max_inflight_bytes: %v, want accepted", err)
+	}
+	waitFor(t, "B to wait for bytes", func() bool { return e.Stats().QoS.Delayed == 1 })
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskPending {
+		t.Fatalf("B is %v while the bytes are taken", ts.State)
+	}
+	release()
+	if st := waitState(t, a); st != engine.StateCompleted {
+		t.Fatalf("a: %v", st)
+	}
+	if st := waitState(t, b); st != engine.StateCompleted {
+		t.Fatalf("b after the bytes freed: %v", st)
+	}
+	a.Free()
+	b.Free()
+	if s := e.Stats(); s.InflightBytes != 0 || s.InflightGroups != 0 {
+		t.Fatalf("engine charges left: %d bytes, %d groups", s.InflightBytes, s.InflightGroups)
+	}
+	// One submission larger than the whole budget still fails at submit.
+	c, _ := e.AllocateBatch(8)
+	defer c.Free()
+	_, err = c.SubmitWith(engine.OpRead, seg, append(four, read4k(reg, 16<<10)...), nil, engine.SubmitOptions{QoS: d})
+	wantKind(t, err, engine.KindExhausted)
+}

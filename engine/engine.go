@@ -11,7 +11,8 @@
 //     reports ErrUnquiesced instead.
 //   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
 //     then segEntry.mu, then Region.mu. admission.mu (admission.go) comes
-//     after Batch.mu and is never held with Engine.mu. No lock is held across a blocking
+//     after Batch.mu, and after Engine.mu when both are held (a batch
+//     head waiting for max_inflight_bytes, runqueue.go). No lock is held across a blocking
 //     wait; Batch.deliverMu is only ever tried (TryLock).
 
 package engine

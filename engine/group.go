@@ -153,15 +153,22 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		g.unmapScratch()
 		return nil, errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", n, e.cfg.MaxInflightBatches)
 	}
-	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
+	// A delay contract waits for max_inflight_bytes at its batch head
+	// instead of failing here (runqueue.go); one larger than the whole
+	// budget could never fit, and fails here like any other.
+	deferBytes := e.adm.defersBytes(pol)
+	if g.charge > uint64(e.cfg.MaxInflightBytes) || (!deferBytes && e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes)) {
 		n := e.mu.inflightBytes
 		e.mu.Unlock()
 		g.unmapScratch()
 		return nil, errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, n, uint64(e.cfg.MaxInflightBytes))
 	}
 	e.mu.inflightGroups++
-	e.mu.inflightBytes += g.charge
+	if !deferBytes {
+		e.mu.inflightBytes += g.charge
+	}
 	e.mu.Unlock()
+	g.adm.bytesDeferred = deferBytes
 	// QoS and runtime queue admission (admission.go); on refusal unadmit
 	// returns the engine-wide charge just taken.
 	if err := e.adm.admit(g, pol); err != nil {
@@ -351,7 +358,9 @@ func (g *group) unadmit() {
 	e := g.b.e
 	e.mu.Lock()
 	e.mu.inflightGroups--
-	e.mu.inflightBytes -= g.charge
+	if !g.adm.bytesDeferred || g.adm.bytesHeld {
+		e.mu.inflightBytes -= g.charge
+	}
 	e.mu.Unlock()
 	e.adm.release(g)
 	g.unmapScratch()

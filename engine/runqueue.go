@@ -17,7 +17,9 @@
 //   - A waiter never waits past its deadline: the worker bounds its sleep
 //     by the deadline, and a gate lets a group past its deadline through
 //     so dispatch fails it (KindTimeout), charging nothing.
-//   - Everything here runs under Batch.mu (the worker's), then admission.mu.
+//   - Everything here runs under Batch.mu (the worker's), then
+//     admission.mu; a head that waits for engine-wide bytes also holds
+//     Engine.mu between the two, so its charges are taken all at once.
 
 package engine
 
@@ -32,6 +34,7 @@ const (
 	waitNone   waitKind = iota
 	waitSlot            // contract capacity at the batch head
 	waitWindow          // a dispatch window share
+	waitBytes           // engine-wide max_inflight_bytes (and its contract) at the batch head
 )
 
 // better reports whether g goes before h at now.
@@ -80,7 +83,7 @@ func (a *admission) first(g *group, kind waitKind, now time.Time) bool {
 func (a *admission) waitFor(g *group, kind waitKind, w *worker) {
 	if g.adm.wait == waitNone {
 		a.waiters = append(a.waiters, g)
-		if kind == waitSlot {
+		if kind != waitWindow {
 			a.st.delayed++
 		}
 	}
@@ -119,24 +122,44 @@ func (a *admission) wakeLocked() {
 // It returns go=false to wait, or an error that fails the whole group
 // before any I/O. REQUIRES: b.mu.
 func (w *worker) headGate(g *group, now time.Time) (bool, error) {
-	a := w.b.e.adm
+	e := w.b.e
+	a := e.adm
 	if !a.gates() || now.After(g.deadline) {
 		return true, nil // a late group fails in dispatchLocked
 	}
+	needBytes := g.adm.bytesDeferred && !g.adm.bytesHeld
+	if needBytes {
+		e.mu.Lock() // Engine.mu, then admission.mu
+		defer e.mu.Unlock()
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if c := a.contract(g); g.adm.atHead && !g.adm.qosHeld {
-		if !a.fits(c, g.adm.owners, g.adm.bytes) || !a.first(g, waitSlot, now) {
+	c := a.contract(g)
+	needSlot := g.adm.atHead && !g.adm.qosHeld
+	if needSlot || needBytes {
+		kind := waitSlot
+		if needBytes {
+			kind = waitBytes
+		}
+		fits := (!needSlot || a.fits(c, g.adm.owners, g.adm.bytes)) &&
+			(!needBytes || e.mu.inflightBytes+g.charge <= uint64(e.cfg.MaxInflightBytes))
+		if !fits || !a.first(g, kind, now) {
 			if !c.delay {
 				a.st.dispatchRejected++
 				a.unwait(g)
 				u := a.slots[c.slot]
 				return false, errorf(KindExhausted, g.op.String(), w.b.name(), "qos contract %q filled after enqueue (%s; in use: %d requests, %d bytes); nothing was sent", c.name(), c.caps(), u.Owners, u.Bytes)
 			}
-			a.waitFor(g, waitSlot, w)
+			a.waitFor(g, kind, w)
 			return false, nil
 		}
-		a.charge(c, g)
+		if needSlot {
+			a.charge(c, g)
+		}
+		if needBytes {
+			e.mu.inflightBytes += g.charge
+			g.adm.bytesHeld = true
+		}
 		a.unwait(g)
 	}
 	if a.rq.Enabled && g.offRing {
