@@ -181,3 +181,46 @@ func TestQoSBadDocumentStopsDaemon(t *testing.T) {
 		})
 	}
 }
+
+// --engine-json loads a complete engine document (runtime queue and QoS
+// included); a bad one stops the daemon before it mounts.
+func TestEngineJSONFlag(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "engine.json")
+	doc := `{"max_inflight_batches":128,"max_inflight_bytes":"256MiB","max_transfer_bytes":"64MiB",
+"runtime_queue":{"enabled":true,"max_dispatch_owners":8,"max_dispatch_bytes":"32MiB","deadline_aware":true},
+"qos":{"defaults":{"max_inflight_bytes":"64MiB","max_inflight_requests":128,"allowed_degraded_actions":["delay","reject"]}}}`
+	if err := os.WriteFile(good, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startDaemon(t, daemonOpts{args: []string{"--engine-json", good}})
+	q := m.readJSON(t, "stats")["runtime_queue"].(map[string]any)
+	if q["enabled"] != true || q["deadline_aware"] != true {
+		t.Errorf("stats runtime_queue: %v", q)
+	}
+	if c := m.line(t, `jq -c '.[0] | [.max_inflight_bytes, .max_inflight_requests, .allowed_degraded_actions]' "$M/qos/contracts"`); c != `[67108864,128,["delay","reject"]]` {
+		t.Errorf("/qos/contracts default: %s", c)
+	}
+	// A submission still runs end to end through the queue.
+	_, S := m.scratchDirs(t)
+	m.ok(t, `head -c 65536 /dev/urandom > "$S/f"`)
+	r := m.register(t, "ej", 65536)
+	s := m.openSegment(t, "ej", S+"/f", "read")
+	if n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","deadline":"5s","requests":[{"memory":"%s","length":65536}]}`, s, r)); st != "completed" {
+		t.Errorf("batch %s: %s", n, st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp "$M/memory/%s/data" "$S/f"`, r))
+
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"runtime_queue":{"enabled":true,"max_dispatch_ownerz":8}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := startDaemon(t, daemonOpts{noWait: true, args: []string{"--engine-json", bad}})
+	code, err := b.waitExit(10 * time.Second)
+	if err != nil || code == 0 {
+		t.Fatalf("daemon with a bad --engine-json: exit %d, %v", code, err)
+	}
+	if log := b.logText(); !strings.Contains(log, `unknown field "max_dispatch_ownerz"`) {
+		t.Errorf("daemon output lacks the unknown field:\n%s", log)
+	}
+}
