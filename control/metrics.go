@@ -130,7 +130,7 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 			write(m.name, m.typ, m.help, "", m.value(&st))
 		}
 	}
-	renderAdmission(&st, write) // qos.go
+	renderAdmission(&st, write, &b) // qos.go
 	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
 	for _, m := range gdsMetrics {
 		write(m.name, m.typ, m.help, "", m.value(&st))

@@ -18,6 +18,9 @@
 package control
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orbitefs/orbitefs/config"
@@ -117,13 +120,19 @@ var qosMetrics = []metric{
 }
 
 // renderAdmission writes the runtime queue, bandwidth and QoS metrics.
-func renderAdmission(st *engine.Stats, write func(name, typ, help, labels string, v float64)) {
+// The bandwidth family has one sample per (path, device) under a single
+// HELP/TYPE header, as the exposition format requires.
+func renderAdmission(st *engine.Stats, write func(name, typ, help, labels string, v float64), raw *strings.Builder) {
 	for _, m := range queueMetrics {
 		write(m.name, m.typ, m.help, "", m.value(st))
 	}
-	for _, b := range st.RuntimeQueue.Bandwidth {
-		write("runtime_queue_bandwidth_bytes_per_second", "gauge", "Measured bandwidth per data path and device (0: not yet known).",
-			"{path=\""+b.Path+"\",device=\""+b.Device+"\"}", b.BytesPerSecond)
+	for i, b := range st.RuntimeQueue.Bandwidth {
+		labels := fmt.Sprintf("{path=%q,device=%q}", b.Path, b.Device)
+		if i == 0 {
+			write("runtime_queue_bandwidth_bytes_per_second", "gauge", "Measured bandwidth per data path and device (0: not yet known).", labels, b.BytesPerSecond)
+			continue
+		}
+		fmt.Fprintf(raw, "orbitefs_runtime_queue_bandwidth_bytes_per_second%s %s\n", labels, strconv.FormatFloat(b.BytesPerSecond, 'f', -1, 64))
 	}
 	for _, m := range qosMetrics {
 		write(m.name, m.typ, m.help, "", m.value(st))

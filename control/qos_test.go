@@ -29,3 +29,19 @@ func TestSubmissionQoSAndDeadline(t *testing.T) {
 		}
 	}
 }
+
+// Several bandwidth estimates share one HELP/TYPE header.
+func TestMetricsBandwidthFamily(t *testing.T) {
+	st := engine.Stats{RuntimeQueue: engine.QueueStats{Enabled: true, Bandwidth: []engine.BandwidthStat{
+		{Path: "file_dram", Device: "8:0", BytesPerSecond: 1.5e9}, {Path: "gds", Device: "259:1", BytesPerSecond: 0}}}}
+	out := string(RenderMetrics(st, "test"))
+	if n := strings.Count(out, "# TYPE orbitefs_runtime_queue_bandwidth_bytes_per_second gauge\n"); n != 1 {
+		t.Fatalf("%d TYPE lines for the bandwidth family:\n%s", n, out)
+	}
+	for _, want := range []string{`orbitefs_runtime_queue_bandwidth_bytes_per_second{path="file_dram",device="8:0"} 1500000000` + "\n",
+		`orbitefs_runtime_queue_bandwidth_bytes_per_second{path="gds",device="259:1"} 0` + "\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
