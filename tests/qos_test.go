@@ -153,6 +153,11 @@ cat <&3`)
 	if f := res["fields"].(map[string]any); f["max_inflight_bytes"].(float64) != 128<<20 || f["max_inflight_requests"].(float64) != 128 {
 		t.Errorf("resolved fields %v: want 128MiB inherited from the tenant, 128 requests from the defaults", f)
 	}
+	// The one-shot form: one command, one open file.
+	one := m.line(t, `(echo '{"tenant":"nobody"}' >&3; cat <&3) 3<>"$M/qos/resolve" | jq -r '.matched_contract + " " + .effective_priority'`)
+	if one != "default medium" {
+		t.Errorf("one-shot resolve: %q, want \"default medium\"", one)
+	}
 	r := m.run(t, `exec 3<>"$M/qos/resolve"; echo '{"tenant":"a","bogus":1}' >&3`)
 	if r.code == 0 || !strings.Contains(r.stderr, "Invalid argument") {
 		t.Errorf("bad resolve document: %s", r)
