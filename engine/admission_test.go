@@ -611,3 +611,38 @@ func TestEngineBytesWaitUnderDelay(t *testing.T) {
 	_, err = c.SubmitWith(engine.OpRead, seg, append(four, read4k(reg, 16<<10)...), nil, engine.SubmitOptions{QoS: d})
 	wantKind(t, err, engine.KindExhausted)
 }
+
+// A batch waiting for admission holds no ring: with a pool of one ring,
+// an independent batch still runs while the other waits.
+func TestAdmissionWaiterHoldsNoRing(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.IOUring.MaxRings = 1
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[{"name":"slow","defaults":{"max_inflight_requests":1,"allowed_degraded_actions":["delay"]}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	slow := resolve(t, e, "slow", "", nil)
+	release := e.HoldQoSForTest(slow, 1, 0)
+	a, _ := e.AllocateBatch(1)
+	if _, err := a.SubmitWith(engine.OpRead, seg, read4k(reg, 0), nil, engine.SubmitOptions{QoS: slow, Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	waitFor(t, "a's ring back in the pool", func() bool {
+		s := e.Stats().IOUring
+		return s != nil && s.RingsIdle == s.Rings
+	})
+	c, _ := e.AllocateBatch(1)
+	if _, err := c.SubmitWith(engine.OpRead, seg, read4k(reg, 4096), nil, engine.SubmitOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, c); st != engine.StateCompleted {
+		t.Fatalf("independent batch: %v", st)
+	}
+	release()
+	if st := waitState(t, a); st != engine.StateCompleted {
+		t.Fatalf("a: %v", st)
+	}
+	a.Free()
+	c.Free()
+}
