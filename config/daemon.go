@@ -87,6 +87,9 @@ func Load(path string) (*Daemon, error) {
 	}
 	d.Mount.AllowedRoots = roots
 	d.Engine.AllowedRoots = roots
+	if err := d.Engine.loadQoS(); err != nil {
+		return nil, err
+	}
 	errs := make([]error, 0, len(bad)+1)
 	for _, s := range bad {
 		errs = append(errs, errors.New(s))

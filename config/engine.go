@@ -67,6 +67,13 @@ type Engine struct {
 	IOUring      IOUring      `toml:"io_uring" json:"io_uring"`
 	RuntimeQueue RuntimeQueue `toml:"runtime_queue" json:"runtime_queue"`
 
+	// QoS is the compiled-from contract set (qos.go); nil disables QoS.
+	// The daemon's TOML names a JSON file (qos_file) or inlines the JSON
+	// document (qos_json); Load parses either into QoS.
+	QoS     *QoS   `toml:"-" json:"-"`
+	QoSFile string `toml:"qos_file" json:"-"`
+	QoSJSON string `toml:"qos_json" json:"-"`
+
 	// AllowedRoots, when non-empty, confines file segments to these
 	// directories: a path opens only if it resolves beneath one of them
 	// with no symlink or ".." leading out. Empty means no confinement
@@ -271,5 +278,14 @@ func (c *Engine) validate(p *problems, pre string) {
 	}
 	if q.StagingByteReserve > q.MaxOutstandingBytes {
 		p.addf("%sruntime_queue.staging_byte_reserve (%s) must be <= max_outstanding_bytes (%s)", pre, q.StagingByteReserve, q.MaxOutstandingBytes)
+	}
+	// The spec: delay waits in the runtime queue, so it needs one.
+	if c.QoS.UsesDelay() && !q.Enabled {
+		p.addf("%sqos: allowed_degraded_actions \"delay\" requires runtime_queue.enabled", pre)
+	}
+	if c.QoS != nil {
+		if err := c.QoS.Validate(); err != nil {
+			p.addf("%sqos: %v", pre, err)
+		}
 	}
 }

@@ -154,11 +154,11 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if err != nil {
 		return s.fail(sc, err)
 	}
-	var timeout time.Duration
-	if sub.Timeout != nil {
-		timeout = sub.Timeout.D()
+	opts, err := s.submitOptions(sub) // qos.go
+	if err != nil {
+		return s.fail(sc, err)
 	}
-	tr, err := bt.b.Submit(sub.EngineOp(), seg.target(), reqs, nil, timeout)
+	tr, err := bt.b.SubmitWith(sub.EngineOp(), seg.target(), reqs, nil, opts)
 	if err != nil {
 		return s.fail(sc, err)
 	}

@@ -54,7 +54,6 @@ var engineMetrics = []metric{
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},
 	{"deferred_batches", "gauge", "Batches freed while busy (engine.enable_progress_worker) whose work has not drained; they keep their capacity and batch slot.", func(s *engine.Stats) float64 { return float64(s.DeferredBatches) }},
 	{"failovers_total", "counter", "Transport attempts started on a task's next transport after a failed one.", func(s *engine.Stats) float64 { return float64(s.Failovers) }},
-	{"runtime_queue_enabled", "gauge", "1 when the runtime admission queue is enabled.", func(s *engine.Stats) float64 { return b2f(s.RuntimeQueue.Enabled) }},
 }
 
 func ioUringValue(f func(*engine.FileStats) float64) func(*engine.Stats) float64 {
@@ -135,6 +134,7 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 			write(m.name, m.typ, m.help, "", m.value(&st))
 		}
 	}
+	renderAdmission(&st, write, &b) // qos.go
 	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
 	for _, m := range gdsMetrics {
 		write(m.name, m.typ, m.help, "", m.value(&st))

@@ -115,9 +115,15 @@ func TestMetricsCoverStats(t *testing.T) {
 		}
 		return n
 	}
-	stats := count(reflect.TypeOf(engine.Stats{})) + 1 // + runtime_queue.enabled
+	stats := count(reflect.TypeOf(engine.Stats{}))
 	if len(engineMetrics) != stats {
-		t.Errorf("engine.Stats has %d scalar fields (plus runtime_queue.enabled), /metrics exports %d: update metrics.go", stats-1, len(engineMetrics))
+		t.Errorf("engine.Stats has %d scalar fields, /metrics exports %d: update metrics.go", stats, len(engineMetrics))
+	}
+	if n := count(reflect.TypeOf(engine.QueueStats{})); len(queueMetrics) != n {
+		t.Errorf("engine.QueueStats has %d scalar fields, /metrics exports %d: update qos.go", n, len(queueMetrics))
+	}
+	if n := count(reflect.TypeOf(engine.QoSStats{})); len(qosMetrics) != n {
+		t.Errorf("engine.QoSStats has %d scalar fields, /metrics exports %d: update qos.go", n, len(qosMetrics))
 	}
 	if n := count(reflect.TypeOf(engine.FileStats{})); len(ioUringMetrics) != n {
 		t.Errorf("engine.FileStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(ioUringMetrics))

@@ -32,9 +32,13 @@ import (
 
 // Submission is one group of requests against one target.
 type Submission struct {
-	Op       string           `json:"op"`
-	Target   string           `json:"target"`
-	Timeout  *config.Duration `json:"timeout,omitempty"`
+	Op      string           `json:"op"`
+	Target  string           `json:"target"`
+	Timeout *config.Duration `json:"timeout,omitempty"`
+	// Deadline, relative to submit, may shorten the timeout's deadline;
+	// QoS names the request context its policy resolves from (qos.go).
+	Deadline *config.Duration `json:"deadline,omitempty"`
+	QoS      *QoSContext      `json:"qos,omitempty"`
 	Requests []Request        `json:"requests"`
 }
 
@@ -144,6 +148,9 @@ func (s *Submission) Validate() error {
 	}
 	if len(s.Requests) == 0 {
 		return invalid("requests is empty: want at least one request")
+	}
+	if s.Deadline != nil && *s.Deadline <= 0 {
+		return invalid("deadline %s: must be > 0", *s.Deadline)
 	}
 	for i := range s.Requests {
 		if err := s.Requests[i].validate(); err != nil {

@@ -234,7 +234,13 @@ type Target interface{ isTarget() }
 // the error names the first bad request and value. timeout <= 0 uses
 // default_timeout; the deadline starts now and covers queueing and I/O.
 func (b *Batch) Submit(op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (TaskRange, error) {
-	g, err := b.e.prepare(b, op, target, reqs, note, timeout)
+	return b.SubmitWith(op, target, reqs, note, SubmitOptions{Timeout: timeout})
+}
+
+// SubmitWith is Submit with options: a QoS policy and a deadline
+// (admission.go).
+func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notification, opts SubmitOptions) (TaskRange, error) {
+	g, err := b.e.prepare(b, op, target, reqs, note, opts)
 	if err != nil {
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, err
@@ -566,6 +572,7 @@ func (b *Batch) Cancel(i int) error {
 	}
 	b.cancelTaskLocked(i)
 	b.changedLocked()
+	b.pokeLocked()
 	return nil
 }
 
@@ -590,6 +597,7 @@ func (b *Batch) cancelAll(live bool) error {
 		}
 	}
 	b.changedLocked()
+	b.pokeLocked()
 	return nil
 }
 

@@ -10,7 +10,9 @@
 //     group holds (the kernel may still complete through them); it
 //     reports ErrUnquiesced instead.
 //   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
-//     then segEntry.mu, then Region.mu. No lock is held across a blocking
+//     then segEntry.mu, then Region.mu. admission.mu (admission.go) comes
+//     after Batch.mu, and after Engine.mu when both are held (a batch
+//     head waiting for max_inflight_bytes, runqueue.go). No lock is held across a blocking
 //     wait; Batch.deliverMu is only ever tried (TryLock).
 
 package engine
@@ -35,6 +37,10 @@ type Engine struct {
 	file     FileTransport // nil in a build without a file backend
 	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
 	gds      gdsState      // cuFile; zero when no GDS backend
+	// adm is admission (admission.go): QoS budgets and the runtime queue;
+	// defaultPolicy is what a submission without a policy resolves to.
+	adm           *admission
+	defaultPolicy *QoSPolicy
 
 	probeOnce sync.Once
 	probeErr  error
@@ -116,6 +122,8 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	}
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
+	e.adm = newAdmission(cfg)
+	e.defaultPolicy, _ = e.ResolveQoS(QoSContext{}) // blank names cannot fail
 	return e, nil
 }
 
@@ -273,6 +281,7 @@ type Stats struct {
 	Staging            *StagingStats `json:"staging,omitempty"`
 	GDS                GDSStats      `json:"gds"`
 	RuntimeQueue       QueueStats    `json:"runtime_queue"`
+	QoS                QoSStats      `json:"qos"`
 
 	// Failovers counts attempts started on a task's next transport.
 	Failovers uint64 `json:"failovers"`
@@ -280,11 +289,6 @@ type Stats struct {
 	// whose work has not drained: they keep their capacity (counted in
 	// ReservedRequests) and batch slot.
 	DeferredBatches int `json:"deferred_batches"`
-}
-
-// QueueStats reports the runtime admission queue.
-type QueueStats struct {
-	Enabled bool `json:"enabled"`
 }
 
 // Stats returns a snapshot. The file transport's part reports its probe
@@ -334,6 +338,6 @@ func (e *Engine) Stats() Stats {
 		st := p.stats()
 		s.Staging = &st
 	}
-	s.RuntimeQueue.Enabled = e.cfg.RuntimeQueue.Enabled
+	s.RuntimeQueue, s.QoS = e.adm.stats()
 	return s
 }

@@ -165,7 +165,8 @@ func (b *Batch) fenceParkedLocked(idx int) {
 }
 
 // pokeLocked wakes the batch worker, which may wait for off-ring work
-// that a decision here just ended. REQUIRES: b.mu.
+// that a decision here just ended, or for admission (a cancelled task of
+// a dispatched group is then skipped at once). REQUIRES: b.mu.
 func (b *Batch) pokeLocked() {
 	if w := b.mu.w; w != nil {
 		w.poke()

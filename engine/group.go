@@ -34,6 +34,7 @@ type group struct {
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
+	adm      groupAdm // admission.go; guarded by admission.mu
 
 	ops     []FileOp
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
@@ -73,7 +74,7 @@ type hostRange struct {
 }
 
 // prepare validates a submission and admits it. Nothing is queued yet.
-func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *Notification, timeout time.Duration) (*group, error) {
+func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *Notification, opts SubmitOptions) (*group, error) {
 	const verb = "submit"
 	if err := e.checkOpen(verb); err != nil {
 		return nil, err
@@ -82,7 +83,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, err
 	}
 	if ms, ok := target.(*MemSegment); ok && ms != nil {
-		return e.prepareMem(b, op, ms, reqs, note, timeout) // memgroup.go
+		return e.prepareMem(b, op, ms, reqs, note, opts.Timeout) // memgroup.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
@@ -103,8 +104,13 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if !seg.ent.perm.allows(op) {
 		return nil, errorf(KindPermission, verb, b.name(), "%s on %s, opened %s", op, seg.uri, seg.ent.perm)
 	}
+	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
+	}
+	pol, err := e.checkPolicy(opts.QoS)
+	if err != nil {
+		return nil, wrap(KindInvalid, verb, b.name(), err)
 	}
 	// One submission carries at most max_batch_requests descriptors: a
 	// scalar request is one, a vector one per element (padding included).
@@ -129,9 +135,13 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindIO, verb, b.name(), err)
 	}
+	deadline := time.Now().Add(timeout)
+	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
+		deadline = opts.Deadline // with_deadline only shortens
+	}
 	g := newGroup(len(reqs))
 	g.b, g.op, g.seg, g.ent = b, op, seg, ent
-	g.deadline, g.fileLo, g.lastSubmitted = time.Now().Add(timeout), ^uint64(0), -1
+	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
@@ -144,8 +154,14 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	g.computeBounds()
 
-	if err := e.admitCharge(verb, g); err != nil {
+	if err := e.admitCharge(verb, g, pol); err != nil {
 		g.unmapScratch()
+		return nil, err
+	}
+	// QoS and runtime queue admission (admission.go); on refusal unadmit
+	// returns the engine-wide charge just taken.
+	if err := e.adm.admit(g, pol); err != nil {
+		g.unadmit()
 		return nil, err
 	}
 	if !ent.admit() {
@@ -156,8 +172,10 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 }
 
 // admitCharge takes g's engine-wide admission charge (max_inflight_*),
-// or nothing.
-func (e *Engine) admitCharge(verb string, g *group) error {
+// or nothing. A group under a delay contract (pol) takes its
+// max_inflight_bytes share at its batch head instead, waiting for it
+// (runqueue.go); one larger than the whole budget fails here.
+func (e *Engine) admitCharge(verb string, g *group, pol *QoSPolicy) error {
 	b := g.b
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -167,11 +185,15 @@ func (e *Engine) admitCharge(verb string, g *group) error {
 	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
 		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.mu.inflightGroups, e.cfg.MaxInflightBatches)
 	}
-	if e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes) {
+	deferBytes := e.adm.defersBytes(pol)
+	if g.charge > uint64(e.cfg.MaxInflightBytes) || (!deferBytes && e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes)) {
 		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.mu.inflightBytes, uint64(e.cfg.MaxInflightBytes))
 	}
 	e.mu.inflightGroups++
-	e.mu.inflightBytes += g.charge
+	if !deferBytes {
+		e.mu.inflightBytes += g.charge
+	}
+	g.adm.bytesDeferred = deferBytes
 	return nil
 }
 
@@ -328,7 +350,8 @@ func (g *group) conflicts(h *group) bool {
 func (g *group) fastPathEligible() bool {
 	e := g.b.e
 	return !g.offRing && g.n == 1 && !g.vector && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
-		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0
+		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0 &&
+		!e.adm.gates() // admission may make it wait: never on the caller
 }
 
 func (g *group) unmapScratch() {
@@ -355,8 +378,11 @@ func (g *group) unadmit() {
 	e := g.b.e
 	e.mu.Lock()
 	e.mu.inflightGroups--
-	e.mu.inflightBytes -= g.charge
+	if !g.adm.bytesDeferred || g.adm.bytesHeld {
+		e.mu.inflightBytes -= g.charge
+	}
 	e.mu.Unlock()
+	e.adm.release(g)
 	g.unmapScratch()
 }
 

@@ -125,7 +125,9 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	}
 	g.planOwners(e, reqs)
 	g.computeBounds()
-	if err := e.admitCharge(verb, g); err != nil {
+	// Memory-segment copies take the engine-wide charge only: QoS and
+	// the runtime queue govern file transfers (docs/engine.md).
+	if err := e.admitCharge(verb, g, nil); err != nil {
 		return nil, err
 	}
 	if !ms.admit() {

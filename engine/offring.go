@@ -298,6 +298,8 @@ func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err er
 	}
 	if !drained {
 		g.offUndrained = true
+	} else {
+		e.adm.ownerDone(g, i, transferred) // window share, bandwidth
 	}
 	g.outstanding--
 	if g.outstanding == 0 {

@@ -74,7 +74,8 @@ type worker struct {
 	stalled bool
 	fast    bool // running on the submitting caller (fastPath): never wait for a ring
 	// wake is poked by off-ring executors after each task, so a worker
-	// with nothing on its ring learns that a fence may have cleared.
+	// with nothing on its ring learns that a fence may have cleared, and
+	// by admission when capacity this worker waits for frees.
 	wake chan struct{}
 	// inDrain is set by the reap callback while the worker applies a
 	// burst of CQEs without blocking, and cleared when Reap returns; see
@@ -83,6 +84,11 @@ type worker struct {
 	// choseDirect (guarded by Batch.mu) records that the last fillLocked
 	// chose an op on the O_DIRECT fd.
 	choseDirect bool
+	// admWait (guarded by Batch.mu) is set when the last fill stopped at
+	// an admission gate (runqueue.go): the worker sleeps on wake, no
+	// later than admUntil (the waiting group's deadline).
+	admWait  bool
+	admUntil time.Time
 }
 
 // poke wakes the worker if it waits for off-ring work; never blocks.
@@ -252,9 +258,27 @@ func (w *worker) fill() bool {
 		w.releaseQueue()
 		return false
 	}
+	// A worker that waits for admission with nothing on its ring gives
+	// the ring back while it sleeps, so waiting batches can never hold
+	// every ring of the pool from the batch that is next in order.
+	idleWait := w.admWait && len(w.toPrepare) == 0 && len(w.pending) == 0 && !w.ringLiveLocked()
 	b.mu.Unlock()
 	w.prepareChosen()
+	if idleWait && !w.tainted.Load() {
+		w.releaseQueue()
+	}
 	return true
+}
+
+// ringLiveLocked reports whether ops of this batch are on the ring.
+// REQUIRES: b.mu.
+func (w *worker) ringLiveLocked() bool {
+	for _, g := range w.b.mu.inflight {
+		if !g.offRing && g.outstanding > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // prepareChosen writes the ops fillLocked chose to the ring. SQEs are
@@ -295,6 +319,7 @@ func (w *worker) failTokenLocked(tok uint64, err error) {
 	t.state = TaskFailed
 	t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
 	b.e.st.tasksFailed.Add(1)
+	b.e.adm.ownerDone(t.g, int(tok)-t.g.first, 0)
 	t.g.outstanding--
 	if t.g.next == t.g.n && t.g.outstanding == 0 {
 		t.g.finishLocked(true)
@@ -331,6 +356,7 @@ func (w *worker) fillLocked() {
 	// per group cost 5 % of a 4 KiB tmpfs run (docs/performance.md).
 	now := time.Now()
 	w.stalled = true
+	w.admWait, w.admUntil = false, time.Time{}
 	for space() > 0 {
 		var g *group
 		if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
@@ -341,6 +367,17 @@ func (w *worker) fillLocked() {
 				if h.conflicts(f) {
 					return // fence: h and all behind it wait
 				}
+			}
+			// Admission at the batch head (runqueue.go): wait, or fail
+			// the group before any I/O.
+			if ok, err := w.headGate(h, time.Now()); err != nil {
+				b.mu.queue = b.mu.queue[1:]
+				changed = true
+				w.failRestLocked(h, 0, err)
+				h.finishLocked(true)
+				continue
+			} else if !ok {
+				return
 			}
 			b.mu.queue = b.mu.queue[1:]
 			changed = true
@@ -366,6 +403,14 @@ func (w *worker) fillLocked() {
 			if now.After(g.deadline) {
 				w.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
 				break
+			}
+			switch w.ownerGate(g, i, now) { // the dispatch window (runqueue.go)
+			case ownerWait:
+				return
+			case ownerDrop:
+				g.next++
+				changed = true
+				continue
 			}
 			op := g.ops[i]
 			op.Token = uint64(g.first + i)
@@ -486,9 +531,25 @@ func (w *worker) reap(wait time.Duration) {
 			}
 		}
 	}
+	admWait, admUntil := w.admWait, w.admUntil
 	b.mu.Unlock()
+	if admWait {
+		// Capacity freed by another batch cannot interrupt a ring wait:
+		// poll the ring, and sleep on wake when it has nothing live. The
+		// spec's progress_fallback_interval bounds the sleep while the
+		// runtime queue owns work (0: wake-ups only).
+		if fb := e.cfg.ProgressFallbackInterval.D(); fb > 0 {
+			wait = min(wait, fb)
+		}
+		if !admUntil.IsZero() {
+			wait = min(wait, max(time.Until(admUntil), 0)+time.Millisecond)
+		}
+		if live > 0 {
+			wait = min(wait, time.Millisecond)
+		}
+	}
 	if live == 0 || w.q == nil {
-		if offLive > 0 && wait > 0 {
+		if (offLive > 0 || admWait) && wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-w.wake:
@@ -605,6 +666,9 @@ func (w *worker) completeLocked(c Completion) {
 		} else {
 			e.st.bytesWritten.Add(uint64(c.Res))
 		}
+	}
+	if t.state.terminal() { // its window share and the bandwidth estimate
+		e.adm.ownerDone(g, idx, t.transferred)
 	}
 	g.outstanding--
 	if g.outstanding == 0 && g.next == g.n {

@@ -26,6 +26,10 @@ const (
 	inoBatches
 	inoClone
 	inoEngineCtl
+	inoQoS // qos.go
+	inoQoSContracts
+	inoQoSUsage
+	inoQoSResolve
 )
 
 const (

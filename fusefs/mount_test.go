@@ -210,7 +210,7 @@ func TestLayoutAndModes(t *testing.T) {
 	n := m.clone(t)
 	m.mustWrite(t, "ctl/batches/"+n+"/submit", `{"op":"read","target":"cache","requests":[{"memory":"buf","length":4096},{"memory":"buf","offset":4096,"target_offset":4096,"length":4096}]}`)
 	for dir, want := range map[string]string{
-		"":                             "README ctl error memory metrics segments stats version",
+		"":                             "README ctl error memory metrics qos segments stats version",
 		"memory":                       "buf register",
 		"memory/buf":                   "data info",
 		"segments":                     "cache open",

@@ -192,6 +192,8 @@ type daemonOpts struct {
 	// noWait returns as soon as the process started, without waiting for
 	// the mount (tests that expect the start to fail).
 	noWait bool
+	// args are more flags for `orbitefs mount` (--qos FILE, ...).
+	args []string
 }
 
 // startDaemon starts `orbitefs mount [--config F] DIR` as a separate
@@ -248,6 +250,7 @@ func startDaemon(t *testing.T, o daemonOpts) *mount {
 		}
 		args = append(args, "--config", m.cfg)
 	}
+	args = append(args, o.args...)
 	args = append(args, m.dir)
 	logf, err := os.Create(m.log)
 	if err != nil {

@@ -33,8 +33,10 @@ func runMount(args []string) int {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
 	cfgPath := fl.String("config", "", "TOML config `file` (default: the embedded config, see docs/config.md)")
 	debug := fl.Bool("debug", false, "log every FUSE request (very verbose)")
+	qosPath := fl.String("qos", "", "JSON `file` with a \"qos\" section (QoS contracts); replaces the config's engine.qos_file/qos_json")
+	engineJSON := fl.String("engine-json", "", "complete engine JSON `file` (the spec's key names, \"runtime_queue\" and \"qos\" included); replaces the config's [engine] section")
 	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), "usage: orbitefs mount [--config FILE] [--debug] MOUNTPOINT\n\n"+
+		fmt.Fprintf(fl.Output(), "usage: orbitefs mount [--config FILE] [--engine-json FILE] [--qos FILE] [--debug] MOUNTPOINT\n\n"+
 			"Serves the orbitefs control filesystem at MOUNTPOINT in the foreground until\n"+
 			"SIGINT or SIGTERM. Root mounts directly; other users need fusermount3 (fuse3).\n\n")
 		fl.PrintDefaults()
@@ -59,7 +61,11 @@ func runMount(args []string) int {
 	}
 	lg := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
-	ecfg := cfg.Engine
+	ecfg, err := engineConfig(cfg, *engineJSON, *qosPath)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
 	ecfg.Logger = lg
 	e, err := engine.New(ecfg, transports(ecfg)...)
 	if err != nil {
@@ -120,4 +126,30 @@ func runMount(args []string) int {
 	}
 	lg.Info("stopped", "op", "shutdown")
 	return 0
+}
+
+// engineConfig is the TOML's engine section, or the --engine-json
+// document instead, with the --qos document's contracts on top. Every
+// document is parsed and validated here, before anything is mounted.
+func engineConfig(cfg *config.Daemon, engineJSON, qosPath string) (config.Engine, error) {
+	ecfg := cfg.Engine
+	if engineJSON != "" {
+		e, err := config.EngineFromJSONFile(engineJSON)
+		if err != nil {
+			return config.Engine{}, fmt.Errorf("--engine-json: %w", err)
+		}
+		e.AllowedRoots = cfg.Engine.AllowedRoots // confinement is the mount's
+		ecfg = e
+	}
+	if qosPath != "" {
+		q, err := config.ParseQoSFile(qosPath)
+		if err != nil {
+			return config.Engine{}, fmt.Errorf("--qos: %w", err)
+		}
+		ecfg.QoS = q
+	}
+	if err := ecfg.Validate(); err != nil {
+		return config.Engine{}, err
+	}
+	return ecfg, nil
 }

@@ -1,0 +1,262 @@
+// runqueue.go owns the dispatch-time half of admission: the gates a
+// batch worker passes before it dispatches a group (headGate) and each of
+// its owners (ownerGate), the order in which waiters across batches get
+// freed capacity, and the deadline-infeasible drop.
+//
+// Order (better first): an owner whose deadline is in the future but
+// strictly inside promotion_slack; then higher priority; then, with
+// deadline_aware, the earlier deadline (EDF); then admission order
+// (FIFO). Within a batch, groups dispatch FIFO regardless (the worker
+// only ever offers its head), so the order decides between batches.
+//
+// Invariants:
+//   - A gate that says "wait" has registered g as a waiter (with the
+//     worker to poke) under admission.mu; every return of capacity pokes
+//     every waiter, which re-runs its gate. A gate that says "go" has
+//     removed g from the waiters for that resource.
+//   - A waiter never waits past its deadline: the worker bounds its sleep
+//     by the deadline, and a gate lets a group past its deadline through
+//     so dispatch fails it (KindTimeout), charging nothing.
+//   - Everything here runs under Batch.mu (the worker's), then
+//     admission.mu; a head that waits for engine-wide bytes also holds
+//     Engine.mu between the two, so its charges are taken all at once.
+
+package engine
+
+import (
+	"fmt"
+	"time"
+)
+
+type waitKind uint8
+
+const (
+	waitNone   waitKind = iota
+	waitSlot            // contract capacity at the batch head
+	waitWindow          // a dispatch window share
+	waitBytes           // engine-wide max_inflight_bytes (and its contract) at the batch head
+)
+
+// better reports whether g goes before h at now.
+func (a *admission) better(g, h *group, now time.Time) bool {
+	if slack := a.rq.PromotionSlack.D(); slack > 0 {
+		pg, ph := promoted(g, now, slack), promoted(h, now, slack)
+		if pg != ph {
+			return pg
+		}
+		if pg && !g.deadline.Equal(h.deadline) {
+			return g.deadline.Before(h.deadline) // EDF within the promoted set
+		}
+	}
+	if pg, ph := g.adm.pol.priority, h.adm.pol.priority; pg != ph {
+		return pg < ph
+	}
+	if a.rq.DeadlineAware && !g.deadline.Equal(h.deadline) {
+		return g.deadline.Before(h.deadline)
+	}
+	return g.adm.seq < h.adm.seq
+}
+
+func promoted(g *group, now time.Time, slack time.Duration) bool {
+	left := g.deadline.Sub(now)
+	return left > 0 && left < slack
+}
+
+// first reports whether no other waiter for the same resource goes
+// before g. REQUIRES: a.mu.
+func (a *admission) first(g *group, kind waitKind, now time.Time) bool {
+	for _, h := range a.waiters {
+		if h == g || h.adm.wait != kind {
+			continue
+		}
+		if kind == waitSlot && h.adm.pol.slot != g.adm.pol.slot {
+			continue
+		}
+		if a.better(h, g, now) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitFor registers g as a waiter. REQUIRES: a.mu, w's Batch.mu.
+func (a *admission) waitFor(g *group, kind waitKind, w *worker) {
+	if g.adm.wait == waitNone {
+		a.waiters = append(a.waiters, g)
+		if kind != waitWindow {
+			a.st.delayed++
+		}
+	}
+	g.adm.wait, g.adm.w = kind, w
+	w.admWait = true
+	if w.admUntil.IsZero() || g.deadline.Before(w.admUntil) {
+		w.admUntil = g.deadline
+	}
+}
+
+// unwait removes g from the waiters. REQUIRES: a.mu.
+func (a *admission) unwait(g *group) {
+	if g.adm.wait == waitNone {
+		return
+	}
+	g.adm.wait, g.adm.w = waitNone, nil
+	for k, h := range a.waiters {
+		if h == g {
+			a.waiters = append(a.waiters[:k], a.waiters[k+1:]...)
+			break
+		}
+	}
+	a.wakeLocked() // the next in order may now be first
+}
+
+// wakeLocked pokes every waiter's worker. REQUIRES: a.mu.
+func (a *admission) wakeLocked() {
+	for _, h := range a.waiters {
+		if h.adm.w != nil {
+			h.adm.w.poke()
+		}
+	}
+}
+
+// headGate decides whether the worker may dispatch its head group g now.
+// It returns go=false to wait, or an error that fails the whole group
+// before any I/O. REQUIRES: b.mu.
+func (w *worker) headGate(g *group, now time.Time) (bool, error) {
+	e := w.b.e
+	a := e.adm
+	if !a.gates() || now.After(g.deadline) {
+		return true, nil // a late group fails in dispatchLocked
+	}
+	needBytes := g.adm.bytesDeferred && !g.adm.bytesHeld
+	if needBytes {
+		e.mu.Lock() // Engine.mu, then admission.mu
+		defer e.mu.Unlock()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	c := a.contract(g)
+	needSlot := g.adm.atHead && !g.adm.qosHeld
+	if needSlot || needBytes {
+		kind := waitSlot
+		if needBytes {
+			kind = waitBytes
+		}
+		fits := (!needSlot || a.fits(c, g.adm.owners, g.adm.bytes)) &&
+			(!needBytes || e.mu.inflightBytes+g.charge <= uint64(e.cfg.MaxInflightBytes))
+		if !fits || !a.first(g, kind, now) {
+			if !c.delay {
+				a.st.dispatchRejected++
+				a.unwait(g)
+				u := a.slots[c.slot]
+				return false, errorf(KindExhausted, g.op.String(), w.b.name(), "qos contract %q filled after enqueue (%s; in use: %d requests, %d bytes); nothing was sent", c.name(), c.caps(), u.Owners, u.Bytes)
+			}
+			a.waitFor(g, kind, w)
+			return false, nil
+		}
+		if needSlot {
+			a.charge(c, g)
+		}
+		if needBytes {
+			e.mu.inflightBytes += g.charge
+			g.adm.bytesHeld = true
+		}
+		a.unwait(g)
+	}
+	if a.rq.Enabled && g.offRing && g.mem == nil {
+		// Device-memory groups run whole on their executors: they take
+		// the window for all their live owners at once.
+		var owners, bytes uint64
+		for i := 0; i < g.n; i++ {
+			if w.b.mu.tasks[g.first+i].state == TaskPending {
+				owners++
+				bytes += w.b.mu.tasks[g.first+i].length
+			}
+		}
+		if !a.windowFits(owners, bytes) || !a.first(g, waitWindow, now) {
+			a.waitFor(g, waitWindow, w)
+			return false, nil
+		}
+		a.unwait(g)
+		for i := 0; i < g.n; i++ {
+			if t := &w.b.mu.tasks[g.first+i]; t.state == TaskPending {
+				a.take(g, i, t.length, now)
+			}
+		}
+	}
+	return true, nil
+}
+
+func (a *admission) windowFits(owners, bytes uint64) bool {
+	return a.win.owners+owners <= uint64(a.rq.MaxDispatchOwners) && a.win.bytes+bytes <= uint64(a.rq.MaxDispatchBytes)
+}
+
+// take grants owner i a window share. REQUIRES: a.mu.
+func (a *admission) take(g *group, i int, n uint64, now time.Time) {
+	g.adm.win[i] = n
+	a.win.owners++
+	a.win.bytes += n
+	a.peak.owners = max(a.peak.owners, a.win.owners)
+	a.peak.bytes = max(a.peak.bytes, a.win.bytes)
+	a.st.granted++
+	a.bw.start(g.bwKey(i), n, now)
+	if a.onGrant != nil {
+		a.onGrant(g, i)
+	}
+}
+
+type ownerVerdict uint8
+
+const (
+	ownerGo ownerVerdict = iota
+	ownerWait
+	ownerDrop
+)
+
+// ownerGate decides whether ring owner i of g (pending, deadline not
+// passed) may go on the ring now. A dropped owner is already failed.
+// REQUIRES: b.mu.
+func (w *worker) ownerGate(g *group, i int, now time.Time) ownerVerdict {
+	a := w.b.e.adm
+	if !a.rq.Enabled {
+		return ownerGo
+	}
+	t := &w.b.mu.tasks[g.first+i]
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.infeasible(g, i, t.length, now) {
+		a.st.infeasible++
+		t.state = TaskFailed
+		t.err = &Error{Op: g.op.String(), Name: w.b.name(), Kind: KindTimeout,
+			Err: fmt.Errorf("requests[%d]: %w: %d bytes at the measured %.0f B/s with %d bytes ahead would take longer than %.3g of the %s left", i, ErrDeadlineInfeasible, t.length, a.bw.rate(g.bwKey(i)), a.bw.entry(g.bwKey(i)).inflight, a.rq.MLULocalThreshold, g.deadline.Sub(now).Round(time.Microsecond))}
+		w.b.e.st.tasksFailed.Add(1)
+		return ownerDrop
+	}
+	if !a.windowFits(1, t.length) || !a.first(g, waitWindow, now) {
+		a.waitFor(g, waitWindow, w)
+		return ownerWait
+	}
+	a.unwait(g)
+	a.take(g, i, t.length, now)
+	return ownerGo
+}
+
+// infeasible: EDF with a positive mlu_local_threshold, a known rate, and
+// (bytes already dispatched on that path + this owner) / rate over the
+// remaining time reaching the threshold. An unknown rate never drops.
+// REQUIRES: a.mu.
+func (a *admission) infeasible(g *group, i int, n uint64, now time.Time) bool {
+	if !a.rq.DeadlineAware || a.rq.MLULocalThreshold <= 0 {
+		return false
+	}
+	k := g.bwKey(i)
+	r := a.bw.rate(k)
+	if r == 0 {
+		return false
+	}
+	left := g.deadline.Sub(now).Seconds()
+	if left <= 0 {
+		return true
+	}
+	predicted := float64(a.bw.entry(k).inflight+n) / r
+	return predicted/left >= a.rq.MLULocalThreshold
+}
