@@ -61,6 +61,14 @@ echo seal > "$M/ctl/batches/%s/ctl"`, b.region, b.seg, b.n, b.n))
 	if st := m.state(t, b.n); st != "open" {
 		t.Fatalf("the long batch is already %s", st)
 	}
+	// Loans are taken when the worker dispatches the group, not at
+	// submit: wait until its first task left pending (seen still pending
+	// under load otherwise).
+	for end := time.Now().Add(30 * time.Second); m.taskState(t, b.n, 0) == "pending"; {
+		if time.Now().After(end) {
+			t.Fatal("the long batch was never dispatched: task 0 is still pending")
+		}
+	}
 	return b
 }
 
