@@ -32,6 +32,7 @@ load() { # load LABEL ARGS...
 
 # ext4, cold, file -> GPU.
 load ext4-cold-staged --file "$G/w.bin" --mem cuda:0 --transport io_uring --cold --runs 3 --verify
+load ext4-cold-staged-chunks128 --file "$G/w.bin" --mem cuda:0 --transport io_uring --cold --runs 3 --chunks 128
 load ext4-cold-gds --file "$G/w.bin" --mem cuda:0 --transport gds --cold --runs 3 --verify
 load ext4-cold-unspec --file "$G/w.bin" --mem cuda:0 --cold --runs 3
 load ext4-cold-dram --file "$G/w.bin" --mem cpu --cold --runs 3
@@ -52,6 +53,8 @@ load tmpfs-dram --file "$S/w.bin" --mem cpu --runs 3
 # GPU -> file against DRAM -> file (the engine's own write rate).
 load ext4-write-dram --file "$G/o.bin" --op write --mem cpu --runs 3 --verify
 load ext4-write-staged --file "$G/o.bin" --op write --mem cuda:0 --transport io_uring --runs 3 --verify
+load ext4-write-staged-chunks128 --file "$G/o.bin" --op write --mem cuda:0 --transport io_uring --runs 3 --chunks 128
+load ext4-write-staged-chunk16m --file "$G/o.bin" --op write --mem cuda:0 --transport io_uring --runs 3 --chunks 64 --chunk 16MiB
 load ext4-write-gds --file "$G/o.bin" --op write --mem cuda:0 --transport gds --runs 3 --verify
 load tmpfs-write-staged --file "$S/w.bin" --op write --mem cuda:0 --transport io_uring --runs 3 --verify
 rm -f "$G/w.bin" "$G/o.bin" "$S/w.bin"
