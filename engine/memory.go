@@ -136,15 +136,21 @@ func (e *Engine) RegisterPinned(bytes uint64) (*Region, error) {
 	return e.addRegion(&Region{e: e, loc: LocationPinned, m: m, anon: true, unpin: unpin})
 }
 
-// RegisterDevice allocates bytes of device memory on CUDA device dev.
-func (e *Engine) RegisterDevice(dev int, bytes uint64) (*Region, error) {
+// checkDeviceRegistration is what every device registration checks
+// first: an open engine, a nonzero size, a usable device dev.
+func (e *Engine) checkDeviceRegistration(dev int, bytes uint64) error {
 	if err := e.checkOpen("register"); err != nil {
-		return nil, err
+		return err
 	}
 	if bytes == 0 {
-		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
+		return errorf(KindInvalid, "register", "memory", "bytes is 0")
 	}
-	if err := e.checkDevice("register", "memory", dev); err != nil {
+	return e.checkDevice("register", "memory", dev)
+}
+
+// RegisterDevice allocates bytes of device memory on CUDA device dev.
+func (e *Engine) RegisterDevice(dev int, bytes uint64) (*Region, error) {
+	if err := e.checkDeviceRegistration(dev, bytes); err != nil {
 		return nil, err
 	}
 	d, err := e.gpu.b.Alloc(dev, bytes)
@@ -158,13 +164,7 @@ func (e *Engine) RegisterDevice(dev int, bytes uint64) (*Region, error) {
 // handle. bytes may be less than the exporter's allocation; the exporter
 // must keep it alive until Unregister.
 func (e *Engine) ImportDevice(dev int, handle []byte, bytes uint64) (*Region, error) {
-	if err := e.checkOpen("register"); err != nil {
-		return nil, err
-	}
-	if bytes == 0 {
-		return nil, errorf(KindInvalid, "register", "memory", "bytes is 0")
-	}
-	if err := e.checkDevice("register", "memory", dev); err != nil {
+	if err := e.checkDeviceRegistration(dev, bytes); err != nil {
 		return nil, err
 	}
 	d, err := e.gpu.b.ImportIPC(dev, handle)

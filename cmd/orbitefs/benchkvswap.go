@@ -5,7 +5,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -94,22 +93,5 @@ func kvswapMain(args []string) int {
 	cfg.MaxInflightBatches = max(cfg.MaxInflightBatches, o.Concurrency)
 	cfg.MaxBatchRequests = max(cfg.MaxBatchRequests, o.BatchGroups)
 	cfg.MaxAllocatedRequests = max(cfg.MaxAllocatedRequests, o.BatchGroups*o.Concurrency)
-	e, err := engine.New(cfg, transports(cfg)...)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "orbitefs bench kvswap: %v\n", err)
-		return 1
-	}
-	defer e.Close(time.Minute)
-	res, err := bench.RunKV(ctx, e, o)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "orbitefs bench kvswap: %v\n", err)
-		return 1
-	}
-	if *asJSON {
-		b, _ := json.Marshal(res)
-		fmt.Printf("%s\n", b)
-	} else {
-		fmt.Println(res)
-	}
-	return 0
+	return runOnEngine("kvswap", cfg, *asJSON, func(e *engine.Engine) (bench.KVResult, error) { return bench.RunKV(ctx, e, o) })
 }

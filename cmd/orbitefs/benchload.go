@@ -106,18 +106,26 @@ func loadMain(args []string) int {
 		}
 		cfg.StagingChunkSize = n
 	}
-	e, err := engine.New(cfg, transports(cfg)...) // validates the staging flags
+	// engine.New validates the staging flags.
+	return runOnEngine("load", cfg, *asJSON, func(e *engine.Engine) (bench.LoadResult, error) { return bench.RunLoad(ctx, e, o) })
+}
+
+// runOnEngine builds an engine from cfg, runs fn on it and prints its
+// result (one JSON object with asJSON); the exit status of a bench
+// subcommand.
+func runOnEngine[R fmt.Stringer](name string, cfg config.Engine, asJSON bool, fn func(*engine.Engine) (R, error)) int {
+	e, err := engine.New(cfg, transports(cfg)...)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orbitefs bench load: %v\n", err)
+		fmt.Fprintf(os.Stderr, "orbitefs bench %s: %v\n", name, err)
 		return 1
 	}
 	defer e.Close(time.Minute)
-	res, err := bench.RunLoad(ctx, e, o)
+	res, err := fn(e)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "orbitefs bench load: %v\n", err)
+		fmt.Fprintf(os.Stderr, "orbitefs bench %s: %v\n", name, err)
 		return 1
 	}
-	if *asJSON {
+	if asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Printf("%s\n", b)
 	} else {
