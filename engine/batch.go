@@ -50,23 +50,6 @@ func (s State) String() string {
 // Terminal reports whether the state can no longer change.
 func (s State) Terminal() bool { return s != StateOpen }
 
-// TaskState is one task's state.
-type TaskState uint8
-
-const (
-	TaskPending TaskState = iota
-	TaskRunning
-	TaskCompleted
-	TaskFailed
-	TaskCancelled
-)
-
-func (s TaskState) String() string {
-	return [...]string{"pending", "running", "completed", "failed", "cancelled"}[s]
-}
-
-func (s TaskState) terminal() bool { return s >= TaskCompleted }
-
 // TaskRange is the public task indices a Submit appended.
 type TaskRange struct {
 	First int `json:"first"`
@@ -115,18 +98,6 @@ type Report struct {
 	// ones that completed after the first failure.
 	RemoteEffect RemoteEffect `json:"-"`
 	Err          error        `json:"-"`
-}
-
-type task struct {
-	state       TaskState
-	length      uint64
-	transferred uint64
-	err         error
-	effect      RemoteEffect
-	submitted   bool
-	failovers   int  // attempts started after a failed one
-	parked      bool // a failed attempt awaits its failover decision
-	g           *group
 }
 
 // Batch is an asynchronous batch. Safe for concurrent use.
@@ -449,12 +420,6 @@ func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 	return b.taskStatusLocked(i), nil
 }
 
-func (b *Batch) taskStatusLocked(i int) TaskStatus {
-	t := &b.mu.tasks[i]
-	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
-		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: t.g.ownerIndex(i - t.g.first), Err: t.err, RemoteEffect: t.remoteEffect()}
-}
-
 // TaskStatuses returns every task's state, in index order.
 func (b *Batch) TaskStatuses() []TaskStatus {
 	defer b.deliver()
@@ -599,36 +564,6 @@ func (b *Batch) cancelAll(live bool) error {
 	b.changedLocked()
 	b.pokeLocked()
 	return nil
-}
-
-// cancelTaskLocked marks a pending task cancelled, with every alias of
-// its physical owner (memgroup.go); a queued group whose tasks are all
-// terminal finishes at once. REQUIRES: b.mu.
-func (b *Batch) cancelTaskLocked(i int) {
-	g := b.mu.tasks[i].g
-	first, last := g.aliases(i - g.first)
-	for j := g.first + first; j <= g.first+last; j++ {
-		if t := &b.mu.tasks[j]; t.state == TaskPending {
-			t.state = TaskCancelled
-			t.err = errCancelled
-			b.e.st.tasksCancelled.Add(1)
-		}
-	}
-	if g.dispatched {
-		return // the worker skips it and finishes the group
-	}
-	for j := g.first; j < g.first+g.n; j++ {
-		if !b.mu.tasks[j].state.terminal() {
-			return
-		}
-	}
-	for k, q := range b.mu.queue {
-		if q == g {
-			b.mu.queue = append(b.mu.queue[:k], b.mu.queue[k+1:]...)
-			break
-		}
-	}
-	g.finishLocked(true) // never dispatched: nothing of it reached the kernel
 }
 
 var (

@@ -253,7 +253,7 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 	g := x.g
 	u := &x.units[k]
 	if time.Now().After(g.deadline) {
-		x.resolve(k, 0, unitErr(g, k, u, KindTimeout, errors.New("deadline passed before these bytes started")))
+		x.resolve(k, 0, unitErr(g, u, KindTimeout, errors.New("deadline passed before these bytes started")))
 		return true
 	}
 	if err := x.waitProducer(k); err != nil {
@@ -285,7 +285,7 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 	select {
 	case r := <-done:
 		if r.err != nil {
-			x.resolve(k, 0, unitErr(g, k, u, KindIO, r.err))
+			x.resolve(k, 0, unitErr(g, u, KindIO, r.err))
 		} else {
 			x.resolve(k, uint64(max(r.n, 0)), nil)
 		}
@@ -295,9 +295,9 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 		x.mu.Lock()
 		x.undrained = true
 		x.mu.Unlock()
-		x.resolve(k, 0, unitErr(g, k, u, KindUnquiesced, fmt.Errorf("cuFile call did not return %s after the deadline; its memory and file stay retained", e.cfg.QuiesceGrace.D())))
+		x.resolve(k, 0, unitErr(g, u, KindUnquiesced, fmt.Errorf("cuFile call did not return %s after the deadline; its memory and file stay retained", e.cfg.QuiesceGrace.D())))
 		for j := x.take(); j >= 0; j = x.take() {
-			x.resolve(j, 0, unitErr(g, j, &x.units[j], KindTimeout, errors.New("deadline passed before these bytes started")))
+			x.resolve(j, 0, unitErr(g, &x.units[j], KindTimeout, errors.New("deadline passed before these bytes started")))
 		}
 		return false
 	}

@@ -478,15 +478,6 @@ func (g *group) reportLocked() Report {
 	return r
 }
 
-// remoteEffect is what the task may have done to the target: unknown as
-// its executor recorded it, else applied when a WRITE confirmed bytes.
-func (t *task) remoteEffect() RemoteEffect {
-	if t.effect == EffectNone && t.g.op == OpWrite && t.transferred > 0 {
-		return EffectApplied
-	}
-	return t.effect
-}
-
 // route chooses request i's route (route.go) from the ranges build
 // resolved for it (g.ranges[first:]), and for an off-ring request
 // records its pieces in file order.

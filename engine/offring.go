@@ -140,9 +140,9 @@ func (x *offRing) waitProducer(k int) error {
 		done, err := waitEvent(x.g.producers[i], cut)
 		switch {
 		case err != nil:
-			x.readyErr[i] = unitErr(x.g, k, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
+			x.readyErr[i] = unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
 		case !done:
-			x.readyErr[i] = unitErr(x.g, k, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
+			x.readyErr[i] = unitErr(x.g, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
 		}
 	})
 	return x.readyErr[i]
@@ -277,41 +277,6 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 	}
 }
 
-// publishOffRingLocked makes task i's outcome final. REQUIRES: b.mu.
-func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
-	e := b.e
-	t := &b.mu.tasks[g.first+i]
-	t.transferred = transferred
-	t.effect = effect
-	if err == nil {
-		t.state = TaskCompleted
-		e.st.tasksCompleted.Add(1)
-	} else {
-		t.state = TaskFailed
-		t.err = err
-		e.st.tasksFailed.Add(1)
-	}
-	if g.op == OpRead {
-		e.st.bytesRead.Add(transferred)
-	} else {
-		e.st.bytesWritten.Add(transferred)
-	}
-	if !drained {
-		g.offUndrained = true
-	} else {
-		e.adm.ownerDone(g, i, transferred) // window share, bandwidth
-	}
-	g.outstanding--
-	if g.outstanding == 0 {
-		drained = !g.offUndrained
-		if !drained {
-			e.st.unquiesced.Add(1)
-			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
-		}
-		g.finishLocked(drained)
-	}
-}
-
 // startOffRing hands a dispatched group to its executor. Every pending
 // task becomes running. REQUIRES: b.mu.
 func (w *worker) startOffRingLocked(g *group) {
@@ -364,7 +329,7 @@ func (w *worker) startOffRingLocked(g *group) {
 }
 
 // unitErr wraps a lane failure for one unit.
-func unitErr(g *group, k int, u *unit, kind Kind, err error) error {
+func unitErr(g *group, u *unit, kind Kind, err error) error {
 	return &Error{Op: g.op.String(), Name: g.seg.name(), Kind: kind,
 		Err: fmt.Errorf("requests[%d]: bytes [%d, %d): %w", u.task, u.rel, u.rel+u.n, err)}
 }

@@ -213,7 +213,7 @@ func (l *lane) fill() bool {
 			}
 			u := &l.x.units[k]
 			if time.Now().After(g.deadline) {
-				l.x.resolve(k, 0, unitErr(g, k, u, KindTimeout, errors.New("deadline passed before these bytes started")))
+				l.x.resolve(k, 0, unitErr(g, u, KindTimeout, errors.New("deadline passed before these bytes started")))
 				continue
 			}
 			if err := l.x.waitProducer(k); err != nil {
@@ -234,7 +234,7 @@ func (l *lane) fill() bool {
 			op := FileOp{Write: g.op == OpWrite, File: l.fileFor(s.c, u), Offset: u.off,
 				Iov: []IOVec{{Base: s.c.addr(), Len: u.n}}, Buf: s.c.fixed, Token: uint64(i)}
 			if err := l.q.Prepare(&op); err != nil {
-				l.x.resolve(k, 0, unitErr(g, k, u, KindIO, err))
+				l.x.resolve(k, 0, unitErr(g, u, KindIO, err))
 				return true
 			}
 			s.k, s.state = k, slotIO
@@ -283,7 +283,7 @@ func (l *lane) submit() {
 			k := s.k
 			s.state, s.k = slotDead, -1
 			l.inIO--
-			l.x.resolve(k, 0, unitErr(l.x.g, k, &l.x.units[k], KindIO, fmt.Errorf("not submitted: %w", err)))
+			l.x.resolve(k, 0, unitErr(l.x.g, &l.x.units[k], KindIO, fmt.Errorf("not submitted: %w", err)))
 		}
 		l.pending = l.pending[:0]
 	}
@@ -298,7 +298,7 @@ func (l *lane) complete(c Completion) {
 	l.inIO--
 	if c.Res < 0 {
 		s.state, s.k = slotFree, -1
-		l.x.resolve(k, 0, unitErr(g, k, u, KindIO, os.NewSyscallError(g.op.String(), unix.Errno(-c.Res))))
+		l.x.resolve(k, 0, unitErr(g, u, KindIO, os.NewSyscallError(g.op.String(), unix.Errno(-c.Res))))
 		return
 	}
 	got := uint64(c.Res)
@@ -327,13 +327,13 @@ func (l *lane) complete(c Completion) {
 				err = st.HtoD(p.addr, uintptr(s.c.addr()+p.rel), n)
 			}
 			if err != nil {
-				l.abortCopies(s, unitErr(g, k, u, KindIO, err))
+				l.abortCopies(s, unitErr(g, u, KindIO, err))
 				return
 			}
 		}
 	}
 	if err := l.record(s); err != nil {
-		l.abortCopies(s, unitErr(g, k, u, KindIO, err))
+		l.abortCopies(s, unitErr(g, u, KindIO, err))
 		return
 	}
 	s.short = short
@@ -380,7 +380,7 @@ func (l *lane) retryRest(c *chunk, u *unit, got uint64) (uint64, error) {
 		}
 		if n == 0 {
 			if g.op == OpWrite {
-				return got, unitErr(g, -1, u, KindIO, errShortWrite)
+				return got, unitErr(g, u, KindIO, errShortWrite)
 			}
 			return got, nil // end of file: a short count, KindRange
 		}
@@ -479,7 +479,7 @@ func (l *lane) retireCopies(cut time.Time) bool {
 			k := s.k
 			s.state, s.k = slotDead, -1
 			l.inCopy--
-			l.x.resolve(k, 0, unitErr(l.x.g, k, &l.x.units[k], KindIO, fmt.Errorf("device copy: %w", err)))
+			l.x.resolve(k, 0, unitErr(l.x.g, &l.x.units[k], KindIO, fmt.Errorf("device copy: %w", err)))
 			continue
 		}
 		if !done {
@@ -528,16 +528,16 @@ func (l *lane) stageOut(c *chunk, u *unit) (dead bool, err error) {
 			if err != nil {
 				if enqueued && !l.drainStreams() {
 					l.uncertain()
-					return true, unitErr(g, -1, u, KindIO, fmt.Errorf("device-to-host copy: %w (and earlier copies into the chunk could not be confirmed)", err))
+					return true, unitErr(g, u, KindIO, fmt.Errorf("device-to-host copy: %w (and earlier copies into the chunk could not be confirmed)", err))
 				}
-				return false, unitErr(g, -1, u, KindIO, err)
+				return false, unitErr(g, u, KindIO, err)
 			}
 			enqueued = true
 		}
 	}
 	if enqueued && !l.drainStreams() {
 		l.uncertain()
-		return true, unitErr(g, -1, u, KindIO, errors.New("device-to-host copy not confirmed by the deadline"))
+		return true, unitErr(g, u, KindIO, errors.New("device-to-host copy not confirmed by the deadline"))
 	}
 	return false, nil
 }
@@ -561,10 +561,10 @@ func (l *lane) cutoff(grace time.Duration) {
 			continue
 		}
 		k := s.k
-		l.x.resolve(k, 0, unitErr(g, k, &l.x.units[k], KindUnquiesced, fmt.Errorf("no completion %s after the deadline; its memory, file and ring stay retained", grace)))
+		l.x.resolve(k, 0, unitErr(g, &l.x.units[k], KindUnquiesced, fmt.Errorf("no completion %s after the deadline; its memory, file and ring stay retained", grace)))
 	}
 	for k := l.x.take(); k >= 0; k = l.x.take() {
-		l.x.resolve(k, 0, unitErr(g, k, &l.x.units[k], KindTimeout, errors.New("deadline passed before these bytes started")))
+		l.x.resolve(k, 0, unitErr(g, &l.x.units[k], KindTimeout, errors.New("deadline passed before these bytes started")))
 	}
 }
 

@@ -1,0 +1,161 @@
+// task.go owns a task's state: the public states, the per-task record,
+// and the transitions that end a task outside an executor's own
+// completion path (failing the rest of a group, failing an op the kernel
+// never took, cancelling, publishing an off-ring outcome), together with
+// the counters each of them moves. Executors produce outcomes: the ring's
+// CQEs in ringexec.go, the lanes in offring.go; failover.go may park a
+// failed attempt before its outcome is published.
+//
+// Invariants:
+//   - A task's state only moves forward: pending -> running ->
+//     completed|failed, or pending -> cancelled; a parked task (a failed
+//     attempt awaiting failover) stays running until failover decides,
+//     and may then end cancelled.
+//   - Each transition counts itself once; all run under Batch.mu.
+
+package engine
+
+import "fmt"
+
+// TaskState is one task's state.
+type TaskState uint8
+
+const (
+	TaskPending TaskState = iota
+	TaskRunning
+	TaskCompleted
+	TaskFailed
+	TaskCancelled
+)
+
+func (s TaskState) String() string {
+	return [...]string{"pending", "running", "completed", "failed", "cancelled"}[s]
+}
+
+func (s TaskState) terminal() bool { return s >= TaskCompleted }
+
+// task is one public task's record, in Batch.mu.tasks.
+type task struct {
+	state       TaskState
+	length      uint64
+	transferred uint64
+	err         error
+	effect      RemoteEffect
+	submitted   bool
+	failovers   int  // attempts started after a failed one
+	parked      bool // a failed attempt awaits its failover decision
+	g           *group
+}
+
+// taskStatusLocked is task i's published state. REQUIRES: b.mu.
+func (b *Batch) taskStatusLocked(i int) TaskStatus {
+	t := &b.mu.tasks[i]
+	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
+		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: t.g.ownerIndex(i - t.g.first), Err: t.err, RemoteEffect: t.remoteEffect()}
+}
+
+// cancelTaskLocked marks a pending task cancelled, with every alias of
+// its physical owner (memgroup.go); a queued group whose tasks are all
+// terminal finishes at once. REQUIRES: b.mu.
+func (b *Batch) cancelTaskLocked(i int) {
+	g := b.mu.tasks[i].g
+	first, last := g.aliases(i - g.first)
+	for j := g.first + first; j <= g.first+last; j++ {
+		if t := &b.mu.tasks[j]; t.state == TaskPending {
+			t.state = TaskCancelled
+			t.err = errCancelled
+			b.e.st.tasksCancelled.Add(1)
+		}
+	}
+	if g.dispatched {
+		return // the worker skips it and finishes the group
+	}
+	for j := g.first; j < g.first+g.n; j++ {
+		if !b.mu.tasks[j].state.terminal() {
+			return
+		}
+	}
+	for k, q := range b.mu.queue {
+		if q == g {
+			b.mu.queue = append(b.mu.queue[:k], b.mu.queue[k+1:]...)
+			break
+		}
+	}
+	g.finishLocked(true) // never dispatched: nothing of it reached the kernel
+}
+
+// failTokenLocked fails a running task whose op was never consumed by the
+// kernel. REQUIRES: b.mu.
+func (w *worker) failTokenLocked(tok uint64, err error) {
+	b := w.b
+	t := &b.mu.tasks[tok]
+	if t.state != TaskRunning {
+		return // already ended (the unquiesced cutoff)
+	}
+	t.state = TaskFailed
+	t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
+	b.e.st.tasksFailed.Add(1)
+	b.e.adm.ownerDone(t.g, int(tok)-t.g.first, 0)
+	t.g.outstanding--
+	if t.g.next == t.g.n && t.g.outstanding == 0 {
+		t.g.finishLocked(true)
+	}
+}
+
+// failRestLocked fails every pending task of g from request i on.
+func (w *worker) failRestLocked(g *group, from int, err error) {
+	b := w.b
+	for i := from; i < g.n; i++ {
+		t := &b.mu.tasks[g.first+i]
+		if t.state == TaskPending {
+			t.state = TaskFailed
+			t.err = err
+			b.e.st.tasksFailed.Add(1)
+		}
+	}
+	g.next = g.n
+}
+
+// publishOffRingLocked makes task i's outcome final. REQUIRES: b.mu.
+func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+	e := b.e
+	t := &b.mu.tasks[g.first+i]
+	t.transferred = transferred
+	t.effect = effect
+	if err == nil {
+		t.state = TaskCompleted
+		e.st.tasksCompleted.Add(1)
+	} else {
+		t.state = TaskFailed
+		t.err = err
+		e.st.tasksFailed.Add(1)
+	}
+	if g.op == OpRead {
+		e.st.bytesRead.Add(transferred)
+	} else {
+		e.st.bytesWritten.Add(transferred)
+	}
+	if !drained {
+		g.offUndrained = true
+	} else {
+		e.adm.ownerDone(g, i, transferred) // window share, bandwidth
+	}
+	g.outstanding--
+	if g.outstanding == 0 {
+		drained = !g.offUndrained
+		if !drained {
+			e.st.unquiesced.Add(1)
+			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
+		}
+		g.finishLocked(drained)
+	}
+}
+
+// remoteEffect is what the task may have done to the target: unknown as
+// its executor recorded it, else applied when a WRITE confirmed bytes.
+func (t *task) remoteEffect() RemoteEffect {
+	if t.effect == EffectNone && t.g.op == OpWrite && t.transferred > 0 {
+		return EffectApplied
+	}
+	return t.effect
+}
