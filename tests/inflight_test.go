@@ -45,19 +45,7 @@ type slowBatch struct {
 // running. Cleanup cancels it and waits for the end.
 func (m *mount) startSlowBatch(t *testing.T) slowBatch {
 	t.Helper()
-	_, S := m.scratchDirs(t)
-	m.ok(t, `truncate -s 256M "$S/sparse"`)
-	b := slowBatch{region: m.register(t, "slow", "256MiB")}
-	b.seg = m.openSegment(t, "slow", S+"/sparse", "read")
-	b.n = m.clone(t)
-	t.Cleanup(func() {
-		// Registered after clone's cleanup, so it runs first: cancel and
-		// wait, so the region and segment cleanups find them idle.
-		m.sh(t, fmt.Sprintf(`B="$M/ctl/batches/%s"; [ -d "$B" ] || exit 0; echo cancel_all > "$B/ctl"; timeout 10 cat "$B/wait"`, b.n))
-	})
-	m.ok(t, fmt.Sprintf(`jq -nc --arg r %s --arg s %s '{op:"read",target:$s,requests:[range(4096)|{memory:$r,offset:0,target_offset:0,length:268435456}]}' > "$T/slow.json"
-cat "$T/slow.json" > "$M/ctl/batches/%s/submit"
-echo seal > "$M/ctl/batches/%s/ctl"`, b.region, b.seg, b.n, b.n))
+	b := m.submitSlowBatch(t, "")
 	if st := m.state(t, b.n); st != "open" {
 		t.Fatalf("the long batch is already %s", st)
 	}
@@ -69,6 +57,27 @@ echo seal > "$M/ctl/batches/%s/ctl"`, b.region, b.seg, b.n, b.n))
 			t.Fatal("the long batch was never dispatched: task 0 is still pending")
 		}
 	}
+	return b
+}
+
+// submitSlowBatch submits and seals the long batch; extra is jq object
+// text placed before "requests" (e.g. a qos member). Cleanup cancels it
+// and waits for the end.
+func (m *mount) submitSlowBatch(t *testing.T, extra string) slowBatch {
+	t.Helper()
+	_, S := m.scratchDirs(t)
+	m.ok(t, `truncate -s 256M "$S/sparse"`)
+	b := slowBatch{region: m.register(t, "slow", "256MiB")}
+	b.seg = m.openSegment(t, "slow", S+"/sparse", "read")
+	b.n = m.clone(t)
+	t.Cleanup(func() {
+		// Registered after clone's cleanup, so it runs first: cancel and
+		// wait, so the region and segment cleanups find them idle.
+		m.sh(t, fmt.Sprintf(`B="$M/ctl/batches/%s"; [ -d "$B" ] || exit 0; echo cancel_all > "$B/ctl"; timeout 10 cat "$B/wait"`, b.n))
+	})
+	m.ok(t, fmt.Sprintf(`jq -nc --arg r %s --arg s %s '{op:"read",target:$s,%srequests:[range(4096)|{memory:$r,offset:0,target_offset:0,length:268435456}]}' > "$T/slow.json"
+cat "$T/slow.json" > "$M/ctl/batches/%s/submit"
+echo seal > "$M/ctl/batches/%s/ctl"`, b.region, b.seg, extra, b.n, b.n))
 	return b
 }
 

@@ -22,21 +22,11 @@ import (
 
 const qosCapDoc = `{"qos":{"version":1,"tenants":[{"name":"Tenant-A","defaults":{"max_inflight_bytes":"1TiB"%s}}]}}`
 
-// startTenantBatch is startSlowBatch submitted as tenant-a.
+// startTenantBatch is the long batch submitted as tenant-a (not waited
+// for: under a delay contract it may stay queued).
 func (m *mount) startTenantBatch(t *testing.T) slowBatch {
 	t.Helper()
-	_, S := m.scratchDirs(t)
-	m.ok(t, `truncate -s 256M "$S/sparse"`)
-	b := slowBatch{region: m.register(t, "slow", "256MiB")}
-	b.seg = m.openSegment(t, "slow", S+"/sparse", "read")
-	b.n = m.clone(t)
-	t.Cleanup(func() {
-		m.sh(t, fmt.Sprintf(`B="$M/ctl/batches/%s"; [ -d "$B" ] || exit 0; echo cancel_all > "$B/ctl"; timeout 10 cat "$B/wait"`, b.n))
-	})
-	m.ok(t, fmt.Sprintf(`jq -nc --arg r %s --arg s %s '{op:"read",target:$s,qos:{tenant:"tenant-a"},requests:[range(4096)|{memory:$r,offset:0,target_offset:0,length:268435456}]}' > "$T/slow.json"
-cat "$T/slow.json" > "$M/ctl/batches/%s/submit"
-echo seal > "$M/ctl/batches/%s/ctl"`, b.region, b.seg, b.n, b.n))
-	return b
+	return m.submitSlowBatch(t, `qos:{tenant:"tenant-a"},`)
 }
 
 // smallTenantSubmit is a 4 KiB read document as tenant.
