@@ -11,7 +11,10 @@
 // range; up to gds_batch_depth of them run at once, each a blocking cuFile
 // call on its own goroutine. A call that does not return by deadline +
 // quiesce_grace leaves its units unquiesced: the group keeps its loans and
-// charges, and the handle is never deregistered.
+// charges, and the handle is never deregistered. backends/gds also offers
+// cuFile's native batch and a parallel batch; the engine drives calls
+// itself so that each unit resolves, and each cutoff applies, on its own
+// (and the native batch measured slower in compatibility mode).
 
 package engine
 
