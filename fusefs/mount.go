@@ -124,10 +124,14 @@ func Mount(dir string, svc *control.Service, opts Options) (*Server, error) {
 	}
 	s := &Server{srv: srv, dir: abs, direct: direct, log: lg, done: make(chan struct{})}
 	s.reqs = reqs
-	var st unix.Stat_t
-	if err := unix.Stat(abs, &st); err == nil {
-		s.conn = unix.Minor(st.Dev)
-		s.dev = fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	// The mount's device comes from mountinfo, not from a stat of the
+	// mount point: that stat is a FUSE request to this very process, and
+	// a SIGKILL arriving while it waits leaves the process unable to exit
+	// (its own request can only be answered by the threads being killed,
+	// and the connection ends only when the last of them is gone).
+	if major, minor, ok := mountDevice(abs); ok {
+		s.conn = minor
+		s.dev = fmt.Sprintf("%d:%d", major, minor)
 	}
 	go func() {
 		srv.Wait()
@@ -279,14 +283,21 @@ func prepareMountpoint(dir string, direct bool, lg *slog.Logger) error {
 	return nil
 }
 
-// mountedFUSE reports whether dir is the mount point of a FUSE mount
-// (per /proc/self/mountinfo) and its type.
-func mountedFUSE(dir string) (string, bool) {
+// mountEntry is one line of /proc/self/mountinfo.
+type mountEntry struct {
+	major, minor uint32
+	fstype       string
+}
+
+// mountsAt lists the mounts whose mount point is dir, oldest first, from
+// /proc/self/mountinfo (no request to any of them).
+func mountsAt(dir string) []mountEntry {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
-		return "", false
+		return nil
 	}
 	defer f.Close()
+	var out []mountEntry
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -295,13 +306,42 @@ func mountedFUSE(dir string) (string, bool) {
 		if len(fields) < 5 || unescapeMountinfo(fields[4]) != dir {
 			continue
 		}
+		var m mountEntry
+		if a, b, ok := strings.Cut(fields[2], ":"); ok {
+			ma, _ := strconv.ParseUint(a, 10, 32)
+			mi, _ := strconv.ParseUint(b, 10, 32)
+			m.major, m.minor = uint32(ma), uint32(mi)
+		}
 		for i, fl := range fields {
-			if fl == "-" && i+1 < len(fields) && strings.HasPrefix(fields[i+1], "fuse") {
-				return fields[i+1], true
+			if fl == "-" && i+1 < len(fields) {
+				m.fstype = fields[i+1]
+				break
 			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// mountedFUSE reports whether dir is the mount point of a FUSE mount
+// and its type.
+func mountedFUSE(dir string) (string, bool) {
+	for _, m := range mountsAt(dir) {
+		if strings.HasPrefix(m.fstype, "fuse") {
+			return m.fstype, true
 		}
 	}
 	return "", false
+}
+
+// mountDevice is the device of the newest mount at dir.
+func mountDevice(dir string) (major, minor uint32, ok bool) {
+	ms := mountsAt(dir)
+	if len(ms) == 0 {
+		return 0, 0, false
+	}
+	m := ms[len(ms)-1]
+	return m.major, m.minor, true
 }
 
 // unescapeMountinfo undoes mountinfo's octal escapes (\040 for space).

@@ -27,6 +27,7 @@ import (
 	"github.com/orbitefs/orbitefs/control"
 	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/fusefs"
+	"golang.org/x/sys/unix"
 )
 
 // needMount skips unless this process can mount FUSE filesystems; when
@@ -600,4 +601,20 @@ func TestUnmountBusy(t *testing.T) {
 		t.Errorf("mount still listed: %s", m.dir)
 	}
 	_ = fmt.Sprint()
+}
+
+// TestDeviceFromMountinfo: the server learns its mount's device from
+// mountinfo (a stat of its own mount point would be a FUSE request to
+// itself, which a SIGKILL at that moment turns into a process that cannot
+// exit); it must equal what a client's stat sees.
+func TestDeviceFromMountinfo(t *testing.T) {
+	m := mount(t)
+	var st syscall.Stat_t
+	if err := syscall.Stat(m.dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	if got := m.srv.Device(); got != want {
+		t.Fatalf("Device() = %q, a stat of the mount point says %q", got, want)
+	}
 }
