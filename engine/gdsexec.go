@@ -180,16 +180,17 @@ func (e *Engine) gdsHandle(ent *segEntry) (GDSFile, error) {
 	return f, nil
 }
 
-// gdsFile is gdsHandle counting a call in flight (gdsDone ends it).
-func (e *Engine) gdsFile(ent *segEntry) (GDSFile, error) {
-	f, err := e.gdsHandle(ent)
-	if err != nil {
-		return nil, err
-	}
+// gdsCall counts a cuFile call in flight on ent's handle; gdsDone ends
+// it, when the call returns and before its unit resolves. A segment
+// close drains its groups first, so the count matters only for a call
+// that never returned: its handle is then never closed. (Counting the
+// whole job instead, until after its last unit resolved, let a close
+// that followed the batch's completion find the handle busy and leave it
+// registered for good: TestRoutes, under load.)
+func (e *Engine) gdsCall(ent *segEntry) {
 	e.gds.mu.Lock()
 	e.gds.busy[ent.direct.Key]++
 	e.gds.mu.Unlock()
-	return f, nil
 }
 
 func (e *Engine) gdsDone(ent *segEntry) {
@@ -221,34 +222,25 @@ func (e *Engine) gdsForgetFile(ent *segEntry) {
 // runGDS runs a GDS job to the end.
 func (e *Engine) runGDS(x *offRing) {
 	g := x.g
-	f, err := e.gdsFile(g.ent)
+	f, err := e.gdsHandle(g.ent)
 	if err != nil {
 		x.failRest(wrap(KindIO, g.op.String(), g.seg.name(), fmt.Errorf("cuFile handle: %w", err)))
 		return
 	}
-	defer e.gdsDone(g.ent)
 	n := x.lanes(e.cfg.GDSBatchDepth)
 	var wg sync.WaitGroup
-	var stuck atomic.Bool
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for k := x.take(); k >= 0; k = x.take() {
 				if !e.gdsUnit(x, f, k) {
-					stuck.Store(true)
-					return
+					return // stuck: its call keeps the handle busy forever
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if stuck.Load() {
-		// Keep the handle counted busy forever: it is never closed.
-		e.gds.mu.Lock()
-		e.gds.busy[g.ent.direct.Key]++
-		e.gds.mu.Unlock()
-	}
 }
 
 // gdsUnit runs one cuFile call; false when it did not return in time.
@@ -272,8 +264,11 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 	if g.op == OpWrite {
 		x.markSubmitted(k)
 	}
+	e.gdsCall(g.ent)
 	go func() {
 		var r result
+		defer func() { done <- r }()
+		defer e.gdsDone(g.ent)
 		if g.op == OpRead {
 			r.n, r.err = f.Read(p.dev, p.addr, u.n, u.off)
 			e.gds.reads.Add(1)
@@ -281,7 +276,6 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 			r.n, r.err = f.Write(p.dev, p.addr, u.n, u.off)
 			e.gds.writes.Add(1)
 		}
-		done <- r
 	}()
 	cut := time.NewTimer(time.Until(g.deadline.Add(e.cfg.QuiesceGrace.D())))
 	defer cut.Stop()

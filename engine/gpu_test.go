@@ -9,9 +9,12 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
@@ -435,4 +438,82 @@ func TestProducerEvent(t *testing.T) {
 	_, err = e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Address: h.BaseAddress(), Length: 4096, Producer: ev}}, ioTimeout)
 	wantKind(t, err, engine.KindInvalid)
 	_ = orig
+}
+
+// TestStagedJobsShareFewRings: more concurrent staged groups than rings
+// in the pool. Each batch's worker used to take a ring before
+// dispatching its (off-ring) group and keep it, so every ring sat with a
+// worker while every staging lane waited for one: 64 clients reading
+// into cuda:0 on the GPU machine hung (docs/performance.md).
+func TestStagedJobsShareFewRings(t *testing.T) {
+	const batches = 6
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.IOUring.MaxRings = 2 })
+	path, orig := randomFile(t, t.TempDir(), "src", 1<<20)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, batches<<20)
+	var wg sync.WaitGroup
+	errs := make(chan error, batches)
+	for i := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := e.AllocateBatch(1)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer b.Free()
+			req := []engine.Request{{Address: d.BaseAddress() + uint64(i)<<20, Length: 1 << 20}}
+			if _, err := b.Submit(engine.OpRead, src, req, nil, 0); err != nil {
+				errs <- err
+				return
+			}
+			b.Seal()
+			st, err := b.Wait(10 * time.Second)
+			if err != nil || st != engine.StateCompleted {
+				errs <- fmt.Errorf("batch %d: %v %v", i, st, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1<<20)
+	for i := range batches {
+		if _, err := d.ReadAt(got, int64(i)<<20); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, orig) {
+			t.Fatalf("batch %d: device bytes differ from the file", i)
+		}
+	}
+}
+
+// TestGDSHandleClosedAfterBatch: a segment closed as soon as its GDS
+// batch completed deregisters its cuFile handle. The job used to count
+// the handle busy until after its last unit resolved, so a close that
+// followed Wait at once could find it busy and leave it registered for
+// good (seen as TestRoutes failing under load).
+func TestGDSHandleClosedAfterBatch(t *testing.T) {
+	gds := &fakeGDS{}
+	e := gpuEngine(t, newFakeGPU(1), gds, nil)
+	d := deviceRegion(t, e, 0, 1<<20)
+	dir := t.TempDir()
+	const rounds = 40
+	for i := range rounds {
+		path, _ := randomFile(t, dir, fmt.Sprintf("f%d", i), 1<<16)
+		seg := openSeg(t, e, path, engine.PermRead)
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: 1 << 16}}, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.CloseFileSegment(seg, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if got := gds.closed.Load(); got != int64(i+1) {
+			t.Fatalf("round %d: %d cuFile handles closed, want %d", i, got, i+1)
+		}
+	}
 }

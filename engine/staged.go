@@ -110,7 +110,7 @@ func (e *Engine) runStaged(x *offRing) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.stagedLane(x, p, per)
+			errs[i] = e.stagedLane(x, p, per, i == 0)
 		}()
 	}
 	wg.Wait()
@@ -124,9 +124,18 @@ func (e *Engine) runStaged(x *offRing) {
 
 // stagedLane runs one lane until no unit is left. It returns why it could
 // not start (no ring, no staging buffer); its units then go to the other
-// lanes.
-func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int) error {
-	q, err := e.file.Acquire()
+// lanes. Only a job's first lane waits for a ring; the others take one
+// only if the pool has it free, so a job never holds a ring while it
+// waits for another (many concurrent jobs once held every ring's worth of
+// waiting lanes and hung).
+func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int, first bool) error {
+	var q Queue
+	var err error
+	if first {
+		q, err = e.file.Acquire()
+	} else if q, err = e.file.TryAcquire(); q == nil && err == nil {
+		return nil // the pool is busy: the job's other lanes take its units
+	}
 	if err != nil {
 		return wrap(KindExhausted, x.g.op.String(), x.g.b.name(), err)
 	}

@@ -215,7 +215,14 @@ func (w *worker) fill() bool {
 				b.mu.Unlock()
 				return false
 			}
+			need := w.ringNeededLocked()
 			b.mu.Unlock()
+			if !need {
+				// Off-ring groups dispatch without a ring: a worker that
+				// held one for them could leave none to their staging
+				// lanes (64 batches into cuda:0 hung on 64 rings).
+				break
+			}
 			var q Queue
 			var err error
 			if w.fast {
@@ -244,7 +251,7 @@ func (w *worker) fill() bool {
 		break
 	}
 	b.mu.Lock()
-	if w.q != nil && !w.tainted.Load() {
+	if !w.tainted.Load() {
 		w.fillLocked()
 	}
 	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
@@ -253,16 +260,28 @@ func (w *worker) fill() bool {
 		w.releaseQueue()
 		return false
 	}
-	// A worker that waits for admission with nothing on its ring gives
-	// the ring back while it sleeps, so waiting batches can never hold
-	// every ring of the pool from the batch that is next in order.
-	idleWait := w.admWait && len(w.toPrepare) == 0 && len(w.pending) == 0 && !w.ringLiveLocked()
+	// A worker that waits (for admission, or for off-ring groups) with
+	// nothing on its ring gives the ring back while it sleeps, so waiting
+	// batches can never hold every ring of the pool from the batch that
+	// is next in order, nor from the staging lanes of their own groups.
+	idleWait := (w.admWait || !w.ringNeededLocked()) && len(w.toPrepare) == 0 && len(w.pending) == 0 && !w.ringLiveLocked()
 	b.mu.Unlock()
 	w.prepareChosen()
 	if idleWait && !w.tainted.Load() {
 		w.releaseQueue()
 	}
 	return true
+}
+
+// ringNeededLocked reports whether what fillLocked would dispatch next
+// needs a ring: a ring group partly dispatched, or one at the queue's
+// head. REQUIRES: b.mu.
+func (w *worker) ringNeededLocked() bool {
+	b := w.b
+	if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
+		return true
+	}
+	return len(b.mu.queue) > 0 && !b.mu.queue[0].offRing
 }
 
 // fillLocked prepares ops in FIFO order. REQUIRES: b.mu.
@@ -274,7 +293,12 @@ func (w *worker) fillLocked() {
 			b.changedLocked()
 		}
 	}()
-	space := func() int { return w.q.Space() - len(w.toPrepare) }
+	space := func() int {
+		if w.q == nil {
+			return 1 // no ring: only off-ring heads are dispatched (fill)
+		}
+		return w.q.Space() - len(w.toPrepare)
+	}
 	// One clock read per fill: it runs without blocking, and a clock read
 	// per group cost 5 % of a 4 KiB tmpfs run (docs/performance.md).
 	now := time.Now()
@@ -282,6 +306,10 @@ func (w *worker) fillLocked() {
 	w.admWait, w.admUntil = false, time.Time{}
 	for space() > 0 {
 		var g *group
+		if w.q == nil && w.ringNeededLocked() {
+			w.stalled = false // the worker turns again and takes a ring
+			return
+		}
 		if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
 			g = b.mu.inflight[n-1]
 		} else if len(b.mu.queue) > 0 {
