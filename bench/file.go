@@ -101,14 +101,48 @@ func Run(ctx context.Context, e *engine.Engine, o Options) (Result, error) {
 		}
 	}
 
-	d := &driver{e: e, seg: seg, o: &o, base: region.BaseAddress(),
-		capacity: e.Config().MaxBatchRequests, slots: make([]slot, o.QueueDepth),
-		offs: newOffsets(&o, 0)}
-	defer d.cleanup()
-	res, err := d.run(ctx)
-	if err != nil {
+	// Each job is its own driver over its own slots of the region and
+	// its own offset stream; their results merge into one.
+	ds := make([]*driver, o.jobs())
+	for j := range ds {
+		ds[j] = &driver{e: e, seg: seg, o: &o, base: region.BaseAddress() + uint64(j*o.QueueDepth)*o.BlockSize,
+			capacity: e.Config().MaxBatchRequests, slots: make([]slot, o.QueueDepth),
+			offs: newOffsets(&o, uint64(j))}
+		defer ds[j].cleanup()
+	}
+	stats0 := e.Stats()
+	errs := make([]error, len(ds))
+	var wg sync.WaitGroup
+	for j, d := range ds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[j] = d.run(ctx)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		return Result{}, err
 	}
+	var res Result
+	var elapsed time.Duration
+	var cpu cpuSpan
+	var allocs, batches uint64
+	for _, d := range ds {
+		res.Ops += d.res.Ops
+		res.Bytes += d.res.Bytes
+		res.hist.Merge(&d.res.hist)
+		// The jobs' measured intervals overlap; CPU and allocations are
+		// the process's, so the widest interval covers them all.
+		elapsed = max(elapsed, d.elapsed)
+		if d.cpu.user+d.cpu.sys > cpu.user+cpu.sys {
+			cpu = d.cpu
+		}
+		allocs = max(allocs, d.allocs)
+		batches += uint64(d.batches)
+	}
+	res.Engine = countersSince(stats0, e.Stats(), int(batches))
+	res.finish(&o, ImplEngine, elapsed, cpu, allocs)
 	return res, nil
 }
 
@@ -204,18 +238,21 @@ type driver struct {
 	batches   int
 	measuring bool
 	err       error
-	res       Result
+	res       Result // Ops, Bytes and hist of the measured interval
+
+	// The measured interval, set by run.
+	elapsed time.Duration
+	cpu     cpuSpan
+	allocs  uint64
 }
 
-func (d *driver) run(ctx context.Context) (Result, error) {
+// run drives the workload for o.Runtime, then drains; d.res, d.elapsed,
+// d.cpu and d.allocs then hold the measured interval.
+func (d *driver) run(ctx context.Context) error {
 	d.cond = sync.NewCond(&d.mu)
 	for i := range d.slots {
 		d.idle = append(d.idle, i)
 	}
-	stats0 := d.e.Stats()
-	var elapsed time.Duration
-	var cpu cpuSpan
-	var allocs uint64
 	t0 := time.Now()
 	cpu0, allocs0 := cpuNow(), allocsNow()
 	stop := func() {
@@ -223,8 +260,8 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		defer d.mu.Unlock()
 		if d.measuring {
 			d.measuring = false
-			elapsed = time.Since(t0)
-			cpu, allocs = cpuNow().sub(cpu0), allocsNow()-allocs0
+			d.elapsed = time.Since(t0)
+			d.cpu, d.allocs = cpuNow().sub(cpu0), allocsNow()-allocs0
 			d.cond.Broadcast()
 		}
 	}
@@ -259,13 +296,11 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 			stop()
 			for _, lv := range []*live{d.prev, d.cur} {
 				if err := d.retire(lv); err != nil {
-					return Result{}, err
+					return err
 				}
 			}
 			d.prev, d.cur = nil, nil
-			d.res.Engine = countersSince(stats0, d.e.Stats(), d.batches)
-			d.res.finish(d.o, ImplEngine, elapsed, cpu, allocs)
-			return d.res, nil
+			return nil
 		default:
 			d.cond.Wait()
 		}
@@ -273,7 +308,7 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 	err := d.err
 	d.mu.Unlock()
 	stop()
-	return Result{}, err
+	return err
 }
 
 // canSubmitLocked reports whether an idle slot can get a request now: a

@@ -111,8 +111,17 @@ type Options struct {
 	Runtime    time.Duration // how long to measure
 	Direct     bool          // O_DIRECT (required, not best effort); false: page cache
 	Seed       uint64        // random offsets; the same seed gives the same sequence
-
+	// Jobs runs that many independent copies of the workload at once
+	// (fio's numjobs): each engine job its own batches and QueueDepth
+	// requests, the pread baseline QueueDepth goroutines per job. 0 is 1.
+	Jobs int
 }
+
+// MaxJobs bounds --jobs.
+const MaxJobs = 256
+
+// jobs is Jobs, with 0 meaning 1.
+func (o *Options) jobs() int { return max(1, o.Jobs) }
 
 // Validate checks every field and returns all problems joined, or nil.
 func (o *Options) Validate() error {
@@ -135,11 +144,13 @@ func (o *Options) Validate() error {
 	case o.Direct && o.BlockSize%DirectAlign != 0:
 		add("--bs (%d) must be a multiple of %d with --direct", o.BlockSize, DirectAlign)
 	}
-	if o.QueueDepth < 1 || o.QueueDepth > MaxQueueDepth {
+	if o.Jobs < 0 || o.Jobs > MaxJobs {
+		add("--jobs (%d) must be in [1, %d]", o.Jobs, MaxJobs)
+	} else if o.QueueDepth < 1 || o.QueueDepth > MaxQueueDepth {
 		add("--qd (%d) must be in [1, %d]", o.QueueDepth, MaxQueueDepth)
-	} else if o.BlockSize > 0 && o.BlockSize <= MaxBlockSize && uint64(o.QueueDepth)*o.BlockSize > MaxBufferBytes {
-		add("--qd (%d) * --bs (%s) = %s of buffers exceeds %s", o.QueueDepth, config.Size(o.BlockSize),
-			config.Size(uint64(o.QueueDepth)*o.BlockSize), config.Size(MaxBufferBytes))
+	} else if o.BlockSize > 0 && o.BlockSize <= MaxBlockSize && o.bufferBytes() > MaxBufferBytes {
+		add("--jobs (%d) * --qd (%d) * --bs (%s) = %s of buffers exceeds %s", o.jobs(), o.QueueDepth, config.Size(o.BlockSize),
+			config.Size(o.bufferBytes()), config.Size(MaxBufferBytes))
 	}
 	if o.Size < o.BlockSize {
 		add("--size (%s) must be >= --bs (%s)", config.Size(o.Size), config.Size(o.BlockSize))
@@ -157,7 +168,9 @@ func (o *Options) Validate() error {
 func (o *Options) blocks() uint64 { return o.Size / o.BlockSize }
 
 // bufferBytes is the memory a run uses for its slots.
-func (o *Options) bufferBytes() uint64 { return uint64(o.QueueDepth) * o.BlockSize }
+func (o *Options) bufferBytes() uint64 {
+	return uint64(o.jobs()) * uint64(o.QueueDepth) * o.BlockSize
+}
 
 // EngineConfig returns base adjusted so an engine built from it can run
 // o at full depth: io_uring.direct_io follows o.Direct (false forces the
@@ -172,7 +185,8 @@ func (o *Options) EngineConfig(base config.Engine) config.Engine {
 	if need := 4 * o.QueueDepth; c.MaxBatchRequests < need {
 		c.MaxBatchRequests = need
 	}
-	c.MaxAllocatedRequests = max(c.MaxAllocatedRequests, 2*c.MaxBatchRequests)
+	c.MaxAllocatedRequests = max(c.MaxAllocatedRequests, 2*o.jobs()*c.MaxBatchRequests)
+	c.MaxInflightBatches = max(c.MaxInflightBatches, o.jobs()*o.QueueDepth)
 	if need := config.Size(o.bufferBytes()); c.MaxInflightBytes < need {
 		c.MaxInflightBytes = need
 	}

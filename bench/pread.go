@@ -70,7 +70,7 @@ func RunPread(ctx context.Context, o Options) (Result, error) {
 		ops, bytes uint64
 		err        error
 	}
-	workers := make([]worker, o.QueueDepth)
+	workers := make([]worker, o.jobs()*o.QueueDepth)
 	var seqMu sync.Mutex
 	seq := newOffsets(&o, 0)
 	var stop atomic.Bool

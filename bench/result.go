@@ -24,6 +24,7 @@ type Result struct {
 	Pattern    string  `json:"pattern"`
 	BlockSize  uint64  `json:"bs"`
 	QueueDepth int     `json:"qd"`
+	Jobs       int     `json:"jobs"`
 	Size       uint64  `json:"size"`
 	Direct     bool    `json:"direct"`
 	Seconds    float64 `json:"seconds"`
@@ -93,6 +94,7 @@ func (r *Result) Histogram() *Histogram { return &r.hist }
 func (r *Result) finish(o *Options, impl Impl, elapsed time.Duration, cpu cpuSpan, allocs uint64) {
 	r.Impl, r.File, r.Op, r.Pattern = impl.String(), o.File, o.Op.String(), o.Pattern.String()
 	r.BlockSize, r.QueueDepth, r.Size, r.Direct = o.BlockSize, o.QueueDepth, o.Size, o.Direct
+	r.Jobs = o.jobs()
 	r.Seconds = elapsed.Seconds()
 	if r.Seconds > 0 {
 		r.BytesPerSec = float64(r.Bytes) / r.Seconds

@@ -44,7 +44,11 @@ type Engine struct {
 	QuiesceGrace         Duration `toml:"quiesce_grace" json:"quiesce_grace"`
 	CallerFastPathBytes  Size     `toml:"caller_fast_path_bytes" json:"caller_fast_path_bytes"`
 	CallerFastPathWait   Duration `toml:"caller_fast_path_wait" json:"caller_fast_path_wait"`
-	DefaultTimeout       Duration `toml:"default_timeout" json:"default_timeout"`
+	// CallerCopy lets the submitter copy a group of at most
+	// caller_fast_path_bytes on a file that lives in memory itself
+	// (engine/callercopy.go); false keeps every such group on io_uring.
+	CallerCopy     bool     `toml:"caller_copy" json:"caller_copy"`
+	DefaultTimeout Duration `toml:"default_timeout" json:"default_timeout"`
 	// MaxRegisteredBytes bounds all registered host memory together; 0
 	// means AutoRegistered (half of MemTotal, capped). See memory.go.
 	MaxRegisteredBytes Size `toml:"max_registered_bytes" json:"max_registered_bytes"`
@@ -138,6 +142,7 @@ func DefaultEngine() Engine {
 		QuiesceGrace:             Duration(30 * time.Second),
 		CallerFastPathBytes:      64 << 10,
 		CallerFastPathWait:       Duration(200 * time.Microsecond),
+		CallerCopy:               true,
 		DefaultTimeout:           Duration(30 * time.Second),
 		MergeRequests:            true,
 		MaxFailoverAttempts:      3,

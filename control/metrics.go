@@ -50,6 +50,7 @@ var engineMetrics = []metric{
 	{"fast_path_handoffs_total", "counter", "Small submissions handed from the caller to a worker.", func(s *engine.Stats) float64 { return float64(s.FastPathHandoffs) }},
 	{"submit_through_total", "counter", "Submissions put on a running worker's ring by the submitting goroutine.", func(s *engine.Stats) float64 { return float64(s.SubmitThrough) }},
 	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
+	{"caller_copies_total", "counter", "Small groups on in-memory files copied by their submitter (no worker, no ring).", func(s *engine.Stats) float64 { return float64(s.CallerCopies) }},
 	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},
 	{"deferred_batches", "gauge", "Batches freed while busy (engine.enable_progress_worker) whose work has not drained; they keep their capacity and batch slot.", func(s *engine.Stats) float64 { return float64(s.DeferredBatches) }},

@@ -107,6 +107,7 @@ type Batch struct {
 	capacity int
 
 	deliverMu sync.Mutex // one goroutine at a time runs onDone
+	spare     []Report   // guarded by deliverMu: the emptied notify slice, reused
 
 	mu struct {
 		sync.Mutex
@@ -228,8 +229,16 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.mu.tasks = append(b.mu.tasks, task{length: reqs[i].extent(), g: g})
 	}
 	b.mu.groups = append(b.mu.groups, g)
-	b.mu.queue = append(b.mu.queue, g)
 	b.mu.active++
+	if g.callerCopyEligible() && b.startCallerCopyLocked(g) {
+		b.changedLocked()
+		b.mu.Unlock()
+		b.e.st.groupsSubmitted.Add(1)
+		b.callerCopy(g)
+		b.deliver()
+		return TaskRange{First: g.first, Count: len(reqs)}, nil
+	}
+	b.mu.queue = append(b.mu.queue, g)
 	start := !b.mu.worker
 	// The caller fast path serves a batch's first group only (what
 	// SubmitAndWait and SubmitAsync create). A client streaming groups into
@@ -353,13 +362,15 @@ func (b *Batch) deliver() {
 		}
 		b.mu.Lock()
 		reps, fn := b.mu.notify, b.mu.onDone
-		b.mu.notify = nil
+		b.mu.notify, b.spare = b.spare, nil
 		b.mu.Unlock()
 		for _, r := range reps {
 			if fn != nil { // unregistered meanwhile: reports are dropped
 				fn(r)
 			}
 		}
+		clear(reps) // keep no error or report alive through the reuse
+		b.spare = reps[:0]
 		b.deliverMu.Unlock()
 		b.mu.Lock()
 		more := len(b.mu.notify) > 0

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
 )
 
@@ -75,7 +76,7 @@ func TestHookResubmitsShareEnter(t *testing.T) {
 	const total, depth = 2000, 32
 	for name, dir := range filesystems(t) {
 		t.Run(name, func(t *testing.T) {
-			e := newEngine(t, nil)
+			e := newEngine(t, func(c *config.Engine) { c.CallerCopy = false }) // ring submissions
 			path, data := randomFile(t, dir, "f", depth*4096)
 			s := openSeg(t, e, path, engine.PermRead)
 			info, err := e.FileSegmentInfo(s)

@@ -87,6 +87,7 @@ type Engine struct {
 		fastPathHandoffs atomic.Uint64
 		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
+		callerCopies     atomic.Uint64
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
@@ -275,6 +276,7 @@ type Stats struct {
 	FastPathHandoffs   uint64        `json:"fast_path_handoffs"`
 	SubmitThrough      uint64        `json:"submit_through"`
 	WorkersStarted     uint64        `json:"workers_started"`
+	CallerCopies       uint64        `json:"caller_copies"` // groups the submitter copied (callercopy.go)
 	WorkersRunning     int64         `json:"workers_running"`
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
@@ -326,6 +328,7 @@ func (e *Engine) Stats() Stats {
 	s.FastPathHandoffs = e.st.fastPathHandoffs.Load()
 	s.SubmitThrough = e.st.submitThrough.Load()
 	s.WorkersStarted = e.st.workersStarted.Load()
+	s.CallerCopies = e.st.callerCopies.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
 	s.Failovers = e.st.failovers.Load()

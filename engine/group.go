@@ -54,6 +54,9 @@ type group struct {
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
 	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
+	// caller: the submitting goroutine copies it (callercopy.go); the
+	// worker neither reaps nor cuts it off.
+	caller bool
 
 	// Guarded by b.mu.
 	dispatched    bool

@@ -29,7 +29,7 @@ import (
 // REQUIRES: b.mu.
 func (w *worker) ringLiveLocked() bool {
 	for _, g := range w.b.mu.inflight {
-		if !g.offRing && g.outstanding > 0 {
+		if !g.offRing && !g.caller && g.outstanding > 0 {
 			return true
 		}
 	}
@@ -122,7 +122,7 @@ func (w *worker) reap(wait time.Duration) {
 	live, offLive := 0, 0
 	cutoff := time.Time{}
 	for _, g := range b.mu.inflight {
-		if g.offRing {
+		if g.offRing || g.caller {
 			offLive += g.outstanding // its executor enforces its own cutoff
 			continue
 		}
@@ -193,8 +193,11 @@ func (w *worker) reap(wait time.Duration) {
 }
 
 // completeLocked applies one CQE. REQUIRES: b.mu.
-func (w *worker) completeLocked(c Completion) {
-	b := w.b
+func (w *worker) completeLocked(c Completion) { w.b.completeLocked(c) }
+
+// completeLocked applies the outcome of one ring op, or of one caller
+// copy (callercopy.go), as its CQE would. REQUIRES: b.mu.
+func (b *Batch) completeLocked(c Completion) {
 	e := b.e
 	if c.Token >= uint64(len(b.mu.tasks)) {
 		return
@@ -211,7 +214,7 @@ func (w *worker) completeLocked(c Completion) {
 		t.transferred = t.length
 		e.st.tasksCompleted.Add(1)
 	case c.Res >= 0:
-		w.completeShortLocked(t, idx, uint64(c.Res)) // shortio.go
+		b.completeShortLocked(t, idx, uint64(c.Res)) // shortio.go
 	default:
 		errno := unix.Errno(-c.Res)
 		t.state = TaskFailed
@@ -245,7 +248,7 @@ func (w *worker) cutoffLocked(now time.Time) {
 	grace := e.cfg.QuiesceGrace.D()
 	for k := 0; k < len(b.mu.inflight); k++ {
 		g := b.mu.inflight[k]
-		if g.offRing || g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
+		if g.offRing || g.caller || g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
 			continue
 		}
 		for i := 0; i < g.n; i++ {

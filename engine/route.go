@@ -33,7 +33,8 @@ const (
 	routeRing route = iota
 	routeStaged
 	routeGDS
-	routeMem // between two regions of this engine (memgroup.go)
+	routeMem  // between two regions of this engine (memgroup.go)
+	routeCopy // a memory-backed file, copied by the submitter (callercopy.go)
 )
 
 // transport is the kind a task on this route reports.
@@ -43,6 +44,8 @@ func (r route) transport() TransportKind {
 		return TransportGDS
 	case routeMem:
 		return TransportMemory
+	case routeCopy:
+		return TransportCopy
 	}
 	return TransportIOUring
 }

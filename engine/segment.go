@@ -51,6 +51,9 @@ type segEntry struct {
 	dioMem   uint64
 	dioOff   uint64
 	fsType   string
+	// inMemory: the file lives in memory (tmpfs, ramfs, hugetlbfs), so
+	// a buffered copy never waits for a disk (callercopy.go).
+	inMemory bool
 	dev      uint64 // st_dev of the bound inode
 	ino      uint64 // st_ino of the bound inode: (dev, ino) names the file for fences
 
@@ -227,6 +230,7 @@ func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
 	var sfs unix.Statfs_t
 	if err := unix.Fstatfs(fd, &sfs); err == nil {
 		ent.fsType = fsName(sfs.Type)
+		ent.inMemory = sfs.Type == unix.TMPFS_MAGIC || sfs.Type == unix.RAMFS_MAGIC || sfs.Type == unix.HUGETLBFS_MAGIC
 	}
 	ent.dioMem, ent.dioOff = 4096, 4096
 	var stx unix.Statx_t

@@ -131,9 +131,9 @@ func advance(bufs [][]byte, n int) [][]byte {
 // the exact count. The retry is a synchronous syscall under b.mu; it is
 // rare (a full disk, a shrunk file) and returns at once in those cases, so
 // it does not hold status readers for long. REQUIRES: b.mu.
-func (w *worker) completeShortLocked(t *task, idx int, got uint64) {
+func (b *Batch) completeShortLocked(t *task, idx int, got uint64) {
 	g := t.g
-	st := &w.b.e.st
+	st := &b.e.st
 	moved, err := g.retryRest(idx, got)
 	if g.op == OpRead {
 		st.bytesRead.Add(moved)

@@ -35,7 +35,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Run(fsName, func(t *testing.T) {
 			cfg := config.DefaultEngine()
 			spy := &spyTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}
-			e := newEngine(t, nil, spy)
+			e := newEngine(t, func(c *config.Engine) { c.CallerCopy = false }, spy) // the ring's ops
 			path, _ := randomFile(t, dir, "f", 4<<20)
 			seg := openSeg(t, e, path, engine.PermReadWrite)
 			info, err := e.FileSegmentInfo(seg)
@@ -482,7 +482,7 @@ func TestPipelineFence(t *testing.T) {
 
 func TestFastPath(t *testing.T) {
 	needIOUring(t)
-	e := newEngine(t, nil)
+	e := newEngine(t, func(c *config.Engine) { c.CallerCopy = false }) // the ring's fast path
 	path, _ := randomFile(t, "/dev/shm", "orbitefs-fastpath", 65536)
 	t.Cleanup(func() { os.Remove(path) })
 	seg := openSeg(t, e, path, engine.PermRead)

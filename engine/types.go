@@ -62,12 +62,18 @@ const (
 	// TransportMemory is the local memory transport of memory segments
 	// (memgroup.go); tasks report it, requests cannot ask for it.
 	TransportMemory
+	// TransportCopy: the submitting goroutine copied the bytes of a file
+	// that lives in memory (callercopy.go); tasks report it, requests
+	// cannot ask for it.
+	TransportCopy
 )
 
 func (t TransportKind) String() string {
 	switch t {
 	case TransportMemory:
 		return "memory"
+	case TransportCopy:
+		return "copy"
 	case TransportIOUring:
 		return "io_uring"
 	case TransportGDS:

@@ -65,7 +65,8 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	op := fs.String("op", "read", "read (file -> memory) or write (memory -> file)")
 	pattern := fs.String("pattern", "seq", "seq or rand")
 	bs := fs.String("bs", "4KiB", "bytes per request (e.g. 4KiB, 1MiB)")
-	qd := fs.Int("qd", 1, "requests kept in flight, 1-4096")
+	qd := fs.Int("qd", 1, "requests kept in flight, 1-4096 (per job)")
+	jobs := fs.Int("jobs", 1, "independent copies of the workload run at once (fio's numjobs): engine jobs each with their own batches, pread jobs --qd goroutines each")
 	size := fs.String("size", "", "bytes of the file exercised from offset 0 (default: the whole file)")
 	runtime := fs.Duration("runtime", 10*time.Second, "how long to measure")
 	direct := fs.Bool("direct", false, "O_DIRECT on every request, failing if the file has none (default: page cache)")
@@ -81,7 +82,7 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	o := bench.Options{File: *file, QueueDepth: *qd, Runtime: *runtime, Direct: *direct, Seed: *seed}
+	o := bench.Options{File: *file, QueueDepth: *qd, Jobs: *jobs, Runtime: *runtime, Direct: *direct, Seed: *seed}
 	var err error
 	if o.Op, err = bench.ParseOp(*op); err != nil {
 		errs = append(errs, err)

@@ -1,0 +1,159 @@
+package engine_test
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// TestCallerCopy: which groups the submitter copies (callercopy.go), and
+// that their bytes, states and reports are those of the ring path.
+func TestCallerCopy(t *testing.T) {
+	fss := filesystems(t)
+	shm, ok := fss["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	e := newEngine(t, nil)
+	limit := uint64(e.Config().CallerFastPathBytes)
+	r := register(t, e, 4<<20)
+	cases := []struct {
+		name   string
+		dir    string
+		op     engine.Op
+		req    engine.Request
+		copied bool
+	}{
+		{"tmpfs 4 KiB read", shm, engine.OpRead, engine.Request{Address: r.BaseAddress(), TargetOffset: 8192, Length: 4096}, true},
+		{"tmpfs write at the limit", shm, engine.OpWrite, engine.Request{Address: r.BaseAddress(), TargetOffset: 3, Length: limit}, true},
+		{"tmpfs vector", shm, engine.OpRead, engine.Vector(engine.TransportUnspec, 100, engine.Range(r.BaseAddress(), 100), engine.Range(r.BaseAddress()+4096, 200)), true},
+		{"tmpfs above the limit", shm, engine.OpRead, engine.Request{Address: r.BaseAddress(), Length: limit + 1}, false},
+		{"tmpfs explicit io_uring", shm, engine.OpRead, engine.Request{Transport: engine.TransportIOUring, Address: r.BaseAddress(), Length: 4096}, false},
+		{"tmpfs vector with padding", shm, engine.OpRead, engine.Vector(engine.TransportUnspec, 0, engine.Range(r.BaseAddress(), 100), engine.Pad(10)), false},
+	}
+	if ext4, ok := fss["ext4"]; ok {
+		cases = append(cases, struct {
+			name   string
+			dir    string
+			op     engine.Op
+			req    engine.Request
+			copied bool
+		}{"ext4 4 KiB read", ext4, engine.OpRead, engine.Request{Address: r.BaseAddress(), Length: 4096}, false})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path, orig := randomFile(t, c.dir, "f", 2<<20)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			defer e.CloseFileSegment(seg, ioTimeout)
+			mem := make([]byte, 2<<20)
+			for i := range mem {
+				mem[i] = byte(i * 7)
+			}
+			if _, err := r.WriteAt(mem, 0); err != nil {
+				t.Fatal(err)
+			}
+			before := e.Stats()
+			b, err := e.AllocateBatch(1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free()
+			if _, err := b.Submit(c.op, seg, []engine.Request{c.req}, nil, ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			b.Seal()
+			if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+				t.Fatalf("state %v, %v", st, err)
+			}
+			ts, _ := b.TaskStatus(0)
+			after := e.Stats()
+			copied := after.CallerCopies - before.CallerCopies
+			wantKind := engine.TransportIOUring
+			if c.copied {
+				wantKind = engine.TransportCopy
+			}
+			if (copied == 1) != c.copied || ts.Transport != wantKind {
+				t.Fatalf("caller copies +%d, transport %v; want copied=%v", copied, ts.Transport, c.copied)
+			}
+			if c.copied && after.WorkersStarted != before.WorkersStarted {
+				t.Fatalf("a caller copy started a worker (%d -> %d)", before.WorkersStarted, after.WorkersStarted)
+			}
+			// The bytes: compare the whole file or region with what the
+			// request moved, element by element.
+			file, _ := os.ReadFile(path)
+			got := regionBytes(t, r)
+			off := c.req.TargetOffset
+			elems := c.req.Elements
+			if elems == nil {
+				elems = []engine.Element{engine.Range(c.req.Address, c.req.Length)}
+			}
+			for _, el := range elems {
+				if el.Padding > 0 {
+					off += el.Padding
+					continue
+				}
+				m := el.Address - r.BaseAddress()
+				switch c.op {
+				case engine.OpRead:
+					if !bytes.Equal(got[m:m+el.Length], orig[off:off+el.Length]) {
+						t.Fatalf("memory at %d differs from the file at %d", m, off)
+					}
+				case engine.OpWrite:
+					if !bytes.Equal(file[off:off+el.Length], mem[m:m+el.Length]) {
+						t.Fatalf("file at %d differs from memory at %d", off, m)
+					}
+				}
+				if ts.Transferred != c.req.Length && c.req.Elements == nil {
+					t.Fatalf("transferred %d of %d", ts.Transferred, c.req.Length)
+				}
+				off += el.Length
+			}
+		})
+	}
+}
+
+// TestCallerCopyKeepsFences: a small read of bytes a large write still in
+// flight is writing must wait for it, not copy ahead of it.
+func TestCallerCopyKeepsFences(t *testing.T) {
+	fss := filesystems(t)
+	shm, ok := fss["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	e := newEngine(t, func(c *config.Engine) { c.MaxTransferBytes = 64 << 20 })
+	const n = 32 << 20
+	path, _ := randomFile(t, shm, "f", n)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	src := register(t, e, n)
+	dst := register(t, e, 4096)
+	pattern := bytes.Repeat([]byte{0xa5}, n)
+	if _, err := src.WriteAt(pattern, 0); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		b, err := e.AllocateBatch(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{{Address: src.BaseAddress(), Length: n}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: dst.BaseAddress(), TargetOffset: n - 4096, Length: 4096}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		b.Seal()
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("round %d: state %v, %v", round, st, err)
+		}
+		b.Free()
+		if got := regionBytes(t, dst); !bytes.Equal(got, pattern[:4096]) {
+			t.Fatalf("round %d: the read ran ahead of the write it overlaps", round)
+		}
+		// Next round: the file's tail changes back, so a read that ran
+		// early would see it.
+		os.WriteFile(path, bytes.Repeat([]byte{0x11}, n), 0o644)
+	}
+}
