@@ -5,7 +5,12 @@
 //   - New starts no goroutine, opens no ring and loads no library; the
 //     first file submission (or Stats) probes the file transport, once.
 //   - inflightBytes and inflightGroups count admitted, not yet finished
-//     groups; a group that ends unquiesced keeps its charge forever.
+//     groups; a group that ends unquiesced keeps its charge forever. They
+//     are atomics, changed only by compare-and-swap within their bounds
+//     (tryCharge), so a submission takes no engine-wide lock: on 16 cores
+//     Engine.mu taken twice per 4 KiB request bound every client to one
+//     lock. closed and requesterClosed mirror their e.mu fields for the
+//     same reason (set under e.mu, read without it).
 //   - Close never closes a segment fd or unmaps a region an unquiesced
 //     group holds (the kernel may still complete through them); it
 //     reports ErrUnquiesced instead.
@@ -64,15 +69,21 @@ type Engine struct {
 		closeDone   bool // a Close got past the drain: later calls return nil
 		// deferred are batches freed while busy (deferfree.go): their
 		// capacity and batch slot stay consumed until their work drains.
-		deferred       map[uint64]*Batch
-		inflightGroups int
-		inflightBytes  uint64
-		registered     uint64 // page-rounded bytes of regions registered or being mapped
+		deferred   map[uint64]*Batch
+		registered uint64 // page-rounded bytes of regions registered or being mapped
 
 		// requesterClosed: CloseRequester ran; Submit is refused for good.
 		requesterClosed bool
 	}
 	regLimit uint64 // config RegisteredLimit, fixed at New
+
+	inflightGroups atomic.Int64
+	inflightBytes  atomic.Uint64
+	closed         atomic.Bool // e.mu.closed, readable without e.mu
+	// regions is e.mu.regions as an immutable snapshot, replaced (under
+	// e.mu) at every change, so resolving an address takes no lock.
+	regions         atomic.Pointer[[]*Region]
+	requesterClosed atomic.Bool // e.mu.requesterClosed, likewise
 
 	// counters, atomics
 	st struct {
@@ -132,10 +143,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 func (e *Engine) Config() config.Engine { return e.cfg }
 
 func (e *Engine) checkOpen(op string) error {
-	e.mu.RLock()
-	closed := e.mu.closed
-	e.mu.RUnlock()
-	if closed {
+	if e.closed.Load() {
 		return &Error{Op: op, Name: "engine", Kind: KindClosed, Err: os.ErrClosed}
 	}
 	return nil
@@ -174,6 +182,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 		return nil
 	}
 	e.mu.closed = true
+	e.closed.Store(true)
 	batches := make([]*Batch, 0, len(e.mu.batches))
 	for _, b := range e.mu.batches {
 		batches = append(batches, b)
@@ -202,6 +211,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.mu.segments = map[string]*segEntry{}
 	regions := e.mu.regions
 	e.mu.regions = nil
+	e.regions.Store(nil)
 	e.mu.Unlock()
 	// Every batch drained, so a user or loan left now belongs to an
 	// unquiesced group: the kernel may still complete into that memory or
@@ -211,7 +221,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	for _, ent := range segs {
 		ent.mu.Lock()
 		ent.mu.gone = true
-		held := ent.mu.users > 0
+		held := ent.closeLocked() > 0
 		ent.mu.Unlock()
 		if held {
 			keptSegs++
@@ -221,7 +231,8 @@ func (e *Engine) Close(timeout time.Duration) error {
 	}
 	for _, r := range regions {
 		r.mu.Lock()
-		busy := len(r.mu.loans) > 0
+		n, _ := r.loans.closeIfIdle(true)
+		busy := n > 0
 		r.mu.closed = true
 		r.mu.Unlock()
 		if busy {
@@ -314,8 +325,8 @@ func (e *Engine) Stats() Stats {
 	s.ReservedRequests = e.mu.reserved
 	s.QuarantinedBatches = e.mu.quarantined
 	s.DeferredBatches = len(e.mu.deferred)
-	s.InflightGroups = e.mu.inflightGroups
-	s.InflightBytes = e.mu.inflightBytes
+	s.InflightGroups = int(e.inflightGroups.Load())
+	s.InflightBytes = e.inflightBytes.Load()
 	e.mu.RUnlock()
 	s.GroupsSubmitted = e.st.groupsSubmitted.Load()
 	s.GroupsRejected = e.st.groupsRejected.Load()

@@ -20,6 +20,7 @@ package engine
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
@@ -180,24 +181,47 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 // (runqueue.go); one larger than the whole budget fails here.
 func (e *Engine) admitCharge(verb string, g *group, pol *QoSPolicy) error {
 	b := g.b
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.mu.closed {
+	if e.closed.Load() {
 		return errorf(KindClosed, verb, b.name(), "engine is closed")
 	}
-	if e.mu.inflightGroups+1 > e.cfg.MaxInflightBatches {
-		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.mu.inflightGroups, e.cfg.MaxInflightBatches)
+	if !tryAdd(&e.inflightGroups, 1, int64(e.cfg.MaxInflightBatches)) {
+		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.inflightGroups.Load(), e.cfg.MaxInflightBatches)
 	}
 	deferBytes := e.adm.defersBytes(pol)
-	if g.charge > uint64(e.cfg.MaxInflightBytes) || (!deferBytes && e.mu.inflightBytes+g.charge > uint64(e.cfg.MaxInflightBytes)) {
-		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.mu.inflightBytes, uint64(e.cfg.MaxInflightBytes))
-	}
-	e.mu.inflightGroups++
-	if !deferBytes {
-		e.mu.inflightBytes += g.charge
+	if g.charge > uint64(e.cfg.MaxInflightBytes) || (!deferBytes && !e.tryChargeBytes(g.charge)) {
+		e.inflightGroups.Add(-1)
+		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.inflightBytes.Load(), uint64(e.cfg.MaxInflightBytes))
 	}
 	g.adm.bytesDeferred = deferBytes
 	return nil
+}
+
+// tryAdd adds d to v unless the sum would exceed limit.
+func tryAdd(v *atomic.Int64, d, limit int64) bool {
+	for {
+		cur := v.Load()
+		if cur+d > limit {
+			return false
+		}
+		if v.CompareAndSwap(cur, cur+d) {
+			return true
+		}
+	}
+}
+
+// tryChargeBytes adds n to the bytes in flight unless that would exceed
+// max_inflight_bytes.
+func (e *Engine) tryChargeBytes(n uint64) bool {
+	limit := uint64(e.cfg.MaxInflightBytes)
+	for {
+		cur := e.inflightBytes.Load()
+		if cur+n > limit {
+			return false
+		}
+		if e.inflightBytes.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
 }
 
 // build validates request i and prepares its file op.
@@ -379,12 +403,10 @@ func (g *group) release() {
 // mappings, but no segment user (for a group the segment refused).
 func (g *group) unadmit() {
 	e := g.b.e
-	e.mu.Lock()
-	e.mu.inflightGroups--
+	e.inflightGroups.Add(-1)
 	if !g.adm.bytesDeferred || g.adm.bytesHeld {
-		e.mu.inflightBytes -= g.charge
+		e.inflightBytes.Add(-g.charge)
 	}
-	e.mu.Unlock()
 	e.adm.release(g)
 	g.unmapScratch()
 }
@@ -411,7 +433,7 @@ func (g *group) finishLocked(drained bool) {
 	}
 	if drained {
 		if g.dispatched {
-			releaseLoans(g, nil)
+			releaseLoans(g, -1)
 		}
 		g.release()
 	}

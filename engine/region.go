@@ -42,9 +42,10 @@ type Region struct {
 	// the mapping goes.
 	unpin func() error
 
+	loans loanTable // loans.go
+
 	mu struct {
 		sync.Mutex
-		loans  []loan
 		closed bool
 	}
 }
@@ -163,9 +164,10 @@ func (e *Engine) addRegion(r *Region) (*Region, error) {
 	e.mu.nextKey++
 	r.key = e.mu.nextKey
 	i := sort.Search(len(e.mu.regions), func(i int) bool { return e.mu.regions[i].BaseAddress() > r.BaseAddress() })
-	e.mu.regions = append(e.mu.regions, nil)
-	copy(e.mu.regions[i+1:], e.mu.regions[i:])
-	e.mu.regions[i] = r
+	rs := make([]*Region, 0, len(e.mu.regions)+1)
+	rs = append(append(append(rs, e.mu.regions[:i]...), r), e.mu.regions[i:]...)
+	e.mu.regions = rs
+	e.regions.Store(&rs)
 	e.log.Info("memory registered", "region", r.name(), "location", r.loc, "bytes", r.Len(), "shm", r.shm)
 	return r, nil
 }
@@ -178,8 +180,7 @@ func (e *Engine) Unregister(r *Region) error {
 		r.mu.Unlock()
 		return errorf(KindNotFound, "unregister", r.name(), "already unregistered")
 	}
-	if n := len(r.mu.loans); n > 0 {
-		l := r.mu.loans[0]
+	if n, l := r.loans.closeIfIdle(false); n > 0 {
 		r.mu.Unlock()
 		return errorf(KindBusy, "unregister", r.name(), "%d live transfer(s) hold it, first in batches/%d", n, l.owner.b.id)
 	}
@@ -189,7 +190,9 @@ func (e *Engine) Unregister(r *Region) error {
 	e.mu.Lock()
 	for i, x := range e.mu.regions {
 		if x == r {
-			e.mu.regions = append(e.mu.regions[:i], e.mu.regions[i+1:]...)
+			rs := append(append([]*Region(nil), e.mu.regions[:i]...), e.mu.regions[i+1:]...)
+			e.mu.regions = rs
+			e.regions.Store(&rs)
 			break
 		}
 	}
@@ -264,11 +267,13 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 	if r.mu.closed {
 		return 0, errorf(KindNotFound, op, r.name(), "unregistered")
 	}
+	// The range's loan shards stay locked for the copy: no loan of these
+	// bytes can be granted while it runs.
 	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+end
-	for _, l := range r.mu.loans {
-		if l.lo < hi && lo < l.hi {
-			return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
-		}
+	r.loans.lock(lo, hi)
+	defer r.loans.unlock(lo, hi)
+	if l, busy := r.loans.conflict(lo, hi, nil); busy {
+		return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
 	}
 	if r.dev != nil {
 		return r.deviceCopy(op, p[:end-uint64(off)], uint64(off), write)
@@ -303,9 +308,10 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 
 // resolve finds the region holding [addr, addr+n). REQUIRES: nothing held.
 func (e *Engine) resolve(addr, n uint64) (*Region, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	rs := e.mu.regions
+	var rs []*Region
+	if p := e.regions.Load(); p != nil {
+		rs = *p // a snapshot: every change stores a new slice
+	}
 	i := sort.Search(len(rs), func(i int) bool { return rs[i].BaseAddress() > addr }) - 1
 	if i < 0 || addr >= rs[i].BaseAddress()+rs[i].Len() {
 		return nil, detail(KindNotFound, "address %#x is not in any registered region", addr)
@@ -329,46 +335,28 @@ func (e *Engine) Regions() []*Region {
 func acquireLoans(g *group) error {
 	// One region lock at a time (never two at once), and anything taken
 	// is returned on failure, so no order among regions is needed.
-	var taken []*Region
-	for _, rr := range g.ranges {
+	for k, rr := range g.ranges {
 		r := rr.region
-		r.mu.Lock()
-		if r.mu.closed {
-			r.mu.Unlock()
-			releaseLoans(g, taken)
+		closed, l, ok := r.loans.take(rr.lo, rr.hi, g)
+		switch {
+		case closed:
+			releaseLoans(g, k)
 			return errorf(KindNotFound, "submit", r.name(), "unregistered before dispatch")
+		case !ok:
+			releaseLoans(g, k)
+			return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps a loan held by batches/%d", rr.req, rr.lo, rr.hi, l.owner.b.id)
 		}
-		for _, l := range r.mu.loans {
-			if l.owner != g && l.lo < rr.hi && rr.lo < l.hi {
-				r.mu.Unlock()
-				releaseLoans(g, taken)
-				return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps a loan held by batches/%d", rr.req, rr.lo, rr.hi, l.owner.b.id)
-			}
-		}
-		r.mu.loans = append(r.mu.loans, loan{lo: rr.lo, hi: rr.hi, owner: g})
-		r.mu.Unlock()
-		taken = append(taken, r)
 	}
 	return nil
 }
 
-// releaseLoans drops every loan g holds in the given regions (all of g's
-// regions when regions is nil).
-func releaseLoans(g *group, regions []*Region) {
-	if regions == nil {
-		for _, rr := range g.ranges {
-			regions = append(regions, rr.region)
-		}
+// releaseLoans drops the loans of g's first n ranges (all of them when n
+// is negative).
+func releaseLoans(g *group, n int) {
+	if n < 0 || n > len(g.ranges) {
+		n = len(g.ranges)
 	}
-	for _, r := range regions {
-		r.mu.Lock()
-		ls := r.mu.loans[:0]
-		for _, l := range r.mu.loans {
-			if l.owner != g {
-				ls = append(ls, l)
-			}
-		}
-		r.mu.loans = ls
-		r.mu.Unlock()
+	for _, rr := range g.ranges[:n] {
+		rr.region.loans.drop(rr.lo, rr.hi, g)
 	}
 }

@@ -29,6 +29,7 @@ func (e *Engine) CloseRequester(timeout time.Duration) error {
 	}
 	if !e.mu.requesterClosed {
 		e.mu.requesterClosed = true
+		e.requesterClosed.Store(true)
 		e.log.Info("requester closed: no new submissions", "op", "close_requester")
 	}
 	batches := make([]*Batch, 0, len(e.mu.batches)+len(e.mu.deferred))
@@ -54,10 +55,7 @@ func (e *Engine) CloseRequester(timeout time.Duration) error {
 
 // checkRequester refuses new outgoing work after CloseRequester.
 func (e *Engine) checkRequester(op string) error {
-	e.mu.RLock()
-	closed := e.mu.requesterClosed
-	e.mu.RUnlock()
-	if closed {
+	if e.requesterClosed.Load() {
 		return errorf(KindClosed, op, "engine", "requester is closed (close_requester): no new submissions")
 	}
 	return nil

@@ -128,10 +128,6 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 		return true, nil // a late group fails in dispatchLocked
 	}
 	needBytes := g.adm.bytesDeferred && !g.adm.bytesHeld
-	if needBytes {
-		e.mu.Lock() // Engine.mu, then admission.mu
-		defer e.mu.Unlock()
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	c := a.contract(g)
@@ -142,8 +138,15 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 			kind = waitBytes
 		}
 		fits := (!needSlot || a.fits(c, g.adm.owners, g.adm.bytes)) &&
-			(!needBytes || e.mu.inflightBytes+g.charge <= uint64(e.cfg.MaxInflightBytes))
-		if !fits || !a.first(g, kind, now) {
+			(!needBytes || e.inflightBytes.Load()+g.charge <= uint64(e.cfg.MaxInflightBytes))
+		fits = fits && a.first(g, kind, now)
+		// The bytes are charged atomically (no engine-wide lock): a
+		// concurrent charge may have taken the room since the check.
+		if fits && needBytes {
+			fits = e.tryChargeBytes(g.charge)
+			g.adm.bytesHeld = fits
+		}
+		if !fits {
 			if !c.delay {
 				a.st.dispatchRejected++
 				a.unwait(g)
@@ -155,10 +158,6 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 		}
 		if needSlot {
 			a.charge(c, g)
-		}
-		if needBytes {
-			e.mu.inflightBytes += g.charge
-			g.adm.bytesHeld = true
 		}
 		a.unwait(g)
 	}

@@ -107,14 +107,10 @@ func (e *Engine) getChunks(p *stagingPool, want int) ([]*chunk, error) {
 	if len(out) > 0 {
 		return out, nil
 	}
-	e.mu.Lock()
-	if e.mu.inflightBytes+p.size > uint64(e.cfg.MaxInflightBytes) {
-		n := e.mu.inflightBytes
-		e.mu.Unlock()
+	if !e.tryChargeBytes(p.size) {
+		n := e.inflightBytes.Load()
 		return nil, errorf(KindExhausted, "staging", "pool", "all %d staging chunks are leased and a %d-byte pageable buffer would exceed max_inflight_bytes (%d in flight)", e.cfg.StagingChunkCount, p.size, n)
 	}
-	e.mu.inflightBytes += p.size
-	e.mu.Unlock()
 	m, err := hostmem.Anonymous(p.size)
 	if err != nil {
 		e.uncharge(p.size)
@@ -144,11 +140,7 @@ func (e *Engine) putChunks(p *stagingPool, cs []*chunk) {
 	}
 }
 
-func (e *Engine) uncharge(n uint64) {
-	e.mu.Lock()
-	e.mu.inflightBytes -= n
-	e.mu.Unlock()
-}
+func (e *Engine) uncharge(n uint64) { e.inflightBytes.Add(-n) }
 
 func (p *stagingPool) stats() StagingStats {
 	p.mu.Lock()
