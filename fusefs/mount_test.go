@@ -217,7 +217,7 @@ func TestLayoutAndModes(t *testing.T) {
 		"segments":                     "cache open",
 		"segments/cache":               "info refresh",
 		"ctl":                          "batches engine",
-		"ctl/batches":                  n + " clone",
+		"ctl/batches":                  n + " clone txn",
 		"ctl/batches/" + n:             "ctl error state status submit tasks wait",
 		"ctl/batches/" + n + "/tasks/": "0 1",
 	} {
