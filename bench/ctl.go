@@ -26,7 +26,7 @@ import (
 
 // CtlResult is one control-plane measurement.
 type CtlResult struct {
-	Via        string  `json:"via"` // mount or api
+	Via        string  `json:"via"` // mount (shell form), txn, txn-reuse or api
 	Clients    int     `json:"clients"`
 	Seconds    float64 `json:"seconds"`
 	RoundTrips uint64  `json:"round_trips"`
@@ -39,7 +39,7 @@ type CtlResult struct {
 }
 
 func (r CtlResult) String() string {
-	s := fmt.Sprintf("%-5s %3d clients: %8.0f round trips/s, p50 %6.0fus p99 %6.0fus (%d in %.2fs)", r.Via, r.Clients, r.PerSec, r.P50Us, r.P99Us, r.RoundTrips, r.Seconds)
+	s := fmt.Sprintf("%-9s %3d clients: %8.0f round trips/s, p50 %6.0fus p99 %6.0fus (%d in %.2fs)", r.Via, r.Clients, r.PerSec, r.P50Us, r.P99Us, r.RoundTrips, r.Seconds)
 	if r.FUSERequestsPerTrip > 0 {
 		s += fmt.Sprintf(", %.1f FUSE requests each", r.FUSERequestsPerTrip)
 	}

@@ -16,11 +16,11 @@ func TestBenchCtlCountsFUSERequests(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
 		t.Skip("needs /dev/fuse and root")
 	}
-	rep, err := runCtl("", 2, 200*time.Millisecond)
+	rep, err := runCtl("", 2, 200*time.Millisecond, ctlMountForms)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Runs) != 4 || rep.MountAPI1 <= 0 || rep.MountAPIN <= 0 || rep.RSSIdleKiB == 0 {
+	if len(rep.Runs) != 8 || rep.MountAPI1 <= 0 || rep.MountAPIN <= 0 || rep.TxnAPI1 <= 0 || rep.TxnReuseAPIN <= 0 || rep.RSSIdleKiB == 0 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range rep.Runs {
