@@ -392,6 +392,11 @@ func (s *Service) Wait(ctx context.Context, bt *Batch) ([]byte, error) {
 	if err := s.live(bt, "wait"); err != nil {
 		return nil, err
 	}
+	// Already terminal (a small transfer often ends within its submit):
+	// no context to set up. Terminal implies sealed.
+	if st := bt.b.Status(); st.Terminal() {
+		return []byte(st.String() + "\n"), nil
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(s.stopCtx, cancel)

@@ -37,7 +37,7 @@ import (
 	"github.com/orbitefs/orbitefs/fusefs"
 )
 
-const ctlUsage = `usage: orbitefs bench ctl [--mount DIR] [--clients N] [--runtime D] [--forms LIST] [--cpuprofile FILE] [--json]
+const ctlUsage = `usage: orbitefs bench ctl [--mount DIR] [--clients N] [--runtime D] [--forms LIST] [--data-dir DIR] [--cpuprofile FILE] [--json]
 
 Measures whole batch round trips (submit one 4 KiB read, wait until it is
 terminal, free the batch) per second and their p50/p99 latency, by 1
@@ -100,6 +100,7 @@ func ctlMain(args []string) int {
 	runtime := fs.Duration("runtime", 3*time.Second, "how long each measurement runs")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	forms := fs.String("forms", "mount,txn,txn-reuse", "comma-separated forms through the mount to run")
+	dataDir := fs.String("data-dir", "", "directory for the 4 KiB file the round trips read (default: the system temporary directory; /dev/shm takes the disk out of the round trip)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (the in-process daemon included) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -129,7 +130,7 @@ func ctlMain(args []string) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	rep, err := runCtl(*mount, *clients, *runtime, sel)
+	rep, err := runCtl(*mount, *dataDir, *clients, *runtime, sel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
 		return 1
@@ -162,7 +163,7 @@ func selectCtlForms(list string) ([]ctlMountForm, error) {
 	return out, nil
 }
 
-func runCtl(mount string, clients int, runtime time.Duration, forms []ctlMountForm) (ctlReport, error) {
+func runCtl(mount, dataDir string, clients int, runtime time.Duration, forms []ctlMountForm) (ctlReport, error) {
 	var rep ctlReport
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -172,6 +173,14 @@ func runCtl(mount string, clients int, runtime time.Duration, forms []ctlMountFo
 	}
 	defer os.RemoveAll(tmp)
 	file := filepath.Join(tmp, "data.bin")
+	if dataDir != "" {
+		dd, err := os.MkdirTemp(dataDir, "orbitefs-bench-ctl-")
+		if err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(dd)
+		file = filepath.Join(dd, "data.bin")
+	}
 	if err := os.WriteFile(file, make([]byte, 4096), 0o644); err != nil {
 		return rep, err
 	}

@@ -16,7 +16,7 @@ func TestBenchCtlCountsFUSERequests(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil || os.Geteuid() != 0 {
 		t.Skip("needs /dev/fuse and root")
 	}
-	rep, err := runCtl("", 2, 200*time.Millisecond, ctlMountForms)
+	rep, err := runCtl("", "", 2, 200*time.Millisecond, ctlMountForms)
 	if err != nil {
 		t.Fatal(err)
 	}
