@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/orbitefs/orbitefs/control"
 )
@@ -54,9 +55,7 @@ func TestTxnGoClient(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Errorf("close: %v", err)
 	}
-	if got := names(t, m.path("ctl/batches")); got != "clone txn" {
-		t.Errorf("after close: ls ctl/batches = %q", got)
-	}
+	onlyFixed(t, m, "after close")
 }
 
 // TestTxnErrors: read before write is EINVAL, a second document before
@@ -105,7 +104,23 @@ func TestTxnErrors(t *testing.T) {
 		t.Errorf("the first transaction after a refused second: %q %v", b[:k], err)
 	}
 	wantErrno(t, "close after the refused second document", f.Close(), syscall.EBUSY)
-	if got := names(t, m.path("ctl/batches")); got != "clone txn" {
-		t.Errorf("after close: ls ctl/batches = %q", got)
+	onlyFixed(t, m, "after close")
+}
+
+// onlyFixed waits (bounded) until /ctl/batches lists only clone and txn:
+// the kernel sends RELEASE, which frees the batch, after close returned.
+func onlyFixed(t *testing.T, m *testMount, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := names(t, m.path("ctl/batches"))
+		if got == "clone txn" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: ls ctl/batches = %q after 10s, want \"clone txn\"", what, got)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
