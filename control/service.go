@@ -18,7 +18,7 @@
 //     error again without recording it again (docwriter.go).
 //   - After Shutdown begins, creators and submit fail with KindClosed;
 //     reads keep working until the engine is closed.
-//   - Lock order: Service.mu, then Batch.mu; engine locks are taken only
+//   - Lock order: Txn.mu (txn.go), then Service.mu, then Batch.mu; engine locks are taken only
 //     inside engine calls made with neither held.
 
 package control
