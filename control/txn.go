@@ -19,7 +19,9 @@
 //   - The first write of each document may land at any offset: the
 //     descriptor's position after a read is wherever the previous answer
 //     ended. The chunks of one document must follow each other (as on
-//     submit). A retried write can still never run a document twice,
+//     submit; O_APPEND handles are exempt). Whitespace-only writes
+//     between documents are accepted and ignored (bash's echo sends a
+//     document that fills its 4 KiB buffer and its newline separately). A retried write can still never run a document twice,
 //     because a second transaction starts only once the first one's
 //     status has been read (below).
 //   - A document written while the handle's transaction has not been read
@@ -53,6 +55,7 @@
 package control
 
 import (
+	"bytes"
 	"context"
 	"sync"
 
@@ -71,6 +74,7 @@ type Txn struct {
 	doc    *Document
 	inDoc  bool  // a document is being assembled
 	next   int64 // offset the next chunk of the document must have
+	append bool  // opened O_APPEND: chunk offsets are not checked
 	failed error // the first failed write; sticky
 	bt     *Batch
 	result []byte // bt's terminal status, once read
@@ -81,6 +85,15 @@ type Txn struct {
 // NewTxn returns the state of one open of the transaction file.
 func (s *Service) NewTxn() *Txn {
 	return &Txn{s: s, doc: NewDocument(s.opts.MaxDocumentBytes), base: -1}
+}
+
+// Append marks the handle as opened with O_APPEND: the kernel places
+// its writes at a size this file does not have, so the chunks of a
+// document are taken in arrival order whatever their offset.
+func (t *Txn) Append() {
+	t.mu.Lock()
+	t.append = true
+	t.mu.Unlock()
 }
 
 // Write feeds one write(2) chunk placed at off. The chunk that completes
@@ -96,11 +109,16 @@ func (t *Txn) Write(p []byte, off int64) error {
 		return t.failLocked(invalid("transaction file is closed"))
 	}
 	if !t.inDoc {
+		if len(bytes.TrimSpace(p)) == 0 {
+			// Whitespace between documents, such as the newline of an
+			// echo whose document filled the previous 4 KiB write.
+			return nil
+		}
 		if t.bt != nil && t.result == nil {
 			return t.failLocked(detail(engine.KindBusy, "transaction batch %d has not been read to its end: read its status before writing the next submission (or close the file)", t.bt.ID))
 		}
 		t.inDoc, t.next = true, off
-	} else if off != t.next {
+	} else if !t.append && off != t.next {
 		t.doc.Reset()
 		return t.failLocked(invalid("write at offset %d: a document's writes are sequential and its next byte is at offset %d", off, t.next))
 	}

@@ -78,6 +78,12 @@ func TestTxnLifecycle(t *testing.T) {
 	if s.Batch(first) != nil {
 		t.Errorf("batch %d still live after the next transaction", first)
 	}
+	// A lone newline after a document, before its status was read (echo
+	// sends it alone when the document filled its 4 KiB write), is not
+	// a second document.
+	if err := x.Write([]byte("\n"), 5000+int64(len(txnDoc))); err != nil {
+		t.Errorf("newline after the document: %v", err)
+	}
 	if st := txnStatus(t, x, 0); st.State != "completed" || st.ID == first {
 		t.Errorf("second transaction: %+v", st)
 	}
@@ -90,6 +96,24 @@ func TestTxnLifecycle(t *testing.T) {
 	if _, err := s.ReadMemory(s.Memory("buf"), got, 4096); err != nil || !bytes.Equal(got, data[4096:8192]) {
 		t.Errorf("memory differs from the file: %v", err)
 	}
+}
+
+// TestTxnAppend: an O_APPEND handle takes a document's chunks whatever
+// offsets the kernel gives them.
+func TestTxnAppend(t *testing.T) {
+	s, _, _ := txnService(t, t.TempDir())
+	x := s.NewTxn()
+	x.Append()
+	if err := x.Write([]byte(txnDoc[:30]), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Write([]byte(txnDoc[30:]), 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := txnStatus(t, x, 0); st.State != "completed" {
+		t.Errorf("status %+v", st)
+	}
+	x.Close()
 }
 
 // TestTxnRefusals: read before write, bad documents, a second document

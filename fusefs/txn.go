@@ -34,7 +34,11 @@ func (n *txnFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_RDWR {
 		return nil, 0, syscall.EACCES
 	}
-	return &txnHandle{t: n.f.svc.NewTxn()}, fuse.FOPEN_DIRECT_IO, 0
+	t := n.f.svc.NewTxn()
+	if flags&syscall.O_APPEND != 0 {
+		t.Append()
+	}
+	return &txnHandle{t: t}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 // txnHandle is one open of the transaction file.

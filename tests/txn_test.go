@@ -244,3 +244,24 @@ echo ok`, trips, seg, region, c*4096, c*4096)))
 	m.ok(t, fmt.Sprintf(`cmp -n %d "$M/memory/%s/data" %s`, clients*4096, region, file))
 	m.noBatches(t, "after the concurrent clients")
 }
+
+// TestTxnEchoFullBuffer: bash's echo writes 4 KiB at a time, so a
+// document of exactly 4096 bytes arrives in one write and its newline in
+// the next, before the status was read; the newline is not a second
+// document (EBUSY) and the transaction reads back whole.
+func TestTxnEchoFullBuffer(t *testing.T) {
+	m := startDaemon(t, daemonOpts{})
+	region, seg, _ := m.txnSetup(t)
+	doc := fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","length":4096}]`, seg, region)
+	doc += strings.Repeat(" ", 4095-len(doc)) + "}"
+	if len(doc) != 4096 {
+		t.Fatalf("document of %d bytes", len(doc))
+	}
+	out := m.ok(t, `exec 3<>"$M/ctl/batches/txn"
+echo '`+doc+`' >&3
+jq -r '"\(.state) \(.tasks.total)"' <&3`)
+	if out != "completed 1\n" {
+		t.Errorf("state of a 4096-byte document's transaction: %q", out)
+	}
+	m.noBatches(t, "after close")
+}
