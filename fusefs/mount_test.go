@@ -235,6 +235,7 @@ func TestLayoutAndModes(t *testing.T) {
 		"segments/open":                0o200,
 		"segments/cache/refresh":       0o200,
 		"ctl/batches/clone":            0o400,
+		"ctl/batches/txn":              0o600,
 		"ctl/engine":                   0o200,
 		"ctl/batches/" + n + "/submit": 0o200,
 		"ctl/batches/" + n + "/wait":   0o400,
