@@ -207,3 +207,33 @@ func serviceOverTB(t testing.TB, dir string) (*control.Service, *engine.Engine) 
 	t.Cleanup(func() { s.Shutdown(time.Second) })
 	return s, e
 }
+
+// TestTxnConcurrentHandleUse: writes, reads and a close racing on one
+// handle (a dup'd descriptor) neither race nor leak a batch.
+func TestTxnConcurrentHandleUse(t *testing.T) {
+	s, e, _ := txnService(t, t.TempDir())
+	x := s.NewTxn()
+	done := make(chan struct{})
+	for g := 0; g < 3; g++ {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			buf := make([]byte, 1<<16)
+			for i := 0; i < 50; i++ {
+				x.Write([]byte(txnDoc), int64(i*1000))
+				x.Read(context.Background(), buf, 0)
+			}
+		}()
+	}
+	<-done
+	x.Close()
+	<-done
+	<-done
+	x.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Batches != 0 || len(s.Batches()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d engine batches, %d listed after close", e.Stats().Batches, len(s.Batches()))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
