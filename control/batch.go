@@ -131,7 +131,9 @@ func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
 	s.mu.Lock()
 	s.mu.batches[bt.ID] = bt
 	s.mu.Unlock()
-	s.log.Debug("batch allocated", "op", "allocate", "batch", bt.ID, "capacity", b.Capacity())
+	if s.debug() {
+		s.log.Debug("batch allocated", "op", "allocate", "batch", bt.ID, "capacity", b.Capacity())
+	}
 	return bt, nil
 }
 
@@ -206,7 +208,9 @@ func (s *Service) submitPrepared(bt *Batch, p prepared) error {
 	bt.mu.Lock()
 	bt.mu.targets[tr.First] = p.sub.Target
 	bt.mu.Unlock()
-	s.log.Debug("submitted", "op", "submit", "batch", bt.ID, "segment", p.sub.Target, "task", tr.First, "count", tr.Count)
+	if s.debug() {
+		s.log.Debug("submitted", "op", "submit", "batch", bt.ID, "segment", p.sub.Target, "task", tr.First, "count", tr.Count)
+	}
 	return nil
 }
 
@@ -354,7 +358,9 @@ func (s *Service) forget(bt *Batch) {
 		delete(s.mu.batches, bt.ID)
 	}
 	s.mu.Unlock()
-	s.log.Debug("batch freed", "op", "free", "batch", bt.ID)
+	if s.debug() {
+		s.log.Debug("batch freed", "op", "free", "batch", bt.ID)
+	}
 }
 
 // State is /ctl/batches/<N>/state: open, completed, failed or cancelled.

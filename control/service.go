@@ -126,6 +126,11 @@ func New(e *engine.Engine, opts Options) *Service {
 	return s
 }
 
+// debug reports whether debug logs are wanted. The per-batch debug lines
+// are guarded by it: their arguments (integers boxed into interfaces)
+// allocate even when the handler drops the line, on every batch.
+func (s *Service) debug() bool { return s.log.Enabled(context.Background(), slog.LevelDebug) }
+
 // Started is when the Service was created (the mount's timestamps).
 func (s *Service) Started() time.Time { return s.started }
 
