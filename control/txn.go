@@ -4,9 +4,10 @@
 // and closes it. In the spirit of Plan 9's clone files, the open file is
 // the handle: the batch lives from the write that submits it until the
 // next transaction on the descriptor or its close, whichever comes first.
-// It costs about five FUSE requests for the first transaction of an open
-// and two (WRITE, READ) for each further one, against about 35 for the
-// shell form (clone, submit, seal, wait, rmdir).
+// It costs about six FUSE requests when the file is opened for one
+// transaction (OPEN, WRITE, READ, FLUSH, RELEASE, the root's GETATTR) and
+// two (WRITE, READ) for each further one on an open descriptor, against
+// about 35 for the shell form (clone, submit, seal, wait, rmdir).
 //
 // The rules, and why:
 //   - The write that completes a document acts: it parses and resolves
@@ -21,16 +22,18 @@
 //     ended. The chunks of one document must follow each other (as on
 //     submit; O_APPEND handles are exempt). Whitespace-only writes
 //     between documents are accepted and ignored (bash's echo sends a
-//     document that fills its 4 KiB buffer and its newline separately). A retried write can still never run a document twice,
-//     because a second transaction starts only once the first one's
-//     status has been read (below).
+//     document that fills its 4 KiB buffer and its newline separately).
+//     A retried write can still never run a document twice, because a
+//     second transaction starts only once the first one's status has
+//     been read (below).
 //   - A document written while the handle's transaction has not been read
 //     to its terminal status is EBUSY and changes nothing; once read, the
 //     next document frees that batch and starts a new transaction.
 //   - Errors are sticky per descriptor as on every document file: after a
-//     failed write, every later write and the close fail with the same
-//     errno. A transaction submitted before the failure stays readable,
-//     and close still frees it.
+//     failed write, every later write, the close, and a read when no
+//     transaction was accepted fail with the same errno. A transaction
+//     submitted before the failure stays readable, and close still frees
+//     it.
 //   - Read blocks until the batch is terminal, then serves its status
 //     JSON (the batch's status file) from the offset of the first read
 //     that returns it, so `cat <&3` after `echo ... >&3` and a pread at 0
@@ -47,10 +50,10 @@
 //     and at Close. Every batch a Txn allocated is freed, unless the
 //     daemon shuts down first (the engine's Close then cancels and
 //     drains it).
-//   - Txn.mu is held across the engine calls of one write or one read
-//     (they serialise per descriptor), never while Wait blocks, and never
-//     with Service.mu (lock order: Txn.mu, then Service.mu, then
-//     Batch.mu).
+//   - Txn.mu is held across the engine calls of one write (writes and
+//     close serialise per descriptor), never while a read's Wait blocks.
+//     It is taken before Service.mu and Batch.mu, never after (lock
+//     order: Txn.mu, Service.mu, Batch.mu).
 
 package control
 
