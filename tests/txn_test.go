@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -264,4 +265,44 @@ jq -r '"\(.state) \(.tasks.total)"' <&3`)
 		t.Errorf("state of a 4096-byte document's transaction: %q", out)
 	}
 	m.noBatches(t, "after close")
+}
+
+// TestTxnSIGTERMWhileReading: SIGTERM while a shell blocks reading a
+// running transaction's status: the daemon exits 0 within
+// mount.shutdown_timeout (2s in slowConfig) plus a margin, its mount is
+// gone, and the blocked read returns ESHUTDOWN.
+func TestTxnSIGTERMWhileReading(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: slowConfig})
+	_, S := m.scratchDirs(t)
+	m.ok(t, `truncate -s 256M "$S/sparse"`)
+	region := m.register(t, "slow", "256MiB")
+	seg := m.openSegment(t, "slow", S+"/sparse", "read")
+	m.ok(t, fmt.Sprintf(`jq -nc --arg r %s --arg s %s '{op:"read",target:$s,requests:[range(4096)|{memory:$r,offset:0,target_offset:0,length:268435456}]}' > "$T/slow.json"`, region, seg))
+	reader := m.start(t, `exec 3<>"$M/ctl/batches/txn"
+cat "$T/slow.json" >&3
+exec cat <&3`)
+	reader.blockedInRead(t)
+	start := time.Now()
+	m.signal(t, syscall.SIGTERM)
+	code, err := m.waitExit(15 * time.Second)
+	if err != nil {
+		t.Fatalf("SIGTERM with a transaction being read: %v", err)
+	}
+	if code != 0 {
+		t.Errorf("daemon exit status %d after SIGTERM, want 0", code)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("daemon took %s to exit, want within shutdown_timeout (2s) + 3s", took.Round(time.Millisecond))
+	}
+	if ents := mountsAt(m.dir); len(ents) > 0 {
+		t.Errorf("mount still present after the daemon exited: %+v", ents)
+	}
+	r, done := reader.wait(5 * time.Second)
+	if !done {
+		t.Fatalf("the blocked transaction read did not return after the daemon exited")
+	}
+	// Shutdown wakes it with ESHUTDOWN after the drain.
+	if r.code == 0 || !strings.Contains(r.stderr, "Cannot send after transport endpoint shutdown") {
+		t.Errorf("the blocked transaction read: %s\nwant ESHUTDOWN", r)
+	}
 }
