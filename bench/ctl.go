@@ -26,7 +26,7 @@ import (
 
 // CtlResult is one control-plane measurement.
 type CtlResult struct {
-	Via        string  `json:"via"` // mount or api
+	Via        string  `json:"via"` // mount (shell form), txn, txn-reuse or api
 	Clients    int     `json:"clients"`
 	Seconds    float64 `json:"seconds"`
 	RoundTrips uint64  `json:"round_trips"`
@@ -36,10 +36,14 @@ type CtlResult struct {
 	// FUSERequests per round trip, when the mount counted them
 	// (in-process mounts only); 0 otherwise.
 	FUSERequestsPerTrip float64 `json:"fuse_requests_per_round_trip,omitempty"`
+	// CPUUsPerTrip is the CPU time (user + system) of this whole process
+	// per round trip: client and engine, and the daemon when the mount is
+	// in-process. Less sensitive to a noisy machine than the rate.
+	CPUUsPerTrip float64 `json:"cpu_us_per_round_trip,omitempty"`
 }
 
 func (r CtlResult) String() string {
-	s := fmt.Sprintf("%-5s %3d clients: %8.0f round trips/s, p50 %6.0fus p99 %6.0fus (%d in %.2fs)", r.Via, r.Clients, r.PerSec, r.P50Us, r.P99Us, r.RoundTrips, r.Seconds)
+	s := fmt.Sprintf("%-9s %3d clients: %8.0f round trips/s, p50 %6.0fus p99 %6.0fus (%d in %.2fs), %.0fus CPU each", r.Via, r.Clients, r.PerSec, r.P50Us, r.P99Us, r.RoundTrips, r.Seconds, r.CPUUsPerTrip)
 	if r.FUSERequestsPerTrip > 0 {
 		s += fmt.Sprintf(", %.1f FUSE requests each", r.FUSERequestsPerTrip)
 	}
@@ -53,6 +57,7 @@ func runClients(ctx context.Context, via string, clients int, runtime time.Durat
 	defer cancel()
 	hists := make([]Histogram, clients)
 	errs := make([]error, clients)
+	cpu0 := cpuTime()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for c := range clients {
@@ -72,6 +77,7 @@ func runClients(ctx context.Context, via string, clients int, runtime time.Durat
 		}()
 	}
 	wg.Wait()
+	cpu := cpuTime() - cpu0
 	res.Seconds = min(time.Since(start), runtime).Seconds()
 	var h Histogram
 	for c := range clients {
@@ -81,6 +87,9 @@ func runClients(ctx context.Context, via string, clients int, runtime time.Durat
 		h.Merge(&hists[c])
 	}
 	res.RoundTrips = h.Count()
+	if res.RoundTrips > 0 {
+		res.CPUUsPerTrip = float64(cpu.Microseconds()) / float64(res.RoundTrips)
+	}
 	res.PerSec = float64(res.RoundTrips) / res.Seconds
 	res.P50Us = float64(h.Quantile(0.5)) / 1e3
 	res.P99Us = float64(h.Quantile(0.99)) / 1e3
@@ -151,4 +160,13 @@ func RunCtlAPI(ctx context.Context, e *engine.Engine, seg *engine.Segment, r *en
 		}
 		return err
 	})
+}
+
+// cpuTime is this process's user plus system CPU time so far.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

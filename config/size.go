@@ -94,6 +94,12 @@ func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 
 // UnmarshalJSON accepts a nonnegative integer or a size string.
 func (s *Size) UnmarshalJSON(b []byte) error {
+	// Plain digits (every length in a submission) skip the reflection of
+	// json.Unmarshal: the caller's decoder has already checked the JSON.
+	if v, ok := plainUint(b); ok {
+		*s = Size(v)
+		return nil
+	}
 	var n json.Number
 	if err := json.Unmarshal(b, &n); err == nil {
 		v, err := strconv.ParseUint(n.String(), 10, 64)
@@ -108,6 +114,21 @@ func (s *Size) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("size %s: want a nonnegative integer or a string like \"64MiB\"", b)
 	}
 	return s.UnmarshalText([]byte(str))
+}
+
+// plainUint parses b when it is 1 to 19 ASCII digits (no overflow).
+func plainUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 19 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		v = v*10 + uint64(c-'0')
+	}
+	return v, true
 }
 
 // UnmarshalTOML accepts a TOML integer or string (BurntSushi/toml's hook).

@@ -31,7 +31,7 @@ type Batch struct {
 	seq     uint64
 	created time.Time
 	b       *engine.Batch
-	idle    *time.Timer // reclaims the batch if it stays unused (idle.go)
+	idle    *time.Timer // reclaims the batch if it stays unused (idle.go); nil for a txn's
 
 	mu struct {
 		sync.Mutex
@@ -109,17 +109,31 @@ func (s *Service) Clone() (*Batch, error) {
 	if s.closing.Load() {
 		return nil, s.fail(sc, errClosing())
 	}
-	b, err := s.e.AllocateBatch(s.opts.DefaultBatchCapacity)
+	bt, err := s.allocate(s.opts.DefaultBatchCapacity, true)
 	if err != nil {
 		return nil, s.fail(sc, err)
 	}
+	return bt, nil
+}
+
+// allocate allocates an engine batch and publishes it in the table;
+// with idle, its idle timer runs (idle.go). Its error is not recorded.
+func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
+	b, err := s.e.AllocateBatch(capacity)
+	if err != nil {
+		return nil, err
+	}
 	bt := &Batch{ID: b.ID(), seq: s.nextSeq(), created: time.Now(), b: b}
-	bt.mu.targets = make(map[int]string)
-	bt.idle = time.AfterFunc(s.opts.IdleBatchTimeout, func() { s.reclaimIdle(bt) })
+	bt.mu.targets = make(map[int]string, 1)
+	if idle {
+		bt.idle = time.AfterFunc(s.opts.IdleBatchTimeout, func() { s.reclaimIdle(bt) })
+	}
 	s.mu.Lock()
 	s.mu.batches[bt.ID] = bt
 	s.mu.Unlock()
-	s.log.Debug("batch allocated", "op", "allocate", "batch", bt.ID, "capacity", b.Capacity())
+	if s.debug() {
+		s.log.Debug("batch allocated", "op", "allocate", "batch", bt.ID, "capacity", b.Capacity())
+	}
 	return bt, nil
 }
 
@@ -146,27 +160,57 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if err := s.live(bt, "submit"); err != nil {
 		return err
 	}
-	sub, err := ParseSubmission(doc, s.opts.MaxDocumentBytes)
+	p, err := s.prepare(doc)
 	if err != nil {
 		return s.fail(sc, err)
 	}
-	seg, reqs, err := s.resolve(sub)
-	if err != nil {
-		return s.fail(sc, err)
-	}
-	opts, err := s.submitOptions(sub) // qos.go
-	if err != nil {
-		return s.fail(sc, err)
-	}
-	tr, err := bt.b.SubmitWith(sub.EngineOp(), seg.target(), reqs, nil, opts)
-	if err != nil {
+	if err := s.submitPrepared(bt, p); err != nil {
 		return s.fail(sc, err)
 	}
 	accepted = true
+	return nil
+}
+
+// prepared is a parsed submission with its names resolved: everything
+// but the engine call, so nothing has changed yet.
+type prepared struct {
+	sub  *Submission
+	seg  *Segment
+	reqs []engine.Request
+	opts engine.SubmitOptions
+}
+
+// prepare parses doc and resolves its names (submit and txn share it).
+// Its error is not recorded.
+func (s *Service) prepare(doc []byte) (prepared, error) {
+	sub, err := ParseSubmission(doc, s.opts.MaxDocumentBytes)
+	if err != nil {
+		return prepared{}, err
+	}
+	seg, reqs, err := s.resolve(sub)
+	if err != nil {
+		return prepared{}, err
+	}
+	opts, err := s.submitOptions(sub) // qos.go
+	if err != nil {
+		return prepared{}, err
+	}
+	return prepared{sub: sub, seg: seg, reqs: reqs, opts: opts}, nil
+}
+
+// submitPrepared appends p to bt as one group. Its error is not
+// recorded.
+func (s *Service) submitPrepared(bt *Batch, p prepared) error {
+	tr, err := bt.b.SubmitWith(p.sub.EngineOp(), p.seg.target(), p.reqs, nil, p.opts)
+	if err != nil {
+		return err
+	}
 	bt.mu.Lock()
-	bt.mu.targets[tr.First] = sub.Target
+	bt.mu.targets[tr.First] = p.sub.Target
 	bt.mu.Unlock()
-	s.log.Debug("submitted", "op", "submit", "batch", bt.ID, "segment", sub.Target, "task", tr.First, "count", tr.Count)
+	if s.debug() {
+		s.log.Debug("submitted", "op", "submit", "batch", bt.ID, "segment", p.sub.Target, "task", tr.First, "count", tr.Count)
+	}
 	return nil
 }
 
@@ -272,11 +316,18 @@ func (s *Service) FreeBatch(id uint64) error {
 	return s.free(bt)
 }
 
-func (s *Service) free(bt *Batch) error {
-	if err := bt.b.Free(); err != nil {
+func (s *Service) free(bt *Batch) error { return s.settleFreed(bt, bt.b.Free()) }
+
+// settleFreed finishes a free whose engine call returned err: it records
+// a failure, or marks the batch freed and drops it from the table once
+// its work has drained.
+func (s *Service) settleFreed(bt *Batch, err error) error {
+	if err != nil {
 		return s.fail(bt.scope("free"), err)
 	}
-	bt.idle.Stop()
+	if bt.idle != nil {
+		bt.idle.Stop()
+	}
 	bt.mu.Lock()
 	bt.mu.freed = true
 	bt.mu.Unlock()
@@ -307,7 +358,9 @@ func (s *Service) forget(bt *Batch) {
 		delete(s.mu.batches, bt.ID)
 	}
 	s.mu.Unlock()
-	s.log.Debug("batch freed", "op", "free", "batch", bt.ID)
+	if s.debug() {
+		s.log.Debug("batch freed", "op", "free", "batch", bt.ID)
+	}
 }
 
 // State is /ctl/batches/<N>/state: open, completed, failed or cancelled.
@@ -344,6 +397,11 @@ func (s *Service) Status(bt *Batch) ([]byte, error) {
 func (s *Service) Wait(ctx context.Context, bt *Batch) ([]byte, error) {
 	if err := s.live(bt, "wait"); err != nil {
 		return nil, err
+	}
+	// Already terminal (a small transfer often ends within its submit):
+	// no context to set up. Terminal implies sealed.
+	if st := bt.b.Status(); st.Terminal() {
+		return []byte(st.String() + "\n"), nil
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -13,6 +13,13 @@
 //	echo seal > ctl/batches/$N/ctl                                              Service.Ctl
 //	cat ctl/batches/$N/wait                                                     Service.Wait
 //
+// or, as one transaction on one descriptor (txn.go):
+//
+//	exec 3<>ctl/batches/txn                                                     Service.NewTxn
+//	echo '{"op":"read","target":"cache","requests":[...]}' >&3                  Txn.Write
+//	cat <&3                                                                     Txn.Read
+//	exec 3<&-                                                                   Txn.Close
+//
 // A submission document is one group: its requests become consecutive
 // tasks of the batch (request i is task first+i). Submissions are parsed
 // into a Submission (a spec: pure data, checked by Validate), then
@@ -36,7 +43,9 @@
 // opened on a removed object never reaches a new object of the same name.
 // Objects are created by the creator files and removed by rmdir (or the
 // free command); a batch that never accepted a submission is also freed
-// after mount.idle_batch_timeout (idle.go). Shutdown refuses new work,
+// after mount.idle_batch_timeout (idle.go), and a transaction's batch
+// when its descriptor moves on to the next one or closes (txn.go).
+// Shutdown refuses new work,
 // drains, wakes waiters and closes the engine.
 //
 // # Documents
@@ -50,8 +59,8 @@
 //
 // Service.mu guards the name tables and the mount-wide last error;
 // Batch.mu guards a batch's error text, target names and idle-reclaim
-// state. Order:
-// Service.mu before Batch.mu. Neither is held across an engine call that
+// state; Txn.mu one transaction descriptor's state. Order: Txn.mu, then
+// Service.mu, then Batch.mu. Neither is held across an engine call that
 // can block, so waits and transfers on different batches never serialize
 // behind each other.
 package control

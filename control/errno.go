@@ -35,13 +35,13 @@ type ErrnoRow struct {
 // tell "the daemon is going away" from a failed transfer) and KindUnknown
 // (EIO; the whole error chain is logged).
 var kindTable = []ErrnoRow{
-	{engine.KindInvalid, syscall.EINVAL, "EINVAL", "invalid argument: bad JSON, unknown field, trailing data, bad name, zero length, overflow, unknown ctl command, wait before seal"},
+	{engine.KindInvalid, syscall.EINVAL, "EINVAL", "invalid argument: bad JSON, unknown field, trailing data, bad name, zero length, overflow, unknown ctl command, wait before seal, txn read before write"},
 	{engine.KindRange, syscall.ERANGE, "ERANGE", "range beyond the current file size or the memory region"},
 	{engine.KindNotFound, syscall.ENOENT, "ENOENT", "no such segment, memory, batch or task"},
 	{engine.KindExists, syscall.EEXIST, "EEXIST", "name already taken"},
 	{engine.KindPermission, syscall.EACCES, "EACCES", "permission denied: segment permission, file outside mount.allowed_roots, file mode"},
 	{engine.KindExhausted, syscall.EAGAIN, "EAGAIN", "resource exhausted: engine limits, batch capacity, in-flight caps"},
-	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled"},
+	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled, txn document before the previous status was read"},
 	{engine.KindUnavailable, syscall.EOPNOTSUPP, "EOPNOTSUPP", "unavailable: transport or memory location not built (gds, pinned, cuda:N) or not supported by the kernel"},
 	{engine.KindTimeout, syscall.ETIMEDOUT, "ETIMEDOUT", "deadline passed, deadline infeasible, segment close did not drain within mount.close_timeout"},
 	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, submission over max_batch_requests descriptors, request over max_transfer_bytes"},
@@ -53,9 +53,9 @@ var kindTable = []ErrnoRow{
 }
 
 // interruptRow is the one errno not tied to an engine kind: a blocked
-// read of `wait` whose caller got a signal returns EINTR and changes
+// read of `wait` or `txn` whose caller got a signal returns EINTR and changes
 // nothing.
-var interruptRow = ErrnoRow{engine.KindUnknown, syscall.EINTR, "EINTR", "interrupted: a signal reached a blocked read of wait; nothing changed"}
+var interruptRow = ErrnoRow{engine.KindUnknown, syscall.EINTR, "EINTR", "interrupted: a signal reached a blocked read of wait or txn; nothing changed"}
 
 // ErrnoTable returns the table in display order: one row per kind, then
 // the interrupt row.

@@ -18,7 +18,7 @@
 //     error again without recording it again (docwriter.go).
 //   - After Shutdown begins, creators and submit fail with KindClosed;
 //     reads keep working until the engine is closed.
-//   - Lock order: Service.mu, then Batch.mu; engine locks are taken only
+//   - Lock order: Txn.mu (txn.go), then Service.mu, then Batch.mu; engine locks are taken only
 //     inside engine calls made with neither held.
 
 package control
@@ -125,6 +125,11 @@ func New(e *engine.Engine, opts Options) *Service {
 	s.mu.batches = make(map[uint64]*Batch)
 	return s
 }
+
+// debug reports whether debug logs are wanted. The per-batch debug lines
+// are guarded by it: their arguments (integers boxed into interfaces)
+// allocate even when the handler drops the line, on every batch.
+func (s *Service) debug() bool { return s.log.Enabled(context.Background(), slog.LevelDebug) }
 
 // Started is when the Service was created (the mount's timestamps).
 func (s *Service) Started() time.Time { return s.started }

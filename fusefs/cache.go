@@ -17,7 +17,7 @@
 //   - Entries are cached (entryTTL) only for names that exist as long as
 //     the mount: the fixed files and directories and the fixed entries of
 //     the object collections (memory/register, segments/open,
-//     ctl/batches/clone). Names of objects (a batch number, a memory or
+//     ctl/batches/clone, ctl/batches/txn). Names of objects (a batch number, a memory or
 //     segment name) and everything beneath them are looked up again on
 //     every walk, so an object freed by any path (ctl free, idle reclaim,
 //     another mount) is gone at once. Negative entries are never cached.
@@ -40,4 +40,4 @@ type stableNames interface {
 func (fixedKids) stable(string) bool         { return true }
 func (memoryKids) stable(name string) bool   { return name == "register" }
 func (segmentsKids) stable(name string) bool { return name == "open" }
-func (batchesKids) stable(name string) bool  { return name == "clone" }
+func (batchesKids) stable(name string) bool  { return name == "clone" || name == "txn" }

@@ -27,6 +27,9 @@
 //   - dataFile: a memory region's bytes.
 //   - waitFile: blocks in Read until the batch is terminal, honouring the
 //     request's interrupt.
+//   - txnFile: /ctl/batches/txn, the one-file transaction (txn.go,
+//     control/txn.go): a read-write handle that runs a submission written
+//     to it and blocks in Read until its batch is terminal.
 //
 // Directories refuse unlink, rename, link, symlink, mknod, create and
 // mkdir with EPERM (readonly.go); only rmdir removes objects.

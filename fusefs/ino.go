@@ -30,6 +30,7 @@ const (
 	inoQoSContracts
 	inoQoSUsage
 	inoQoSResolve
+	inoTxn // txn.go
 )
 
 const (

@@ -217,7 +217,7 @@ func TestLayoutAndModes(t *testing.T) {
 		"segments":                     "cache open",
 		"segments/cache":               "info refresh",
 		"ctl":                          "batches engine",
-		"ctl/batches":                  n + " clone",
+		"ctl/batches":                  n + " clone txn",
 		"ctl/batches/" + n:             "ctl error state status submit tasks wait",
 		"ctl/batches/" + n + "/tasks/": "0 1",
 	} {
@@ -235,6 +235,7 @@ func TestLayoutAndModes(t *testing.T) {
 		"segments/open":                0o200,
 		"segments/cache/refresh":       0o200,
 		"ctl/batches/clone":            0o400,
+		"ctl/batches/txn":              0o600,
 		"ctl/engine":                   0o200,
 		"ctl/batches/" + n + "/submit": 0o200,
 		"ctl/batches/" + n + "/wait":   0o400,

@@ -183,7 +183,8 @@ func (k segKids) find(name string) (child, bool) {
 	return fixedKids(k.list()).find(name)
 }
 
-// batchesKids is /ctl/batches: clone plus one directory per batch.
+// batchesKids is /ctl/batches: clone, txn (txn.go) and one directory
+// per batch.
 type batchesKids struct{ f *fsys }
 
 func (k batchesKids) clone() child {
@@ -199,6 +200,13 @@ func (k batchesKids) clone() child {
 	}}
 }
 
+func (k batchesKids) txn() child {
+	f := k.f
+	return child{name: "txn", ino: inoTxn, node: func() fs.InodeEmbedder {
+		return &txnFile{writableNode: writableNode{ctlNode{f: f, t: f.svc.Started(), mode: modeData}}}
+	}}
+}
+
 func (k batchesKids) batchDir(bt *control.Batch) child {
 	f := k.f
 	return child{name: strconv.FormatUint(bt.ID, 10), ino: objIno(bt.Seq(), slotDir), dir: true, node: func() fs.InodeEmbedder {
@@ -207,7 +215,7 @@ func (k batchesKids) batchDir(bt *control.Batch) child {
 }
 
 func (k batchesKids) list() []child {
-	out := []child{k.clone()}
+	out := []child{k.clone(), k.txn()}
 	for _, bt := range k.f.svc.Batches() {
 		out = append(out, k.batchDir(bt))
 	}
@@ -215,8 +223,11 @@ func (k batchesKids) list() []child {
 }
 
 func (k batchesKids) find(name string) (child, bool) {
-	if name == "clone" {
+	switch name {
+	case "clone":
 		return k.clone(), true
+	case "txn":
+		return k.txn(), true
 	}
 	if id, ok := parseIndex(name); ok {
 		if bt := k.f.svc.Batch(uint64(id)); bt != nil {

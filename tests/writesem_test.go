@@ -275,7 +275,7 @@ echo "$N"`, RO, R))
 		t.Fatalf("the walk allocated no batch")
 	}
 	eventually(t, 20*time.Second, "idle batches reclaimed", func() bool {
-		return strings.Join(m.ls(t, "ctl/batches"), " ") == used+" clone"
+		return strings.Join(m.ls(t, "ctl/batches"), " ") == used+" clone txn"
 	})
 	// The used batch is intact, and clone works again.
 	if st := m.state(t, used); st != "open" {

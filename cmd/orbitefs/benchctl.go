@@ -1,12 +1,15 @@
 // benchctl.go owns `orbitefs bench ctl`: control-plane round trips
-// (clone, submit a 4 KiB read, seal, wait, free) through a mount and
-// through the Go API, by 1 and N clients (bench/ctl.go).
+// (submit a 4 KiB read, wait until terminal, free) through a mount, in
+// the shell form (bench/ctl.go) and the one-file transaction forms
+// (bench/ctltxn.go), and through the Go API, by 1 and N clients.
 //
 // Without --mount it mounts its own control filesystem in-process (root
 // or fusermount3 needed) over the same engine the API loop uses, and
 // counts the FUSE requests each round trip costs on a second mount of the
-// same service (counting slows requests, so it never runs while timing). With --mount it drives
-// that daemon (whose FUSE requests it cannot see).
+// same service (counting slows requests, so it never runs while timing).
+// With --mount it drives that daemon (whose FUSE requests it cannot see).
+// --cpuprofile profiles the whole process, so with the in-process mount
+// it shows the daemon's side of every FUSE request.
 
 package main
 
@@ -21,6 +24,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,25 +37,56 @@ import (
 	"github.com/orbitefs/orbitefs/fusefs"
 )
 
-const ctlUsage = `usage: orbitefs bench ctl [--mount DIR] [--clients N] [--runtime D] [--json]
+const ctlUsage = `usage: orbitefs bench ctl [--mount DIR] [--clients N] [--runtime D] [--forms LIST] [--data-dir DIR] [--cpuprofile FILE] [--json]
 
-Measures whole batch round trips (clone, submit one 4 KiB read, seal,
-wait, free) per second and their p50/p99 latency, through the mount and
-through the Go API in-process, by 1 client and by --clients concurrent
-clients; prints the mount/API ratio and, for its own in-process mount,
-the FUSE requests per round trip.
+Measures whole batch round trips (submit one 4 KiB read, wait until it is
+terminal, free the batch) per second and their p50/p99 latency, by 1
+client and by --clients concurrent clients, through the mount in three
+forms and through the Go API in-process; prints each form's ratio to the
+API and, for its own in-process mount, the FUSE requests per round trip.
+
+Forms through the mount:
+  mount      the shell form: read clone, write submit, write seal to ctl,
+             read wait, rmdir
+  txn        the one-file transaction, opened per round trip: open
+             ctl/batches/txn read-write, write the submission, read the
+             status, close
+  txn-reuse  the one-file transaction on one descriptor per client: write
+             the submission, read the status (the next write frees the
+             batch)
 
 flags:
 `
 
 // ctlReport is what --json prints.
 type ctlReport struct {
-	Runs        []bench.CtlResult `json:"runs"`
-	MountAPI1   float64           `json:"mount_api_ratio_1"`
-	MountAPIN   float64           `json:"mount_api_ratio_n"`
-	RSSIdleKiB  uint64            `json:"rss_idle_kib"`
-	RSSLoadKiB  uint64            `json:"rss_under_clients_kib"`
-	FUSEByOpOne map[string]uint64 `json:"fuse_requests_by_op_1_client,omitempty"`
+	Runs      []bench.CtlResult `json:"runs"`
+	MountAPI1 float64           `json:"mount_api_ratio_1"`
+	MountAPIN float64           `json:"mount_api_ratio_n"`
+	// The one-file transaction (/ctl/batches/txn) against the API: opened
+	// per round trip (txn) and one descriptor per client (txn-reuse).
+	TxnAPI1      float64 `json:"txn_api_ratio_1"`
+	TxnAPIN      float64 `json:"txn_api_ratio_n"`
+	TxnReuseAPI1 float64 `json:"txn_reuse_api_ratio_1"`
+	TxnReuseAPIN float64 `json:"txn_reuse_api_ratio_n"`
+	RSSIdleKiB   uint64  `json:"rss_idle_kib"`
+	RSSLoadKiB   uint64  `json:"rss_under_clients_kib"`
+	// FUSE requests by opcode over the counted 1-client runs, per form.
+	FUSEByOpOne      map[string]uint64 `json:"fuse_requests_by_op_1_client,omitempty"`
+	FUSEByOpTxn      map[string]uint64 `json:"fuse_requests_by_op_txn,omitempty"`
+	FUSEByOpTxnReuse map[string]uint64 `json:"fuse_requests_by_op_txn_reuse,omitempty"`
+}
+
+// ctlMountForm is one way of driving the mount.
+type ctlMountForm struct {
+	via string
+	run func(ctx context.Context, dir, mem, seg string, clients int, runtime time.Duration) (bench.CtlResult, error)
+}
+
+var ctlMountForms = []ctlMountForm{
+	{"mount", bench.RunCtlMount},
+	{"txn", bench.RunCtlTxn},
+	{"txn-reuse", bench.RunCtlTxnReuse},
 }
 
 func ctlMain(args []string) int {
@@ -62,6 +99,9 @@ func ctlMain(args []string) int {
 	clients := fs.Int("clients", 8, "concurrent clients of the second measurement")
 	runtime := fs.Duration("runtime", 3*time.Second, "how long each measurement runs")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	forms := fs.String("forms", "mount,txn,txn-reuse", "comma-separated forms through the mount to run")
+	dataDir := fs.String("data-dir", "", "directory for the 4 KiB file the round trips read (default: the system temporary directory; /dev/shm takes the disk out of the round trip)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run (the in-process daemon included) to this file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -72,7 +112,25 @@ func ctlMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: --clients %d and --runtime %s must be positive\n", *clients, *runtime)
 		return 2
 	}
-	rep, err := runCtl(*mount, *clients, *runtime)
+	sel, err := selectCtlForms(*forms)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
+		return 2
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "orbitefs bench ctl: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
+	rep, err := runCtl(*mount, *dataDir, *clients, *runtime, sel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
 		return 1
@@ -85,12 +143,27 @@ func ctlMain(args []string) int {
 	for _, r := range rep.Runs {
 		fmt.Println(r)
 	}
-	fmt.Printf("mount/api: %.3f (1 client), %.3f (%d clients); RSS %d KiB idle, %d KiB under %d clients\n",
-		rep.MountAPI1, rep.MountAPIN, *clients, rep.RSSIdleKiB, rep.RSSLoadKiB, *clients)
+	fmt.Printf("mount/api: %.3f (1 client), %.3f (%d clients); txn/api: %.3f, %.3f; txn-reuse/api: %.3f, %.3f\n",
+		rep.MountAPI1, rep.MountAPIN, *clients, rep.TxnAPI1, rep.TxnAPIN, rep.TxnReuseAPI1, rep.TxnReuseAPIN)
+	fmt.Printf("RSS %d KiB idle, %d KiB under %d clients\n", rep.RSSIdleKiB, rep.RSSLoadKiB, *clients)
 	return 0
 }
 
-func runCtl(mount string, clients int, runtime time.Duration) (ctlReport, error) {
+// selectCtlForms parses --forms.
+func selectCtlForms(list string) ([]ctlMountForm, error) {
+	var out []ctlMountForm
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		i := slices.IndexFunc(ctlMountForms, func(f ctlMountForm) bool { return f.via == name })
+		if i < 0 {
+			return nil, fmt.Errorf("--forms: unknown form %q: want mount, txn or txn-reuse", name)
+		}
+		out = append(out, ctlMountForms[i])
+	}
+	return out, nil
+}
+
+func runCtl(mount, dataDir string, clients int, runtime time.Duration, forms []ctlMountForm) (ctlReport, error) {
 	var rep ctlReport
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -100,6 +173,14 @@ func runCtl(mount string, clients int, runtime time.Duration) (ctlReport, error)
 	}
 	defer os.RemoveAll(tmp)
 	file := filepath.Join(tmp, "data.bin")
+	if dataDir != "" {
+		dd, err := os.MkdirTemp(dataDir, "orbitefs-bench-ctl-")
+		if err != nil {
+			return rep, err
+		}
+		defer os.RemoveAll(dd)
+		file = filepath.Join(dd, "data.bin")
+	}
 	if err := os.WriteFile(file, make([]byte, 4096), 0o644); err != nil {
 		return rep, err
 	}
@@ -161,9 +242,13 @@ func runCtl(mount string, clients int, runtime time.Duration) (ctlReport, error)
 	defer e.Unregister(region)
 
 	for _, n := range []int{1, clients} {
-		m, err := bench.RunCtlMount(ctx, mount, name, name, n, runtime)
-		if err != nil {
-			return rep, err
+		var viaMount []bench.CtlResult
+		for _, form := range forms {
+			m, err := form.run(ctx, mount, name, name, n, runtime)
+			if err != nil {
+				return rep, fmt.Errorf("%s: %w", form.via, err)
+			}
+			viaMount = append(viaMount, m)
 		}
 		if n == clients {
 			rep.RSSLoadKiB = rssKiB()
@@ -172,12 +257,17 @@ func runCtl(mount string, clients int, runtime time.Duration) (ctlReport, error)
 		if err != nil {
 			return rep, err
 		}
-		rep.Runs = append(rep.Runs, m, a)
-		if n == 1 {
-			rep.MountAPI1 = m.PerSec / a.PerSec
-		}
-		if n == clients {
-			rep.MountAPIN = m.PerSec / a.PerSec
+		rep.Runs = append(append(rep.Runs, viaMount...), a)
+		ratios := map[string][2]*float64{"mount": {&rep.MountAPI1, &rep.MountAPIN},
+			"txn": {&rep.TxnAPI1, &rep.TxnAPIN}, "txn-reuse": {&rep.TxnReuseAPI1, &rep.TxnReuseAPIN}}
+		for _, m := range viaMount {
+			r := ratios[m.Via]
+			if n == 1 {
+				*r[0] = m.PerSec / a.PerSec
+			}
+			if n == clients {
+				*r[1] = m.PerSec / a.PerSec
+			}
 		}
 		if clients == 1 {
 			break
@@ -185,29 +275,54 @@ func runCtl(mount string, clients int, runtime time.Duration) (ctlReport, error)
 	}
 	if counting != nil {
 		// A mount of its own: counting slows every request.
-		before := counting.Requests()
-		c, err := bench.RunCtlMount(ctx, counting.Dir(), name, name, 1, min(runtime, 500*time.Millisecond))
-		if err != nil {
-			return rep, err
-		}
-		var total uint64
-		rep.FUSEByOpOne = map[string]uint64{}
-		for op, v := range counting.Requests() {
-			if d := v - before[op]; d > 0 {
-				rep.FUSEByOpOne[op] = d
-				total += d
+		for _, form := range forms {
+			per, byOp, err := countRequests(ctx, counting, form, name, min(runtime, 500*time.Millisecond))
+			if err != nil {
+				return rep, err
 			}
-		}
-		if c.RoundTrips > 0 {
-			per := float64(total) / float64(c.RoundTrips)
+			switch form.via {
+			case "mount":
+				rep.FUSEByOpOne = byOp
+			case "txn":
+				rep.FUSEByOpTxn = byOp
+			case "txn-reuse":
+				rep.FUSEByOpTxnReuse = byOp
+			}
 			for i := range rep.Runs {
-				if rep.Runs[i].Via == "mount" {
+				if rep.Runs[i].Via == form.via {
 					rep.Runs[i].FUSERequestsPerTrip = per
 				}
 			}
 		}
 	}
 	return rep, nil
+}
+
+// countRequests runs form by one client on the counting mount and
+// returns the FUSE requests per round trip and their count by opcode.
+func countRequests(ctx context.Context, counting *fusefs.Server, form ctlMountForm, name string, runtime time.Duration) (float64, map[string]uint64, error) {
+	// A short warm-up first: the first walk looks up the fixed names the
+	// kernel then caches, which a short count would spread over few trips.
+	if _, err := form.run(ctx, counting.Dir(), name, name, 1, 20*time.Millisecond); err != nil {
+		return 0, nil, fmt.Errorf("%s (counting warm-up): %w", form.via, err)
+	}
+	before := counting.Requests()
+	c, err := form.run(ctx, counting.Dir(), name, name, 1, runtime)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s (counting): %w", form.via, err)
+	}
+	var total uint64
+	byOp := map[string]uint64{}
+	for op, v := range counting.Requests() {
+		if d := v - before[op]; d > 0 {
+			byOp[op] = d
+			total += d
+		}
+	}
+	if c.RoundTrips == 0 {
+		return 0, byOp, nil
+	}
+	return float64(total) / float64(c.RoundTrips), byOp, nil
 }
 
 // rssKiB is this process's resident set size (the daemon's, when the
