@@ -6,7 +6,8 @@
 #   bash tests/gpu/perf.sh run     there, with .gpu carried: engine vs
 #                                  the parallel pread loop on tmpfs
 #                                  (bench/multicore.sh, by one job and by
-#                                  32), the KV swap
+#                                  32), batch round trips through the
+#                                  mount (bench ctl), the KV swap
 #                                  workload on tmpfs and on ext4 by 1, 4,
 #                                  16 and 64 clients (into cuda:0 when a
 #                                  GPU is there), results under $OUT/perf
@@ -33,6 +34,10 @@ run)
 	echo "## the same, 4 KiB random reads by 32 jobs of qd 1 (pread: 32 goroutines)"
 	timeout 60 bash "$B/multicore.sh" -f $f -s 4294967296 -n 3 -t 3 -q 1 -j 32 -o "$R/multicore-j32" randread
 	rm -f $f
+	echo "## control plane through FUSE (bench ctl), 1 and 16 clients, data on tmpfs and on ext4"
+	for dd in /dev/shm /tmp; do
+		timeout 100 "$ORBITEFS" bench ctl --clients 16 --runtime 2s --data-dir "$dd" --json | tee -a "$R/ctl.json" || echo "bench ctl $dd: exit $?"
+	done
 	mems=cpu
 	nvidia-smi -L >/dev/null 2>&1 && mems="cpu cuda:0"
 	for d in /dev/shm/orbitefs-kv /tmp/orbitefs-kv; do
