@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"math/rand/v2"
+	"sync"
+	"testing"
+)
 
 // TestLoanShards: overlapping loans meet whatever their sizes and shard
 // positions (wrapping spans, spans of every shard); disjoint ones on the
@@ -20,6 +24,9 @@ func TestLoanShards(t *testing.T) {
 		{"wrapping span overlaps its tail", (loanShards - 1) * page, (loanShards + 2) * page, (loanShards + 1) * page, (loanShards+1)*page + 8, true},
 		{"large loan covers every shard", 0, 1 << 30, 12345 * page, 12345*page + 1, true},
 		{"large loan, byte past its end", 0, 1 << 30, 1 << 30, 1<<30 + 1, false},
+		{"small loan, then a large one over it", 5000 * page, 5000*page + 8, 0, 1 << 30, true},
+		{"two large loans overlapping", 0, 64 * page, 63 * page, 200 * page, true},
+		{"two large loans disjoint", 0, 64 * page, 64 * page, 200 * page, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -45,5 +52,50 @@ func TestLoanShards(t *testing.T) {
 				t.Fatal("a closed table granted a loan")
 			}
 		})
+	}
+}
+
+// TestLoanTableConcurrent: many goroutines taking and dropping random
+// small and large ranges; no two granted loans ever overlap.
+func TestLoanTableConcurrent(t *testing.T) {
+	var lt loanTable
+	var mu sync.Mutex
+	held := map[*group][2]uint64{}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 2000 {
+				g := &group{}
+				lo := rng.Uint64N(1 << 22)
+				n := uint64(1 + rng.IntN(4096))
+				if rng.IntN(8) == 0 {
+					n = uint64(1 + rng.IntN(1<<20))
+				}
+				if _, _, ok := lt.take(lo, lo+n, g); !ok {
+					continue
+				}
+				mu.Lock()
+				for o, r := range held {
+					if r[0] < lo+n && lo < r[1] {
+						mu.Unlock()
+						t.Errorf("granted [%d, %d) over [%d, %d) of %p", lo, lo+n, r[0], r[1], o)
+						return
+					}
+				}
+				held[g] = [2]uint64{lo, lo + n}
+				mu.Unlock()
+				mu.Lock()
+				delete(held, g)
+				mu.Unlock()
+				lt.drop(lo, lo+n, g)
+			}
+		}()
+	}
+	wg.Wait()
+	if n, _ := lt.closeIfIdle(false); n != 0 {
+		t.Fatalf("%d owners hold loans after every drop", n)
 	}
 }

@@ -270,9 +270,9 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 	// The range's loan shards stay locked for the copy: no loan of these
 	// bytes can be granted while it runs.
 	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+end
-	r.loans.lock(lo, hi)
-	defer r.loans.unlock(lo, hi)
-	if l, busy := r.loans.conflict(lo, hi, nil); busy {
+	bigHeld := r.loans.lock(lo, hi)
+	defer r.loans.unlock(lo, hi, bigHeld)
+	if l, busy := r.loans.conflict(lo, hi, nil, bigHeld); busy {
 		return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
 	}
 	if r.dev != nil {
