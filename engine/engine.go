@@ -77,9 +77,16 @@ type Engine struct {
 	}
 	regLimit uint64 // config RegisteredLimit, fixed at New
 
+	// The in-flight counters change with every submission; each has a
+	// cache line of its own so the flags every submission reads (closed,
+	// requesterClosed, regions) do not bounce with them.
+	_              [64]byte
 	inflightGroups atomic.Int64
+	_              [56]byte
 	inflightBytes  atomic.Uint64
-	closed         atomic.Bool // e.mu.closed, readable without e.mu
+	_              [56]byte
+
+	closed atomic.Bool // e.mu.closed, readable without e.mu
 	// regions is e.mu.regions as an immutable snapshot, replaced (under
 	// e.mu) at every change, so resolving an address takes no lock.
 	regions         atomic.Pointer[[]*Region]

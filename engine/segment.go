@@ -39,8 +39,10 @@ type Segment struct {
 	e      *Engine
 	ent    *segEntry
 	uri    string
-	mu     sync.Mutex
-	closed bool
+	// closed is read by every submission through the handle without a
+	// lock (a mutex here, shared by every client of the handle, was 15 %
+	// of 32 clients' CPU on 16 cores); a close sets it once, by swap.
+	closed atomic.Bool
 }
 
 // segEntry is the shared state behind aliases.
@@ -389,10 +391,7 @@ func (ent *segEntry) currentSize() (uint64, error) {
 }
 
 func (s *Segment) check(op string) error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.closed.Load() {
 		return errorf(KindNotFound, op, s.name(), "segment handle is closed")
 	}
 	return nil
@@ -554,13 +553,9 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; every alias is closed to new work, retry the close", users, timeout)
 		}
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if s.closed.Swap(true) {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
 
 	ent.mu.Lock()
 	ent.mu.handles--
