@@ -517,3 +517,44 @@ func TestGDSHandleClosedAfterBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestStagedLanesShareThePool: with the pinned pool leased out by
+// concurrent groups, only a group's first lane falls back to a pageable
+// buffer; its other lanes leave their units to the lanes that have
+// chunks. Each lane used to map a pageable buffer of its own.
+func TestStagedLanesShareThePool(t *testing.T) {
+	const batches = 6
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) {
+		c.StagingChunkCount, c.StagingLanes = 2, 2
+	})
+	path, orig := randomFile(t, t.TempDir(), "src", 1<<20)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, batches<<20)
+	var wg sync.WaitGroup
+	errs := make(chan error, batches)
+	for i := range batches {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			req := []engine.Request{{Address: d.BaseAddress() + uint64(i)<<20, Length: 1 << 20}}
+			if _, err := e.SubmitAndWait(engine.OpRead, src, req, ioTimeout); err != nil {
+				errs <- fmt.Errorf("batch %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1<<20)
+	for i := range batches {
+		if _, err := d.ReadAt(got, int64(i)<<20); err != nil || !bytes.Equal(got, orig) {
+			t.Fatalf("batch %d: device bytes differ from the file (%v)", i, err)
+		}
+	}
+	if st := e.Stats().Staging; st.Fallbacks > batches {
+		t.Fatalf("%d pageable fallbacks for %d groups: lanes past the first fell back", st.Fallbacks, batches)
+	}
+}

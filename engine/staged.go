@@ -139,7 +139,16 @@ func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int, first bool) e
 	if err != nil {
 		return wrap(KindExhausted, x.g.op.String(), x.g.b.name(), err)
 	}
-	cs, err := e.getChunks(p, depth)
+	// Only the first lane falls back to a pageable buffer: with the
+	// pinned pool leased out (concurrent groups), a lane of pageable
+	// memory maps, faults and copies slower than it helps; its units go
+	// to the lanes that have chunks (16 clients into cuda:0 ran no faster
+	// than 4, docs/performance.md).
+	cs, err := e.getChunks(p, depth, first)
+	if err == nil && len(cs) == 0 {
+		q.Release()
+		return nil
+	}
 	if err != nil {
 		q.Release()
 		return err

@@ -89,8 +89,9 @@ func (e *Engine) staging() (*stagingPool, error) {
 }
 
 // get leases up to want chunks without waiting. When the pool is empty
-// it returns one pageable fallback charged against max_inflight_bytes.
-func (e *Engine) getChunks(p *stagingPool, want int) ([]*chunk, error) {
+// it returns one pageable fallback charged against max_inflight_bytes,
+// or, without fallback, nothing (nil, nil).
+func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, error) {
 	p.mu.Lock()
 	var out []*chunk
 	for len(out) < want && len(p.free) > 0 {
@@ -104,7 +105,7 @@ func (e *Engine) getChunks(p *stagingPool, want int) ([]*chunk, error) {
 		p.highWater = used
 	}
 	p.mu.Unlock()
-	if len(out) > 0 {
+	if len(out) > 0 || !fallback {
 		return out, nil
 	}
 	if !e.tryChargeBytes(p.size) {
