@@ -36,9 +36,9 @@ import (
 // same path and permission share one entry (and its fds). Safe for
 // concurrent use.
 type Segment struct {
-	e      *Engine
-	ent    *segEntry
-	uri    string
+	e   *Engine
+	ent *segEntry
+	uri string
 	// closed is read by every submission through the handle without a
 	// lock (a mutex here, shared by every client of the handle, was 15 %
 	// of 32 clients' CPU on 16 cores); a close sets it once, by swap.
