@@ -94,18 +94,18 @@ type Engine struct {
 
 	// counters, atomics
 	st struct {
-		groupsSubmitted  atomic.Uint64
+		groupsSubmitted  counter
 		groupsRejected   atomic.Uint64
-		tasksCompleted   atomic.Uint64
+		tasksCompleted   counter
 		tasksFailed      atomic.Uint64
 		tasksCancelled   atomic.Uint64
-		bytesRead        atomic.Uint64
-		bytesWritten     atomic.Uint64
+		bytesRead        counter
+		bytesWritten     counter
 		fastPathHits     atomic.Uint64
 		fastPathHandoffs atomic.Uint64
 		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
-		callerCopies     atomic.Uint64
+		callerCopies     counter
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
