@@ -12,6 +12,7 @@ import (
 // TestCallerCopy: which groups the submitter copies (callercopy.go), and
 // that their bytes, states and reports are those of the ring path.
 func TestCallerCopy(t *testing.T) {
+	needIOUring(t) // a build without io_uring refuses every file transfer
 	fss := filesystems(t)
 	shm, ok := fss["tmpfs"]
 	if !ok {
@@ -118,6 +119,7 @@ func TestCallerCopy(t *testing.T) {
 // TestCallerCopyKeepsFences: a small read of bytes a large write still in
 // flight is writing must wait for it, not copy ahead of it.
 func TestCallerCopyKeepsFences(t *testing.T) {
+	needIOUring(t)
 	fss := filesystems(t)
 	shm, ok := fss["tmpfs"]
 	if !ok {
