@@ -42,10 +42,12 @@
 // # Hazards
 //
 //   - The daemon never touches its own mount (deadlock).
-//   - Mount options: zero attribute, entry and negative timeouts (the
-//     kernel asks again every time, so removed objects vanish at once and
-//     no Notify* call is needed); never SingleThreaded, because a blocked
-//     wait would stall every other client.
+//   - Mount options: the kernel caches only what cannot go stale
+//     (cache.go: attributes of every node but the root, entries of names
+//     that live as long as the mount, no negative entries), so removed
+//     objects vanish at once and no Notify* call is needed; never
+//     SingleThreaded, because a blocked wait would stall every other
+//     client.
 //   - No lock is held across a Service call from this package; the
 //     Service itself never holds one across a blocking engine call.
 package fusefs

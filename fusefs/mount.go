@@ -8,8 +8,9 @@
 //     kernel refuses other users, and default_permissions makes it check
 //     the modes (0700/0400/0200/0600) too. With AllowOther the modes grant
 //     group and others what the owner has.
-//   - Attribute, entry and negative timeouts are zero: the kernel asks
-//     again on every access, so the tree is never stale.
+//   - The kernel caches only what cannot go stale (cache.go): attributes
+//     of every node but the root, entries of names that live as long as
+//     the mount, never negative entries; so the tree is never stale.
 //   - Unmount never leaves a mount behind: a busy mount is detached
 //     (MNT_DETACH / fusermount3 -uz); if a client still holds it after the
 //     grace period, the connection is aborted through fusectl, or else
