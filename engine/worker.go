@@ -260,7 +260,7 @@ func (w *worker) fill() bool {
 		w.releaseQueue()
 		return false
 	}
-	// A worker that waits (for admission, or for off-ring groups) with
+	// A worker that waits (for admission, off-ring groups or a fence) with
 	// nothing on its ring gives the ring back while it sleeps, so waiting
 	// batches can never hold every ring of the pool from the batch that
 	// is next in order, nor from the staging lanes of their own groups.
