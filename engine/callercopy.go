@@ -24,12 +24,16 @@
 //     against any ring group, and status readers see it running.
 //   - Each op's outcome goes through Batch.completeLocked, as its CQE
 //     would: full, short (the rest retried once, shortio.go) or an errno.
+//   - A group past its deadline is never copied: the worker fails it
+//     before I/O (KindTimeout), as it does a late ring group.
 //   - Explicit transport io_uring keeps the ring: the caller copy serves
 //     requests that let the engine choose.
 
 package engine
 
 import (
+	"time"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -56,6 +60,11 @@ func (g *group) callerCopyEligible() bool {
 // (tasks appended) but not queued.
 func (b *Batch) startCallerCopyLocked(g *group) bool {
 	if len(b.mu.queue) > 0 {
+		return false
+	}
+	// A group already past its deadline fails before any I/O; the
+	// worker's dispatch reports it (KindTimeout), as for a ring group.
+	if time.Now().After(g.deadline) {
 		return false
 	}
 	for _, f := range b.mu.inflight {

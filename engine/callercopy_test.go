@@ -2,8 +2,10 @@ package engine_test
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
@@ -157,5 +159,44 @@ func TestCallerCopyKeepsFences(t *testing.T) {
 		// Next round: the file's tail changes back, so a read that ran
 		// early would see it.
 		os.WriteFile(path, bytes.Repeat([]byte{0x11}, n), 0o644)
+	}
+}
+
+// TestCallerCopyHonoursDeadline: a group whose deadline has already
+// passed when it would be dispatched fails with KindTimeout before any
+// I/O, on the caller copy as on the ring: a WRITE must not change the
+// file after its deadline.
+func TestCallerCopyHonoursDeadline(t *testing.T) {
+	needIOUring(t)
+	fss := filesystems(t)
+	shm, ok := fss["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	e := newEngine(t, nil)
+	path, orig := randomFile(t, shm, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	r := register(t, e, 4096)
+	if _, err := r.WriteAt(bytes.Repeat([]byte{0x5a}, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	past := engine.SubmitOptions{Timeout: ioTimeout, Deadline: time.Now().Add(-time.Second)}
+	if _, err := b.SubmitWith(engine.OpWrite, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, past); err != nil {
+		t.Fatal(err)
+	}
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateFailed {
+		t.Fatalf("state %v, %v; want failed", st, err)
+	}
+	if rep := b.Submissions()[0]; !errors.Is(rep.Err, engine.ErrTimeout) {
+		t.Fatalf("report error %v; want ErrTimeout", rep.Err)
+	}
+	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
+		t.Fatal("a WRITE past its deadline changed the file")
 	}
 }

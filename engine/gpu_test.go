@@ -558,3 +558,121 @@ func TestStagedLanesShareThePool(t *testing.T) {
 		t.Fatalf("%d pageable fallbacks for %d groups: lanes past the first fell back", st.Fallbacks, batches)
 	}
 }
+
+// TestFencedRingGroupWaitsWithoutRing: with one ring, a batch runs a
+// large ring READ, then a staged WRITE from the device (dispatched while
+// the READ holds the ring, so its lane waits for it), then a ring READ of
+// the written bytes, fenced behind the WRITE. The worker kept its ring
+// while it waited at that fence, so the WRITE's lane never got one and
+// the batch hung.
+func TestFencedRingGroupWaitsWithoutRing(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) {
+		c.IOUring.MaxRings = 1
+		c.MaxTransferBytes = 64 << 20
+	})
+	dir := t.TempDir()
+	bigPath, _ := randomFile(t, dir, "big", 64<<20)
+	big := openSeg(t, e, bigPath, engine.PermRead)
+	path, _ := randomFile(t, dir, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	h := register(t, e, 65<<20)
+	want := make([]byte, 1<<20)
+	rand.Read(want)
+	if _, err := d.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.AllocateBatch(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	for _, s := range []struct {
+		op  engine.Op
+		seg *engine.Segment
+		req engine.Request
+	}{
+		{engine.OpRead, big, engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress() + 1<<20, Length: 64 << 20}},
+		{engine.OpWrite, seg, engine.Request{Address: d.BaseAddress(), Length: 1 << 20}},
+		{engine.OpRead, seg, engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress(), Length: 1 << 20}},
+	} {
+		if _, err := b.Submit(s.op, s.seg, []engine.Request{s.req}, nil, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Seal()
+	if st, err := b.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v, %v", st, err)
+	}
+	got := make([]byte, 1<<20)
+	if _, err := h.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("the read did not see the device bytes written before it")
+	}
+}
+
+// TestFencedRingGroupsShareFewRings: more batches than rings, each a
+// staged WRITE from the device followed by a ring READ of the same file
+// bytes (fenced behind the write). A worker whose ring group waited at
+// that fence held its ring while it slept, so with every ring held so,
+// no staging lane got one and the writes never ran: a hang.
+func TestFencedRingGroupsShareFewRings(t *testing.T) {
+	const batches = 6
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.IOUring.MaxRings = 2 })
+	dir := t.TempDir()
+	d := deviceRegion(t, e, 0, batches<<20)
+	h := register(t, e, batches<<20)
+	var wg sync.WaitGroup
+	errs := make(chan error, batches)
+	for i := range batches {
+		path, _ := randomFile(t, dir, fmt.Sprintf("f%d", i), 1<<20)
+		seg := openSeg(t, e, path, engine.PermReadWrite)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := e.AllocateBatch(2)
+			if err != nil {
+				errs <- err
+				return
+			}
+			off := uint64(i) << 20
+			if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{{Address: d.BaseAddress() + off, Length: 1 << 20}}, nil, 0); err != nil {
+				errs <- err
+				return
+			}
+			if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: h.BaseAddress() + off, Length: 1 << 20}}, nil, 0); err != nil {
+				errs <- err
+				return
+			}
+			b.Seal()
+			st, err := b.Wait(10 * time.Second)
+			if err != nil || st != engine.StateCompleted {
+				errs <- fmt.Errorf("batch %d: %v %v", i, st, err)
+				return
+			}
+			b.Free()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	want := make([]byte, 1<<20)
+	got := make([]byte, 1<<20)
+	for i := range batches {
+		if _, err := d.ReadAt(want, int64(i)<<20); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := h.ReadAt(got, int64(i)<<20); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("batch %d: the read did not see the device bytes written before it", i)
+		}
+	}
+}

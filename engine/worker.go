@@ -260,7 +260,7 @@ func (w *worker) fill() bool {
 		w.releaseQueue()
 		return false
 	}
-	// A worker that waits (for admission, or for off-ring groups) with
+	// A worker that waits (for admission, off-ring groups or a fence) with
 	// nothing on its ring gives the ring back while it sleeps, so waiting
 	// batches can never hold every ring of the pool from the batch that
 	// is next in order, nor from the staging lanes of their own groups.
@@ -275,13 +275,24 @@ func (w *worker) fill() bool {
 
 // ringNeededLocked reports whether what fillLocked would dispatch next
 // needs a ring: a ring group partly dispatched, or one at the queue's
-// head. REQUIRES: b.mu.
+// head that no fence holds back. A head waiting at a fence needs no ring
+// until the fence clears: a worker that held one there could starve the
+// staging lanes of the very group it waits for (one ring, a staged WRITE
+// then a ring READ of its bytes hung). REQUIRES: b.mu.
 func (w *worker) ringNeededLocked() bool {
 	b := w.b
 	if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
 		return true
 	}
-	return len(b.mu.queue) > 0 && !b.mu.queue[0].offRing
+	if len(b.mu.queue) == 0 || b.mu.queue[0].offRing {
+		return false
+	}
+	for _, f := range b.mu.inflight {
+		if b.mu.queue[0].conflicts(f) {
+			return false
+		}
+	}
+	return true
 }
 
 // fillLocked prepares ops in FIFO order. REQUIRES: b.mu.

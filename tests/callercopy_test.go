@@ -76,3 +76,21 @@ echo seal > "$M/ctl/batches/%s/ctl"`, seg, big, size, n, seg, small, size-4096, 
 		m.sh(t, fmt.Sprintf(`rmdir "$M/ctl/batches/%s"`, n))
 	}
 }
+
+// TestCallerCopyPastDeadline: a small write to a tmpfs file whose
+// deadline has passed by dispatch ("deadline":"1ns") fails without
+// touching the file, as it does on the ring: the caller copy must not
+// run it late.
+func TestCallerCopyPastDeadline(t *testing.T) {
+	m := startDaemon(t, daemonOpts{})
+	_, S := m.scratchDirs(t)
+	m.ok(t, `head -c 65536 /dev/zero > "$S/f.bin"`)
+	mem := m.register(t, "ccd", 65536)
+	m.ok(t, fmt.Sprintf(`head -c 4096 /dev/zero | tr '\0' '\132' | dd of="$M/memory/%s/data" conv=notrunc status=none`, mem))
+	seg := m.openSegment(t, "ccd", S+"/f.bin", "read_write")
+	_, st := m.run1(t, fmt.Sprintf(`{"op":"write","target":"%s","deadline":"1ns","requests":[{"memory":"%s","length":4096}]}`, seg, mem))
+	if st != "failed" {
+		t.Fatalf("write past its deadline: state %s, want failed", st)
+	}
+	m.ok(t, `cmp "$S/f.bin" <(head -c 65536 /dev/zero)`)
+}
