@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -198,5 +199,27 @@ func TestCallerCopyHonoursDeadline(t *testing.T) {
 	}
 	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
 		t.Fatal("a WRITE past its deadline changed the file")
+	}
+}
+
+// TestOversizedGroupCountsNothing: a group larger than the whole
+// max_inflight_bytes is refused before it takes a group slot, so it can
+// never make a concurrent submission fail for max_inflight_batches.
+func TestOversizedGroupCountsNothing(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, func(c *config.Engine) { c.MaxInflightBytes, c.MaxTransferBytes = 1<<20, 1<<20 })
+	path, _ := randomFile(t, t.TempDir(), "f", 4<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 4<<20)
+	// Two requests of 1 MiB: each within max_transfer_bytes, together
+	// twice the budget.
+	reqs := []engine.Request{{Address: r.BaseAddress(), Length: 1 << 20}, {Address: r.BaseAddress() + 1<<20, TargetOffset: 1 << 20, Length: 1 << 20}}
+	_, err := e.SubmitAndWait(engine.OpRead, seg, reqs, ioTimeout)
+	wantKind(t, err, engine.KindExhausted)
+	if !strings.Contains(err.Error(), "on their own") {
+		t.Fatalf("error %q does not say the group alone exceeds the budget", err)
+	}
+	if st := e.Stats(); st.InflightGroups != 0 || st.InflightBytes != 0 {
+		t.Fatalf("in flight after a refused group: %d groups, %d bytes", st.InflightGroups, st.InflightBytes)
 	}
 }

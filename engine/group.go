@@ -184,11 +184,19 @@ func (e *Engine) admitCharge(verb string, g *group, pol *QoSPolicy) error {
 	if e.closed.Load() {
 		return errorf(KindClosed, verb, b.name(), "engine is closed")
 	}
+	if g.charge > uint64(e.cfg.MaxInflightBytes) {
+		// Larger than the whole budget: refused before it is counted
+		// anywhere, so it never makes a concurrent submission fail.
+		return errorf(KindExhausted, verb, b.name(), "%d bytes exceed max_inflight_bytes (%d) on their own", g.charge, uint64(e.cfg.MaxInflightBytes))
+	}
+	// The group and byte charges are taken one after the other: a group
+	// refused for bytes holds a group slot for that instant, which can
+	// make a concurrent submission at exactly max_inflight_batches fail.
 	if !tryAdd(&e.inflightGroups, 1, int64(e.cfg.MaxInflightBatches)) {
 		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.inflightGroups.Load(), e.cfg.MaxInflightBatches)
 	}
 	deferBytes := e.adm.defersBytes(pol)
-	if g.charge > uint64(e.cfg.MaxInflightBytes) || (!deferBytes && !e.tryChargeBytes(g.charge)) {
+	if !deferBytes && !e.tryChargeBytes(g.charge) {
 		e.inflightGroups.Add(-1)
 		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.inflightBytes.Load(), uint64(e.cfg.MaxInflightBytes))
 	}

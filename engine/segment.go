@@ -562,6 +562,10 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	last := ent.mu.handles == 0
 	if last {
 		ent.mu.gone = true
+		// A concurrent close of another alias may have reopened the
+		// entry (cleared the bit) after this close drained it: no
+		// submission that passed its handle check may be admitted now.
+		ent.users.Or(entClosing)
 	} else if !ent.mu.timedOut {
 		ent.mu.draining = false // the remaining aliases reopen to work
 		ent.users.And(^entClosing)
