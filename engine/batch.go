@@ -282,6 +282,12 @@ func (b *Batch) acceptLocked(n int) error {
 	if err := b.e.checkOpen("submit"); err != nil {
 		return err
 	}
+	// The same for close_requester, whose drain also takes b.mu: a
+	// submission admitted before it began either is seen by its drain or
+	// is refused here.
+	if err := b.e.checkRequester("submit"); err != nil {
+		return err
+	}
 	if used := len(b.mu.tasks); used+n > b.capacity {
 		return errorf(KindExhausted, "submit", b.name(), "%d requests do not fit: %d of %d task slots used", n, used, b.capacity)
 	}

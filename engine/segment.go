@@ -74,6 +74,12 @@ type segEntry struct {
 		sync.Mutex
 		handles  int
 		draining bool
+		// closers counts CloseFileSegment calls in progress on any alias:
+		// only the last to finish reopens the entry to the remaining
+		// aliases, so a close that started while another finished (two
+		// closes of one handle, or of two aliases) never leaves it
+		// draining for good nor reopens it under a close still waiting.
+		closers int
 		// timedOut is set by a close that timed out and never cleared:
 		// the spec leaves every alias closed to new work until all of
 		// them have closed (a later successful close of one alias must
@@ -534,6 +540,7 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	}
 	ent := s.ent
 	ent.mu.Lock()
+	ent.mu.closers++
 	ent.mu.draining = true
 	var idle chan struct{}
 	users := ent.closeLocked()
@@ -548,29 +555,33 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		case <-idle:
 		case <-t.C:
 			ent.mu.Lock()
+			ent.mu.closers--
 			ent.mu.timedOut = true
 			ent.mu.Unlock()
 			return errorf(KindTimeout, op, s.name(), "%d admitted transfer(s) still running after %s; every alias is closed to new work, retry the close", users, timeout)
 		}
 	}
-	if s.closed.Swap(true) {
-		return nil
-	}
-
 	ent.mu.Lock()
-	ent.mu.handles--
-	last := ent.mu.handles == 0
+	ent.mu.closers--
+	first := !s.closed.Swap(true) // a second close of this handle closes nothing
+	if first {
+		ent.mu.handles--
+	}
+	last := first && ent.mu.handles == 0
 	if last {
 		ent.mu.gone = true
 		// A concurrent close of another alias may have reopened the
 		// entry (cleared the bit) after this close drained it: no
 		// submission that passed its handle check may be admitted now.
 		ent.users.Or(entClosing)
-	} else if !ent.mu.timedOut {
+	} else if ent.mu.closers == 0 && !ent.mu.timedOut && !ent.mu.gone {
 		ent.mu.draining = false // the remaining aliases reopen to work
 		ent.users.And(^entClosing)
 	}
 	ent.mu.Unlock()
+	if !first {
+		return nil
+	}
 	if last {
 		e.mu.Lock()
 		delete(e.mu.segments, fmt.Sprintf("%s\x00%d", ent.path, ent.perm))

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,5 +332,33 @@ func TestLiteralPath(t *testing.T) {
 				t.Fatalf("opened %+v: want real/f (100 bytes) under its literal path", info)
 			}
 		})
+	}
+}
+
+// TestConcurrentCloses: closing one handle twice at once, while another
+// alias of the file stays open, closes the handle and leaves the entry
+// open to the other alias. A second close that set draining after the
+// first had reopened the entry used to leave it draining for good: the
+// other alias refused every submission and new opens of the path failed.
+func TestConcurrentCloses(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	keep := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 4096)
+	for i := range 200 {
+		s := openSeg(t, e, path, engine.PermRead)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.CloseFileSegment(s, time.Second)
+			}()
+		}
+		wg.Wait()
+		if _, err := e.SubmitAndWait(engine.OpRead, keep, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
+			t.Fatalf("round %d: the other alias after a double close: %v", i, err)
+		}
 	}
 }
