@@ -277,6 +277,21 @@ func (a *admission) release(g *group) {
 	a.mu.Unlock()
 }
 
+// bytesFreed wakes the groups waiting at their batch heads after
+// engine-wide in-flight bytes were returned outside a group's release (a
+// pageable staging buffer): without it they slept until the next
+// release or progress_fallback_interval.
+func (a *admission) bytesFreed() {
+	if !a.active() {
+		return
+	}
+	a.mu.Lock()
+	if len(a.waiters) > 0 {
+		a.wakeLocked()
+	}
+	a.mu.Unlock()
+}
+
 // returnShare gives back owner i's window share. REQUIRES: a.mu.
 func (a *admission) returnShare(g *group, i int, got uint64, now time.Time) {
 	n := g.adm.win[i]

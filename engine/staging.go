@@ -141,7 +141,10 @@ func (e *Engine) putChunks(p *stagingPool, cs []*chunk) {
 	}
 }
 
-func (e *Engine) uncharge(n uint64) { e.inflightBytes.Add(-n) }
+func (e *Engine) uncharge(n uint64) {
+	e.inflightBytes.Add(-n)
+	e.adm.bytesFreed()
+}
 
 func (p *stagingPool) stats() StagingStats {
 	p.mu.Lock()
