@@ -287,26 +287,35 @@ func startDaemon(t *testing.T, o daemonOpts) *mount {
 
 // waitMounted polls /proc/self/mountinfo until a FUSE mount that was not
 // there before the daemon started appears at m.dir (a stale mount
-// underneath does not count), or the daemon exits.
+// underneath does not count), then waits for the daemon to log that it
+// mounted, or for the daemon to exit. The mount appears before go-fuse's
+// Mount returns: it then opens a file on its own mount (its poll hack),
+// and a SIGKILL while that request is in the daemon's hands leaves the
+// process unable to exit, waiting for a reply only it could give
+// (TestStaleMountAtStart's "daemon still running after 5s").
 func (m *mount) waitMounted(d time.Duration) error {
 	before := m.before
 	deadline := time.Now().Add(d)
+	mounted := false
 	for {
 		ents := mountsAt(m.dir)
 		for _, e := range ents {
-			if strings.HasPrefix(e.fstype, "fuse") && !before[e.id] {
+			if !mounted && strings.HasPrefix(e.fstype, "fuse") && !before[e.id] {
 				m.dev = e.dev
-				return nil
+				mounted = true
 			}
 		}
 		// A stale mount cleared by the daemon frees its mount ID, and the
 		// new mount may get the same one: then ask a child process (which
 		// may block, the test process must not) whether the mount answers.
-		if len(before) > 0 && len(ents) > 0 {
+		if !mounted && len(before) > 0 && len(ents) > 0 {
 			if exec.Command("timeout", "1", "stat", "-c", "%i", m.dir).Run() == nil {
 				m.dev = ents[len(ents)-1].dev
-				return nil
+				mounted = true
 			}
+		}
+		if mounted && strings.Contains(m.logText(), "msg=mounted") {
+			return nil
 		}
 		select {
 		case <-m.done:
