@@ -155,7 +155,7 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.mu.closed {
+	if e.closed.Load() {
 		return nil, errorf(KindClosed, op, "batches", "engine is closed")
 	}
 	if n := len(e.mu.batches) + e.mu.quarantined + len(e.mu.deferred); n >= e.cfg.MaxAllocatedBatches {
@@ -217,6 +217,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, err
 	}
+	copyOK := g.callerCopyEligible() // callercopy.go; needs no lock
 	b.mu.Lock()
 	if err := b.acceptLocked(len(reqs)); err != nil {
 		b.mu.Unlock()
@@ -230,7 +231,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 	}
 	b.mu.groups = append(b.mu.groups, g)
 	b.mu.active++
-	if g.callerCopyEligible() && b.startCallerCopyLocked(g) {
+	if copyOK && b.startCallerCopyLocked(g) {
 		b.changedLocked()
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)

@@ -2,10 +2,12 @@
 // SQEs a caller just wrote go to the kernel at once or wait for the
 // worker's next io_uring_enter.
 //
-// Buffered reads and writes of cached pages complete inside
-// io_uring_enter (the kernel copies inline), so a client that resubmits
-// from its OnGroupDone hook would otherwise pay one io_uring_enter per
-// 4 KiB request: on tmpfs the worker spent most of its time entering the
+// A buffered SQE costs its io_uring_enter the page-cache copy (ext4
+// copies inline) or a hand-off to an io-wq thread (tmpfs cannot read
+// without blocking, so every tmpfs SQE is punted; small tmpfs groups now
+// skip the ring, callercopy.go), so a client that resubmits from its
+// OnGroupDone hook would otherwise pay one io_uring_enter per 4 KiB
+// request: on tmpfs the worker spent most of its time entering the
 // kernel for one SQE at a time (docs/performance.md, "Memory speed").
 // While the worker drains a burst of CQEs, SQEs on the buffered fd are
 // left prepared and go in one io_uring_enter when the burst is applied

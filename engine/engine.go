@@ -9,8 +9,8 @@
 //     are atomics, changed only by compare-and-swap within their bounds
 //     (tryCharge), so a submission takes no engine-wide lock: on 16 cores
 //     Engine.mu taken twice per 4 KiB request bound every client to one
-//     lock. closed and requesterClosed mirror their e.mu fields for the
-//     same reason (set under e.mu, read without it).
+//     lock. closed and requesterClosed are atomics for the same reason
+//     (set under e.mu, read without it).
 //   - Close never closes a segment fd or unmaps a region an unquiesced
 //     group holds (the kernel may still complete through them); it
 //     reports ErrUnquiesced instead.
@@ -55,7 +55,6 @@ type Engine struct {
 
 	mu struct {
 		sync.RWMutex
-		closed    bool
 		nextKey   uint64
 		nextBatch uint64
 		regions   []*Region
@@ -71,9 +70,6 @@ type Engine struct {
 		// capacity and batch slot stay consumed until their work drains.
 		deferred   map[uint64]*Batch
 		registered uint64 // page-rounded bytes of regions registered or being mapped
-
-		// requesterClosed: CloseRequester ran; Submit is refused for good.
-		requesterClosed bool
 	}
 	regLimit uint64 // config RegisteredLimit, fixed at New
 
@@ -86,11 +82,14 @@ type Engine struct {
 	inflightBytes  atomic.Uint64
 	_              [56]byte
 
-	closed atomic.Bool // e.mu.closed, readable without e.mu
+	// closed (Close began) and requesterClosed (CloseRequester ran:
+	// Submit is refused for good) are set under e.mu, so a holder of e.mu
+	// sees them stable, and read without it on the submission path.
+	closed atomic.Bool
 	// regions is e.mu.regions as an immutable snapshot, replaced (under
 	// e.mu) at every change, so resolving an address takes no lock.
 	regions         atomic.Pointer[[]*Region]
-	requesterClosed atomic.Bool // e.mu.requesterClosed, likewise
+	requesterClosed atomic.Bool
 
 	// counters, atomics
 	st struct {
@@ -188,7 +187,6 @@ func (e *Engine) Close(timeout time.Duration) error {
 		e.mu.Unlock()
 		return nil
 	}
-	e.mu.closed = true
 	e.closed.Store(true)
 	batches := make([]*Batch, 0, len(e.mu.batches))
 	for _, b := range e.mu.batches {

@@ -452,27 +452,51 @@ func TestStagedJobsShareFewRings(t *testing.T) {
 	path, orig := randomFile(t, t.TempDir(), "src", 1<<20)
 	src := openSeg(t, e, path, engine.PermRead)
 	d := deviceRegion(t, e, 0, batches<<20)
+	concurrently(t, batches, func(i int) error {
+		return oneBatch(e, submission{engine.OpRead, src, engine.Request{Address: d.BaseAddress() + uint64(i)<<20, Length: 1 << 20}})
+	})
+	wantSlices(t, d, batches, orig)
+}
+
+// submission is one group of one request, for oneBatch.
+type submission struct {
+	op  engine.Op
+	seg *engine.Segment
+	req engine.Request
+}
+
+// oneBatch submits subs, in order, into a batch of its own, seals it and
+// waits up to 10 s for it to complete.
+func oneBatch(e *engine.Engine, subs ...submission) error {
+	b, err := e.AllocateBatch(len(subs))
+	if err != nil {
+		return err
+	}
+	defer b.Free()
+	for _, s := range subs {
+		if _, err := b.Submit(s.op, s.seg, []engine.Request{s.req}, nil, 0); err != nil {
+			return err
+		}
+	}
+	b.Seal()
+	if st, err := b.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+		return fmt.Errorf("batch %d: %v %v", b.ID(), st, err)
+	}
+	return nil
+}
+
+// concurrently runs one(i) for every i in [0, n) at once and fails the
+// test with the errors they return.
+func concurrently(t *testing.T, n int, one func(i int) error) {
+	t.Helper()
 	var wg sync.WaitGroup
-	errs := make(chan error, batches)
-	for i := range batches {
+	errs := make(chan error, n)
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			b, err := e.AllocateBatch(1)
-			if err != nil {
-				errs <- err
-				return
-			}
-			defer b.Free()
-			req := []engine.Request{{Address: d.BaseAddress() + uint64(i)<<20, Length: 1 << 20}}
-			if _, err := b.Submit(engine.OpRead, src, req, nil, 0); err != nil {
-				errs <- err
-				return
-			}
-			b.Seal()
-			st, err := b.Wait(10 * time.Second)
-			if err != nil || st != engine.StateCompleted {
-				errs <- fmt.Errorf("batch %d: %v %v", i, st, err)
+			if err := one(i); err != nil {
+				errs <- fmt.Errorf("%d: %w", i, err)
 			}
 		}()
 	}
@@ -481,13 +505,18 @@ func TestStagedJobsShareFewRings(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	got := make([]byte, 1<<20)
-	for i := range batches {
-		if _, err := d.ReadAt(got, int64(i)<<20); err != nil {
+}
+
+// wantSlices checks that each of the first n MiB of r holds want.
+func wantSlices(t *testing.T, r *engine.Region, n int, want []byte) {
+	t.Helper()
+	got := make([]byte, len(want))
+	for i := range n {
+		if _, err := r.ReadAt(got, int64(i)<<20); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Equal(got, orig) {
-			t.Fatalf("batch %d: device bytes differ from the file", i)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("MiB %d: bytes differ from the file", i)
 		}
 	}
 }
@@ -531,29 +560,10 @@ func TestStagedLanesShareThePool(t *testing.T) {
 	path, orig := randomFile(t, t.TempDir(), "src", 1<<20)
 	src := openSeg(t, e, path, engine.PermRead)
 	d := deviceRegion(t, e, 0, batches<<20)
-	var wg sync.WaitGroup
-	errs := make(chan error, batches)
-	for i := range batches {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			req := []engine.Request{{Address: d.BaseAddress() + uint64(i)<<20, Length: 1 << 20}}
-			if _, err := e.SubmitAndWait(engine.OpRead, src, req, ioTimeout); err != nil {
-				errs <- fmt.Errorf("batch %d: %w", i, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
-	got := make([]byte, 1<<20)
-	for i := range batches {
-		if _, err := d.ReadAt(got, int64(i)<<20); err != nil || !bytes.Equal(got, orig) {
-			t.Fatalf("batch %d: device bytes differ from the file (%v)", i, err)
-		}
-	}
+	concurrently(t, batches, func(i int) error {
+		return oneBatch(e, submission{engine.OpRead, src, engine.Request{Address: d.BaseAddress() + uint64(i)<<20, Length: 1 << 20}})
+	})
+	wantSlices(t, d, batches, orig)
 	if st := e.Stats().Staging; st.Fallbacks > batches {
 		t.Fatalf("%d pageable fallbacks for %d groups: lanes past the first fell back", st.Fallbacks, batches)
 	}
@@ -583,27 +593,12 @@ func TestFencedRingGroupWaitsWithoutRing(t *testing.T) {
 	if _, err := d.WriteAt(want, 0); err != nil {
 		t.Fatal(err)
 	}
-	b, err := e.AllocateBatch(3)
-	if err != nil {
+	if err := oneBatch(e,
+		submission{engine.OpRead, big, engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress() + 1<<20, Length: 64 << 20}},
+		submission{engine.OpWrite, seg, engine.Request{Address: d.BaseAddress(), Length: 1 << 20}},
+		submission{engine.OpRead, seg, engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress(), Length: 1 << 20}},
+	); err != nil {
 		t.Fatal(err)
-	}
-	defer b.Free()
-	for _, s := range []struct {
-		op  engine.Op
-		seg *engine.Segment
-		req engine.Request
-	}{
-		{engine.OpRead, big, engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress() + 1<<20, Length: 64 << 20}},
-		{engine.OpWrite, seg, engine.Request{Address: d.BaseAddress(), Length: 1 << 20}},
-		{engine.OpRead, seg, engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress(), Length: 1 << 20}},
-	} {
-		if _, err := b.Submit(s.op, s.seg, []engine.Request{s.req}, nil, 0); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b.Seal()
-	if st, err := b.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
-		t.Fatalf("state %v, %v", st, err)
 	}
 	got := make([]byte, 1<<20)
 	if _, err := h.ReadAt(got, 0); err != nil {
@@ -626,42 +621,17 @@ func TestFencedRingGroupsShareFewRings(t *testing.T) {
 	dir := t.TempDir()
 	d := deviceRegion(t, e, 0, batches<<20)
 	h := register(t, e, batches<<20)
-	var wg sync.WaitGroup
-	errs := make(chan error, batches)
-	for i := range batches {
+	segs := make([]*engine.Segment, batches)
+	for i := range segs {
 		path, _ := randomFile(t, dir, fmt.Sprintf("f%d", i), 1<<20)
-		seg := openSeg(t, e, path, engine.PermReadWrite)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := e.AllocateBatch(2)
-			if err != nil {
-				errs <- err
-				return
-			}
-			off := uint64(i) << 20
-			if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{{Address: d.BaseAddress() + off, Length: 1 << 20}}, nil, 0); err != nil {
-				errs <- err
-				return
-			}
-			if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: h.BaseAddress() + off, Length: 1 << 20}}, nil, 0); err != nil {
-				errs <- err
-				return
-			}
-			b.Seal()
-			st, err := b.Wait(10 * time.Second)
-			if err != nil || st != engine.StateCompleted {
-				errs <- fmt.Errorf("batch %d: %v %v", i, st, err)
-				return
-			}
-			b.Free()
-		}()
+		segs[i] = openSeg(t, e, path, engine.PermReadWrite)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	concurrently(t, batches, func(i int) error {
+		off := uint64(i) << 20
+		return oneBatch(e,
+			submission{engine.OpWrite, segs[i], engine.Request{Address: d.BaseAddress() + off, Length: 1 << 20}},
+			submission{engine.OpRead, segs[i], engine.Request{Transport: engine.TransportIOUring, Address: h.BaseAddress() + off, Length: 1 << 20}})
+	})
 	want := make([]byte, 1<<20)
 	got := make([]byte, 1<<20)
 	for i := range batches {

@@ -154,7 +154,7 @@ func (e *Engine) registerSharedFile(path string, bytes uint64) (*Region, error) 
 func (e *Engine) addRegion(r *Region) (*Region, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.mu.closed {
+	if e.closed.Load() {
 		r.free()
 		if r.dev == nil {
 			e.mu.registered -= hostmem.RoundUp(r.Len())

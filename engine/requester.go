@@ -23,13 +23,11 @@ import (
 // calling it again waits again.
 func (e *Engine) CloseRequester(timeout time.Duration) error {
 	e.mu.Lock()
-	if e.mu.closed {
+	if e.closed.Load() {
 		e.mu.Unlock()
 		return errorf(KindClosed, "close_requester", "engine", "engine is closed")
 	}
-	if !e.mu.requesterClosed {
-		e.mu.requesterClosed = true
-		e.requesterClosed.Store(true)
+	if !e.requesterClosed.Swap(true) {
 		e.log.Info("requester closed: no new submissions", "op", "close_requester")
 	}
 	batches := make([]*Batch, 0, len(e.mu.batches)+len(e.mu.deferred))
