@@ -140,7 +140,7 @@ func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
 // SubmitWriter returns the handle state for one open of the batch's
 // submit file.
 func (s *Service) SubmitWriter(bt *Batch) *DocWriter {
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes),
+	return &DocWriter{doc: s.newDocument(),
 		commit: func(doc []byte) error { return s.Submit(bt, doc) },
 		fail:   func(err error) error { return s.fail(bt.scope("submit"), err) }}
 }

@@ -12,7 +12,7 @@ import (
 // refused when the document contains "refuse".
 func newTestWriter(max int) (*DocWriter, *[]string) {
 	var done []string
-	w := &DocWriter{doc: NewDocument(max),
+	w := &DocWriter{doc: NewDocument(max, nil),
 		commit: func(doc []byte) error {
 			if strings.Contains(string(doc), "refuse") {
 				return detail(engine.KindRange, "refused %s", doc)

@@ -65,7 +65,7 @@ func (s *Service) Memories() []*Memory {
 // RegisterWriter returns the handle state for one open of /memory/register.
 func (s *Service) RegisterWriter() *DocWriter {
 	sc := scope{op: "register", name: "memory"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: s.Register,
+	return &DocWriter{doc: s.newDocument(), commit: s.Register,
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 

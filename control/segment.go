@@ -72,7 +72,7 @@ func (s *Service) Segments() []*Segment {
 // OpenWriter returns the handle state for one open of /segments/open.
 func (s *Service) OpenWriter() *DocWriter {
 	sc := scope{op: "open", name: "segments"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: s.OpenSegment,
+	return &DocWriter{doc: s.newDocument(), commit: s.OpenSegment,
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 

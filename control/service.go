@@ -46,6 +46,9 @@ type Options struct {
 	DefaultBatchCapacity int
 	// MaxDocumentBytes bounds one JSON document (mount.max_document_bytes).
 	MaxDocumentBytes int
+	// MaxBufferedDocumentBytes bounds the bytes all unfinished documents
+	// may hold together (mount.max_buffered_document_bytes).
+	MaxBufferedDocumentBytes int64
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
 	// IdleBatchTimeout is how long a cloned batch may stay without an
@@ -71,7 +74,7 @@ type Options struct {
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
-		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
+		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
 		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
@@ -83,6 +86,7 @@ type Service struct {
 	started time.Time
 	seq     atomic.Uint64
 	closing atomic.Bool
+	docs    *Budget // buffered document bytes, shared by every handle (budget.go)
 
 	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
 	stopCtx    context.Context
@@ -106,6 +110,9 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.MaxDocumentBytes <= 0 {
 		opts.MaxDocumentBytes = 1 << 20
 	}
+	if opts.MaxBufferedDocumentBytes <= 0 {
+		opts.MaxBufferedDocumentBytes = defaultMaxBufferedDocumentBytes
+	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
 	}
@@ -115,7 +122,7 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now()}
+	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), docs: NewBudget(opts.MaxBufferedDocumentBytes)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

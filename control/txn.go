@@ -29,8 +29,9 @@
 //   - A document written while the handle's transaction has not been read
 //     to its terminal status is EBUSY and changes nothing; once read, the
 //     next document frees that batch and starts a new transaction.
-//   - Errors are sticky per descriptor as on every document file: after a
-//     failed write, every later write, the close, and a read when no
+//   - Errors are sticky per descriptor as on every document file (except
+//     EAGAIN from the mount's budget of buffered document bytes, which
+//     changes nothing): after a failed write, every later write, the close, and a read when no
 //     transaction was accepted fail with the same errno. A transaction
 //     submitted before the failure stays readable, and close still frees
 //     it.
@@ -87,7 +88,7 @@ type Txn struct {
 
 // NewTxn returns the state of one open of the transaction file.
 func (s *Service) NewTxn() *Txn {
-	return &Txn{s: s, doc: NewDocument(s.opts.MaxDocumentBytes), base: -1}
+	return &Txn{s: s, doc: s.newDocument(), base: -1}
 }
 
 // Append marks the handle as opened with O_APPEND: the kernel places
@@ -120,16 +121,22 @@ func (t *Txn) Write(p []byte, off int64) error {
 		if t.bt != nil && t.result == nil {
 			return t.failLocked(detail(engine.KindBusy, "transaction batch %d has not been read to its end: read its status before writing the next submission (or close the file)", t.bt.ID))
 		}
-		t.inDoc, t.next = true, off
+		t.next = off
 	} else if !t.append && off != t.next {
 		t.doc.Reset()
 		return t.failLocked(invalid("write at offset %d: a document's writes are sequential and its next byte is at offset %d", off, t.next))
 	}
-	t.next += int64(len(p))
 	doc, err := t.doc.Append(p)
 	if err != nil {
+		if engine.KindOf(err) == engine.KindExhausted {
+			// The buffer budget is spent: nothing changed, the same
+			// write may be retried (docwriter.go).
+			return t.s.fail(txnScope, err)
+		}
 		return t.failLocked(err)
 	}
+	t.inDoc = true
+	t.next += int64(len(p))
 	if doc == nil {
 		return nil
 	}
@@ -240,6 +247,7 @@ func (t *Txn) Close() {
 	t.mu.Lock()
 	bt := t.bt
 	t.bt, t.closed = nil, true
+	t.doc.Reset() // gives an unfinished document's bytes back to the budget
 	t.mu.Unlock()
 	if bt != nil {
 		t.s.releaseTxn(bt)
