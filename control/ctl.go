@@ -54,9 +54,10 @@ func ParseCtl(text string) (Ctl, error) {
 		if len(f) != 2 {
 			return Ctl{}, invalid("ctl %q: want cancel I (a task index)", line)
 		}
+		// Plain decimal digits only: Atoi alone would take "+1" and "-0".
 		i, err := strconv.Atoi(f[1])
-		if err != nil || i < 0 {
-			return Ctl{}, invalid("ctl %q: task index %q is not a nonnegative integer", line, f[1])
+		if err != nil || strings.Trim(f[1], "0123456789") != "" {
+			return Ctl{}, invalid("ctl %q: task index %q is not a nonnegative integer in plain decimal digits", line, f[1])
 		}
 		return Ctl{Verb: CtlCancel, Task: i}, nil
 	}

@@ -28,7 +28,9 @@
 //     been read (below).
 //   - A document written while the handle's transaction has not been read
 //     to its terminal status is EBUSY and changes nothing; once read, the
-//     next document frees that batch and starts a new transaction.
+//     next document starts a new transaction and, once that is accepted,
+//     frees the previous batch. A next document that fails leaves the
+//     previous transaction readable (the sticky rule below promises it).
 //   - Errors are sticky per descriptor as on every document file (except
 //     EAGAIN from the mount's budget of buffered document bytes, which
 //     changes nothing): after a failed write, every later write, the close, and a read when no
@@ -47,8 +49,9 @@
 //     /ctl/batches until freed, so in-flight I/O is never lost track of.
 //
 // Invariants:
-//   - A Txn holds at most one batch; it frees it before taking another
-//     and at Close. Every batch a Txn allocated is freed, unless the
+//   - A Txn holds at most one batch, apart from the moment between
+//     submitting a new transaction and freeing the previous one; it frees
+//     every batch it took, the last one at Close. Every batch a Txn allocated is freed, unless the
 //     daemon shuts down first (the engine's Close then cancels and
 //     drains it).
 //   - Txn.mu is held across the engine calls of one write (writes and
@@ -144,14 +147,12 @@ func (t *Txn) Write(p []byte, off int64) error {
 	return t.runLocked(doc)
 }
 
-// runLocked frees the previous (read) batch and runs doc as a new
-// transaction. REQUIRES: t.mu.
+// runLocked runs doc as a new transaction; once it is accepted, it
+// frees the previous (read) batch and takes its place. A document that
+// fails leaves the previous transaction as it was, still readable.
+// REQUIRES: t.mu.
 func (t *Txn) runLocked(doc []byte) error {
 	s := t.s
-	if t.bt != nil {
-		s.releaseTxn(t.bt)
-		t.bt, t.result, t.base = nil, nil, -1
-	}
 	if s.closing.Load() {
 		return t.failLocked(errClosing())
 	}
@@ -161,6 +162,12 @@ func (t *Txn) runLocked(doc []byte) error {
 	}
 	capacity := min(max(len(p.reqs), 1), s.e.Config().MaxBatchRequests)
 	bt, err := s.allocate(capacity, false)
+	if err != nil && t.bt != nil && engine.KindOf(err) == engine.KindExhausted {
+		// At engine.max_allocated_batches the previous batch may be the
+		// one in the way: free it and try once more.
+		t.releaseLocked()
+		bt, err = s.allocate(capacity, false)
+	}
 	if err != nil {
 		return t.failLocked(err)
 	}
@@ -173,8 +180,18 @@ func (t *Txn) runLocked(doc []byte) error {
 		s.releaseTxn(bt)
 		return t.failLocked(err)
 	}
+	t.releaseLocked()
 	t.bt = bt
 	return nil
+}
+
+// releaseLocked frees the handle's (read) transaction, if any.
+// REQUIRES: t.mu.
+func (t *Txn) releaseLocked() {
+	if t.bt != nil {
+		t.s.releaseTxn(t.bt)
+		t.bt, t.result, t.base = nil, nil, -1
+	}
 }
 
 // failLocked records err in /error and makes it the handle's sticky
@@ -182,6 +199,9 @@ func (t *Txn) runLocked(doc []byte) error {
 func (t *Txn) failLocked(err error) error {
 	t.doc.Reset()
 	t.inDoc = false
+	// The transaction kept from before is served again from the next
+	// read's offset, wherever the failed write left the descriptor.
+	t.base = -1
 	t.failed = t.s.fail(txnScope, err)
 	return t.failed
 }
