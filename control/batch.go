@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/config"
@@ -31,7 +32,8 @@ type Batch struct {
 	seq     uint64
 	created time.Time
 	b       *engine.Batch
-	idle    *time.Timer // reclaims the batch if it stays unused (idle.go); nil for a txn's
+	idle    *time.Timer  // reclaims the batch if it stays unused (idle.go); nil for a txn's
+	active  atomic.Int64 // UnixNano of the last write to submit or ctl, or of the clone (idle.go)
 
 	mu struct {
 		sync.Mutex
@@ -125,6 +127,7 @@ func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
 	}
 	bt := &Batch{ID: b.ID(), seq: s.nextSeq(), created: time.Now(), b: b}
 	bt.mu.targets = make(map[int]string, 1)
+	bt.active.Store(bt.created.UnixNano())
 	if idle {
 		bt.idle = time.AfterFunc(s.opts.IdleBatchTimeout, func() { s.reclaimIdle(bt) })
 	}
@@ -140,7 +143,7 @@ func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
 // SubmitWriter returns the handle state for one open of the batch's
 // submit file.
 func (s *Service) SubmitWriter(bt *Batch) *DocWriter {
-	return &DocWriter{doc: s.newDocument(),
+	return &DocWriter{doc: s.newDocument(), onWrite: bt.touch,
 		commit: func(doc []byte) error { return s.Submit(bt, doc) },
 		fail:   func(err error) error { return s.fail(bt.scope("submit"), err) }}
 }
@@ -277,6 +280,7 @@ func (s *Service) localAddress(memory *string, offset *config.Size, address *Add
 
 // Ctl runs one ctl command (see ctl.go).
 func (s *Service) Ctl(bt *Batch, text string) error {
+	bt.touch()
 	c, err := ParseCtl(text)
 	if err != nil {
 		return s.fail(bt.scope("ctl"), err)

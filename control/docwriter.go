@@ -53,6 +53,7 @@ type DocWriter struct {
 	mu      sync.Mutex
 	doc     *Document
 	commit  func([]byte) error // records its own errors
+	onWrite func()             // called on every write; may be nil
 	fail    func(error) error  // records and labels an error
 	append  bool               // opened O_APPEND: offsets are not checked
 	restart bool               // each document's first write may be at any offset
@@ -98,6 +99,9 @@ func (e *stickyError) Unwrap() error { return e.first }
 // error is the one write(2) must return; it has been recorded and
 // logged.
 func (w *DocWriter) Write(p []byte, off int64) error {
+	if w.onWrite != nil {
+		w.onWrite()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil {
