@@ -252,3 +252,22 @@ func TestMaxBufferedDocumentBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestQoSFileErrorQuotesNothing: a qos_file that is not JSON is refused
+// without echoing its bytes (it may be a secret named by mistake).
+func TestQoSFileErrorQuotesNothing(t *testing.T) {
+	dir := t.TempDir()
+	for _, content := range []string{"root:SECRETHASH:19000:0:99999:7:::\n", "  \n\tSECRET{}", "[\"SECRET\"]"} {
+		p := filepath.Join(dir, "qos.json")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ParseQoSFile(p)
+		if err == nil || !strings.Contains(err.Error(), "want a JSON object") || !strings.Contains(err.Error(), p) {
+			t.Fatalf("%q: %v", content, err)
+		}
+		if strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "root") {
+			t.Errorf("%q: the error quotes the file: %v", content, err)
+		}
+	}
+}
