@@ -271,3 +271,22 @@ func TestQoSFileErrorQuotesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadImpliedTable: a sub-table header alone ([engine.runtime_queue]
+// without [engine]) implies its parent, as TOML says.
+func TestLoadImpliedTable(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(p, []byte("[engine.runtime_queue]\nmlu_local_threshold = 0.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(p)
+	if err != nil || d.Engine.RuntimeQueue.MLULocalThreshold != 0.5 {
+		t.Fatalf("implied [engine]: %v", err)
+	}
+	if err := os.WriteFile(p, []byte("engine = 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "engine: want a table [engine]") {
+		t.Fatalf("engine = 5: %v", err)
+	}
+}

@@ -56,7 +56,9 @@ func decodeTable(md *toml.MetaData, tab map[string]toml.Primitive, v reflect.Val
 		f := v.Field(i)
 		if f.Kind() == reflect.Struct && !reflect.PointerTo(f.Type()).Implements(tomlUnmarshaler) {
 			var sub map[string]toml.Primitive
-			if md.Type(at...) != "Hash" || md.PrimitiveDecode(prim, &sub) != nil {
+			// A table only implied by a sub-table header ([engine.io_uring]
+			// without [engine]) has no type of its own ("").
+			if typ := md.Type(at...); typ != "Hash" && typ != "" || md.PrimitiveDecode(prim, &sub) != nil {
 				*p = append(*p, fmt.Sprintf("%s: want a table [%s]", path, path))
 				continue
 			}
