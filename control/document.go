@@ -40,8 +40,6 @@ package control
 
 import (
 	"bytes"
-	"strconv"
-	"unicode/utf8"
 
 	"github.com/orbitefs/orbitefs/engine"
 )
@@ -181,15 +179,4 @@ func (d *Document) Reset() {
 	d.budget.give(d.held)
 	d.buf, d.held, d.started = nil, 0, false
 	d.scan.reset()
-}
-
-// quotePrefix quotes at most the first n runes of b, as %.Nq would,
-// without converting the rest of b.
-func quotePrefix(b []byte, n int) string {
-	i := 0
-	for r := 0; r < n && i < len(b); r++ {
-		_, size := utf8.DecodeRune(b[i:])
-		i += size
-	}
-	return strconv.Quote(string(b[:i]))
 }

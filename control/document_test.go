@@ -211,3 +211,22 @@ func TestDocumentErrorQuotesPrefix(t *testing.T) {
 		t.Fatalf("10 pending errors allocated %d bytes (%.0f allocations each): the buffer is copied", grown, allocated)
 	}
 }
+
+// TestErrorTextsQuoteAPrefix: refusals of long client text quote a short
+// prefix and say how long it was.
+func TestErrorTextsQuoteAPrefix(t *testing.T) {
+	long := strings.Repeat("x", 1<<20)
+	for name, err := range map[string]error{
+		"ctl":       func() error { _, err := ParseCtl(long); return err }(),
+		"ctl arg":   func() error { _, err := ParseCtl("cancel " + long); return err }(),
+		"engine":    func() error { _, err := ParseEngineCtl(long); return err }(),
+		"strict":    decodeStrict([]byte(long), 2<<20, &struct{}{}),
+		"transport": func() error { _, err := ParseTransport(long); return err }(),
+		"uri":       func() error { _, _, err := ParseSegmentSpec([]byte(`{"name":"a","uri":"file:///`+long+`","permission":"read"}`), 2<<20); return err }(),
+		"location":  func() error { _, err := ParseMemorySpec([]byte(`{"name":"a","location":"`+long+`","bytes":1}`), 2<<20); return err }(),
+	} {
+		if err == nil || len(err.Error()) > 400 || !strings.Contains(err.Error(), "xxxx") {
+			t.Errorf("%s: %d-byte error: %.200v", name, len(err.Error()), err)
+		}
+	}
+}
