@@ -222,8 +222,14 @@ func TestErrorTextsQuoteAPrefix(t *testing.T) {
 		"engine":    func() error { _, err := ParseEngineCtl(long); return err }(),
 		"strict":    decodeStrict([]byte(long), 2<<20, &struct{}{}),
 		"transport": func() error { _, err := ParseTransport(long); return err }(),
-		"uri":       func() error { _, _, err := ParseSegmentSpec([]byte(`{"name":"a","uri":"file:///`+long+`","permission":"read"}`), 2<<20); return err }(),
-		"location":  func() error { _, err := ParseMemorySpec([]byte(`{"name":"a","location":"`+long+`","bytes":1}`), 2<<20); return err }(),
+		"uri": func() error {
+			_, _, err := ParseSegmentSpec([]byte(`{"name":"a","uri":"file:///`+long+`","permission":"read"}`), 2<<20)
+			return err
+		}(),
+		"location": func() error {
+			_, err := ParseMemorySpec([]byte(`{"name":"a","location":"`+long+`","bytes":1}`), 2<<20)
+			return err
+		}(),
 	} {
 		if err == nil || len(err.Error()) > 400 || !strings.Contains(err.Error(), "xxxx") {
 			t.Errorf("%s: %d-byte error: %.200v", name, len(err.Error()), err)
