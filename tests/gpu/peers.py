@@ -16,7 +16,7 @@ it, on the same layer files (DIR/layer-NNN.kv, --groups groups of
 --group-bytes each), one JSON object in bench kvswap's shape.
 
   Usage: peers.py kvswap --dir DIR [--layers 4 --groups 256
-         --group-bytes 131072 --batch 16 --clients 1 --write-pct 0
+         --group-bytes 131072 --batch 16 --clients 1[,4,...] --write-pct 0
          --device cuda:0|cpu --runtime 3 --io-threads N --direct --seed 1]
 
   Each of --clients threads loops: draw a layer and --batch distinct
@@ -29,7 +29,9 @@ it, on the same layer files (DIR/layer-NNN.kv, --groups groups of
   is the memory (no copy), and without torch (a development machine) an
   anonymous mapping stands in for it. --direct opens the files O_DIRECT.
   Only batches finished within --runtime count; a batch's latency runs
-  from its first read to its terminal point.
+  from its first read to its terminal point. Several --clients counts run
+  one after another in one process (one JSON line each), so torch starts
+  once.
 
 Runs on the GPU machine's torch venv (/opt/torch/.venv/bin/python3).
 """
@@ -144,7 +146,7 @@ def kvswap(argv):
     ap.add_argument("--groups", type=int, default=256)
     ap.add_argument("--group-bytes", type=int, default=128 << 10)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--clients", type=int, default=1)
+    ap.add_argument("--clients", default="1", help="client count, or several (1,4,16,64): one result each")
     ap.add_argument("--write-pct", type=int, default=0)
     ap.add_argument("--device", default="cuda:0", help="cuda:N or cpu")
     ap.add_argument("--runtime", type=float, default=3.0, help="seconds")
@@ -154,7 +156,13 @@ def kvswap(argv):
     a = ap.parse_args(argv)
     gb = a.group_bytes
     errs = []
-    if a.layers < 1 or a.groups < 1 or a.clients < 1 or a.io_threads < 1 or a.runtime <= 0:
+    try:
+        counts = [int(x) for x in a.clients.split(",")]
+    except ValueError:
+        counts = [0]
+    if min(counts) < 1:
+        errs.append(f"--clients {a.clients}: want positive counts, comma separated")
+    if a.layers < 1 or a.groups < 1 or a.io_threads < 1 or a.runtime <= 0:
         errs.append("--layers, --groups, --clients, --io-threads and --runtime must be positive")
     if gb <= 0 or gb % 4096:
         errs.append(f"--group-bytes {gb}: want a positive multiple of 4096")
@@ -178,18 +186,29 @@ def kvswap(argv):
             sys.exit(f"{p}: {os.path.getsize(p)} bytes, want {a.groups * gb} (--groups x --group-bytes)")
         fds.append(os.open(p, flags))
     slot = gb * a.batch
-    # Memory is set up before the clock starts, as bench kvswap registers
-    # its region first.
-    hosts = [HostBuffer(slot, pinned=torch is not None) for _ in range(a.clients)]
-    dsts, streams = [None] * a.clients, [None] * a.clients
+    # Memory is set up before any clock starts, as bench kvswap registers
+    # its region first; the largest client count's share serves them all.
+    most = max(counts)
+    hosts = [HostBuffer(slot, pinned=torch is not None) for _ in range(most)]
+    dsts, streams = [None] * most, [None] * most
     if cuda:
         torch.cuda.init()
         dev = torch.device(a.device)
-        dsts = [torch.empty(slot, dtype=torch.uint8, device=dev) for _ in range(a.clients)]
-        streams = [torch.cuda.Stream(device=dev) for _ in range(a.clients)]
+        dsts = [torch.empty(slot, dtype=torch.uint8, device=dev) for _ in range(most)]
+        streams = [torch.cuda.Stream(device=dev) for _ in range(most)]
         torch.cuda.synchronize(dev)
     pool = ThreadPoolExecutor(max_workers=a.io_threads)
-    results = [None] * a.clients
+    for clients in counts:
+        print(json.dumps(kvswap_run(a, fds, clients, hosts, dsts, streams, pool)), flush=True)
+    pool.shutdown()
+    for fd in fds:
+        os.close(fd)
+
+
+def kvswap_run(a, fds, clients, hosts, dsts, streams, pool):
+    """One measured interval with clients client threads."""
+    gb, slot, cuda = a.group_bytes, a.group_bytes * a.batch, a.device.startswith("cuda")
+    results = [None] * clients
     start = time.perf_counter()
     stop_at = start + a.runtime
 
@@ -227,30 +246,26 @@ def kvswap(argv):
             batches += 1
         results[c] = (lat, batches)
 
-    threads = [threading.Thread(target=client, args=(c,)) for c in range(a.clients)]
+    threads = [threading.Thread(target=client, args=(c,)) for c in range(clients)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    pool.shutdown()
-    for fd in fds:
-        os.close(fd)
     if any(r is None for r in results):
         sys.exit("a client failed (traceback above)")
     secs = min(time.perf_counter() - start, a.runtime)
     lat = sorted(x for r in results for x in r[0])
     batches = sum(r[1] for r in results)
     q = lambda p: lat[min(len(lat) - 1, int(p * len(lat)))] * 1e6 if lat else 0
-    out = {
+    return {
         "peer": "python-threads", "dir": a.dir, "filesystem": fs_type(a.dir), "memory": a.device,
         "direct_io": a.direct, "layers": a.layers, "group_bytes": gb, "batch_groups": a.batch,
-        "clients": a.clients, "write_pct": a.write_pct, "seconds": secs, "batches": batches,
+        "clients": clients, "write_pct": a.write_pct, "seconds": secs, "batches": batches,
         "bytes": batches * slot, "gb_per_sec": batches * slot / secs / 1e9,
         "batches_per_sec": batches / secs, "batch_p50_us": q(0.50), "batch_p99_us": q(0.99),
         "io_threads": a.io_threads, "pinned": torch is not None,
         "torch": torch.__version__ if torch is not None else None,
     }
-    print(json.dumps(out), flush=True)
 
 
 def main():
