@@ -56,7 +56,8 @@ func loadRecipe(t *testing.T) string {
 // TestLoadFileOverBudget: a file 5 KiB past five times max_inflight_bytes,
 // on ext4 (O_DIRECT) and on tmpfs, refused as one submission, loads whole
 // with the documented loop, byte for byte, and leaves no batch behind.
-// A piece over the budget is reported by the loop, not lost.
+// A piece over the budget is reported by the loop, not lost. `bench
+// load` under the same limits loads it too.
 func TestLoadFileOverBudget(t *testing.T) {
 	m := startDaemon(t, daemonOpts{config: smallBudgetConfig})
 	recipe := loadRecipe(t)
@@ -95,6 +96,13 @@ func TestLoadFileOverBudget(t *testing.T) {
 				t.Errorf("2 MiB pieces under a 1 MiB budget: %d refusals reported, want 3:\n%s", n, out)
 			}
 			m.noBatches(t, "after the refused pieces")
+
+			// bench load, on an engine with the daemon's limits, cuts the
+			// same file into submissions that fit.
+			got := m.line(t, fmt.Sprintf(`"$BIN" bench load --file %q --max-inflight-bytes 1MiB --max-transfer-bytes 256KiB --runs 1 --verify --json | jq -c '[.verified, .bytes, .plan.submissions, .plan.submissions_in_flight]'`, file))
+			if got != fmt.Sprintf("[true,%d,11,2]", size) {
+				t.Errorf("bench load [verified, bytes, submissions, in flight] = %s", got)
+			}
 		})
 	}
 }
