@@ -29,7 +29,9 @@ it, on the same layer files (DIR/layer-NNN.kv, --groups groups of
   is the memory (no copy), and without torch (a development machine) an
   anonymous mapping stands in for it. --direct opens the files O_DIRECT.
   Only batches finished within --runtime count; a batch's latency runs
-  from its first read to its terminal point. Several --clients counts run
+  from its first read to its terminal point. Before the clock starts, one
+  swap-in per layer is compared with the files (exit 1 if it differs;
+  "verified" in the output). Several --clients counts run
   one after another in one process (one JSON line each), so torch starts
   once.
 
@@ -198,6 +200,7 @@ def kvswap(argv):
         streams = [torch.cuda.Stream(device=dev) for _ in range(most)]
         torch.cuda.synchronize(dev)
     pool = ThreadPoolExecutor(max_workers=a.io_threads)
+    verify(a, fds, hosts[0], dsts[0], streams[0], pool)
     for clients in counts:
         print(json.dumps(kvswap_run(a, fds, clients, hosts, dsts, streams, pool)), flush=True)
     pool.shutdown()
@@ -205,9 +208,56 @@ def kvswap(argv):
         os.close(fd)
 
 
+def swap_in(a, pool, fd, picks, host, dst, stream):
+    """Read groups picks of fd into host by the pool; with a GPU, copy
+    each to dst on stream as its read returns, then synchronize."""
+    gb = a.group_bytes
+    futs = [pool.submit(read_group, fd, host.view(i * gb, gb), g * gb, gb) for i, g in enumerate(picks)]
+    for i, f in enumerate(futs):
+        f.result()
+        if dst is not None:
+            with torch.cuda.stream(stream):
+                dst[i * gb:(i + 1) * gb].copy_(host.tensor[i * gb:(i + 1) * gb], non_blocking=True)
+    if dst is not None:
+        stream.synchronize()
+
+
+def swap_out(a, pool, fd, picks, host, dst, stream):
+    """With a GPU, copy dst to host on stream and synchronize; then write
+    host's groups to picks of fd by the pool."""
+    gb = a.group_bytes
+    if dst is not None:
+        with torch.cuda.stream(stream):
+            host.tensor.copy_(dst, non_blocking=True)
+        stream.synchronize()
+    futs = [pool.submit(write_group, fd, host.view(i * gb, gb), g * gb, gb) for i, g in enumerate(picks)]
+    for f in futs:
+        f.result()
+
+
+def verify(a, fds, host, dst, stream, pool):
+    """One swap-in of the last groups of every layer, compared with the
+    files read through a plain descriptor: the peer's figures come from a
+    path that moves the right bytes."""
+    gb = a.group_bytes
+    picks = list(range(a.groups - a.batch, a.groups))[::-1]
+    for l, fd in enumerate(fds):
+        swap_in(a, pool, fd, picks, host, dst, stream)
+        if dst is not None:
+            got = dst.cpu()
+            mem = memoryview((ctypes.c_char * len(got)).from_address(got.data_ptr())).cast("B")
+        else:
+            mem = host.mem
+        with open(os.path.join(a.dir, f"layer-{l:03d}.kv"), "rb") as f:
+            for i, g in enumerate(picks):
+                f.seek(g * gb)
+                if f.read(gb) != bytes(mem[i * gb:(i + 1) * gb]):
+                    sys.exit(f"verify: layer {l} group {g} differs from the file after a swap-in")
+
+
 def kvswap_run(a, fds, clients, hosts, dsts, streams, pool):
     """One measured interval with clients client threads."""
-    gb, slot, cuda = a.group_bytes, a.group_bytes * a.batch, a.device.startswith("cuda")
+    gb, slot = a.group_bytes, a.group_bytes * a.batch
     results = [None] * clients
     start = time.perf_counter()
     stop_at = start + a.runtime
@@ -220,25 +270,8 @@ def kvswap_run(a, fds, clients, hosts, dsts, streams, pool):
             layer = rng.randrange(a.layers)
             picks = rng.sample(range(a.groups), a.batch)
             write = rng.randrange(100) < a.write_pct
-            fd = fds[layer]
             t0 = time.perf_counter()
-            if write:
-                if cuda:
-                    with torch.cuda.stream(stream):
-                        host.tensor.copy_(dst, non_blocking=True)
-                    stream.synchronize()
-                futs = [pool.submit(write_group, fd, host.view(i * gb, gb), g * gb, gb) for i, g in enumerate(picks)]
-                for f in futs:
-                    f.result()
-            else:
-                futs = [pool.submit(read_group, fd, host.view(i * gb, gb), g * gb, gb) for i, g in enumerate(picks)]
-                for i, f in enumerate(futs):
-                    f.result()
-                    if cuda:
-                        with torch.cuda.stream(stream):
-                            dst[i * gb:(i + 1) * gb].copy_(host.tensor[i * gb:(i + 1) * gb], non_blocking=True)
-                if cuda:
-                    stream.synchronize()
+            (swap_out if write else swap_in)(a, pool, fds[layer], picks, host, dst, stream)
             t1 = time.perf_counter()
             if t1 > stop_at:
                 break  # finished after the interval: not counted
@@ -263,7 +296,7 @@ def kvswap_run(a, fds, clients, hosts, dsts, streams, pool):
         "clients": clients, "write_pct": a.write_pct, "seconds": secs, "batches": batches,
         "bytes": batches * slot, "gb_per_sec": batches * slot / secs / 1e9,
         "batches_per_sec": batches / secs, "batch_p50_us": q(0.50), "batch_p99_us": q(0.99),
-        "io_threads": a.io_threads, "pinned": torch is not None,
+        "io_threads": a.io_threads, "pinned": torch is not None, "verified": True,
         "torch": torch.__version__ if torch is not None else None,
     }
 
