@@ -166,7 +166,7 @@ summary)
 	summary "${2:?usage: perf.sh summary DIR}"
 	;;
 *)
-	sed -n '2,32p' "$0" >&2
+	sed -n '2,/^set -u/p' "$0" | sed '$d' >&2
 	exit 2
 	;;
 esac

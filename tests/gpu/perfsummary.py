@@ -89,6 +89,8 @@ def kvswap_section(rows, clients):
     gpus = sorted({k[3] for k in kv if k[3] != "cpu"})
     out.append("### Ratios (median of per-round ratios; ratio of medians in brackets where it differs)")
     out.append("")
+    if not gpus:
+        return out + ["No GPU rows in this run, so no GPU ratios.", ""]
     out.append("| filesystem | write % | ratio | target | " + " | ".join(str(c) for c in clients) + " | verdict |")
     out.append("| --- | ---: | --- | ---: | " + " | ".join("---:" for _ in clients) + " | --- |")
     for fs in fss:
