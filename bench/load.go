@@ -10,9 +10,10 @@
 // batch and request budgets allow, the next submitted as the oldest ends.
 //
 // Invariants:
-//   - A file up to half of max_inflight_bytes is one group of --request
-//     requests, so the engine's lanes pull units across request
-//     boundaries with no bubble between requests.
+//   - A file up to half of max_inflight_bytes, in at most
+//     max_batch_requests requests, is one group of --request requests,
+//     so the engine's lanes pull units across request boundaries with no
+//     bubble between requests.
 //   - The submissions in flight never exceed any engine limit together,
 //     so the engine never refuses one for the budget this pass holds.
 //   - Verification (--verify) runs outside the timed pass.
