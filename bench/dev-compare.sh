@@ -85,7 +85,7 @@ commands() {
 
 median() { sort -g | awk '{v[NR] = $1} END { if (NR == 0) print 0; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) orbitefs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $(uname -r), $(nproc) cores; $file ($(stat -f -c %T "$file"), $size bytes); ${runtime}s x $rounds rounds; raw JSON in $out" | tee "$out/table.md"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) orbitefs $(git rev-parse --short HEAD 2>/dev/null || echo '?'), $("$fio" --version), $(uname -r), $(nproc) cores; $file ($(stat -f -c %T "$file"), $size bytes); ${runtime}s x $rounds rounds; raw JSON in $out" | tee "$out/table.md"
 for f in "${figures[@]}"; do
 	commands "$f"
 	{
