@@ -55,10 +55,10 @@ func (bt *Batch) Owner() (uid, gid uint32, ok bool) { return ownerIDs(bt.owner) 
 // mine refuses c acting on bt unless it owns it (owner.go). Its error
 // is recorded.
 func (s *Service) mine(c *engine.Caller, bt *Batch, op string) error {
-	if owns(c, bt.owner) {
+	if s.owns(c, bt.owner) {
 		return nil
 	}
-	return s.fail(bt.scope(op), notYours(c, bt.name(), bt.owner))
+	return s.fail(bt.scope(op), s.notYours(c, bt.name(), bt.owner))
 }
 
 // Created is the allocation time.
@@ -241,16 +241,17 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 	if seg == nil {
 		return nil, nil, notFound("target %q: no such segment; open it through segments/open", sub.Target)
 	}
-	if !owns(c, seg.owner) {
-		return nil, nil, notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
+	if !s.owns(c, seg.owner) {
+		return nil, nil, s.notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
 	}
+	rv := resolver{s: s, c: c, priv: s.privileged(c)}
 	reqs := make([]engine.Request, len(sub.Requests))
 	for i := range sub.Requests {
 		r := &sub.Requests[i]
 		t, _ := ParseTransport(r.Transport) // validated
 		er := engine.Request{Transport: t, TargetOffset: uint64(r.TargetOffset)}
 		if len(r.Elements) == 0 {
-			addr, err := s.localAddress(c, r.Memory, r.Offset, r.Address, uint64(*r.Length))
+			addr, err := rv.localAddress(r.Memory, r.Offset, r.Address, uint64(*r.Length))
 			if err != nil {
 				return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
 			}
@@ -263,7 +264,7 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 					er.Elements[j] = engine.Pad(uint64(*el.Padding))
 					continue
 				}
-				addr, err := s.localAddress(c, el.Memory, el.Offset, el.Address, uint64(*el.Length))
+				addr, err := rv.localAddress(el.Memory, el.Offset, el.Address, uint64(*el.Length))
 				if err != nil {
 					return nil, nil, fmt.Errorf("requests[%d].elements[%d]: %w", i, j, err)
 				}
@@ -275,19 +276,28 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 	return seg, reqs, nil
 }
 
+// resolver resolves one submission's memory references for caller c.
+type resolver struct {
+	s    *Service
+	c    *engine.Caller
+	priv bool
+	own  []*Memory // c's registrations, loaded at the first raw address
+	read bool      // own is loaded
+}
+
 // localAddress resolves memory+offset against the memory table for c.
 // A raw address is checked by the engine, and, for an unprivileged c,
 // must lie in one of c's own registrations.
-func (s *Service) localAddress(c *engine.Caller, memory *string, offset *config.Size, address *Address, length uint64) (uint64, error) {
+func (rv *resolver) localAddress(memory *string, offset *config.Size, address *Address, length uint64) (uint64, error) {
 	if memory == nil {
-		return uint64(*address), s.ownAddress(c, uint64(*address), length)
+		return uint64(*address), rv.ownAddress(uint64(*address), length)
 	}
-	m := s.Memory(*memory)
+	m := rv.s.Memory(*memory)
 	if m == nil {
 		return 0, notFound("memory %q: no such memory region; register it through memory/register", *memory)
 	}
-	if !owns(c, m.owner) {
-		return 0, notYours(c, fmt.Sprintf("memory %q", *memory), m.owner)
+	if !rv.priv && (m.owner == nil || m.owner.UID != rv.c.UID) {
+		return 0, rv.s.notYours(rv.c, fmt.Sprintf("memory %q", *memory), m.owner)
 	}
 	var off uint64
 	if offset != nil {
@@ -478,15 +488,23 @@ func (s *Service) Task(bt *Batch, i int) ([]byte, error) {
 // ownAddress refuses an unprivileged c a raw range [addr, addr+length)
 // that is not inside one of its own registrations: another user's
 // memory is reached by address as well as by name.
-func (s *Service) ownAddress(c *engine.Caller, addr, length uint64) error {
-	if privileged(c) {
+func (rv *resolver) ownAddress(addr, length uint64) error {
+	if rv.priv {
 		return nil
 	}
-	for _, m := range s.Memories() {
+	if !rv.read {
+		for _, m := range rv.s.Memories() {
+			if m.owner != nil && m.owner.UID == rv.c.UID {
+				rv.own = append(rv.own, m)
+			}
+		}
+		rv.read = true
+	}
+	for _, m := range rv.own {
 		base := m.region.BaseAddress()
-		if m.owner != nil && m.owner.UID == c.UID && addr >= base && length <= m.Len() && addr-base <= m.Len()-length {
+		if addr >= base && length <= m.Len() && addr-base <= m.Len()-length {
 			return nil
 		}
 	}
-	return detail(engine.KindPermission, "address 0x%x + length %d is not inside a memory region of uid %d; name the memory instead", addr, length, c.UID)
+	return detail(engine.KindPermission, "address 0x%x + length %d is not inside a memory region of uid %d; name the memory instead", addr, length, rv.c.UID)
 }

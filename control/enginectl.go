@@ -69,8 +69,8 @@ func ParseEngineCtl(text string) (EngineCtl, error) {
 // privileged (owner.go): the engine is everyone's.
 func (s *Service) EngineCtl(caller *engine.Caller, text string) error {
 	sc := scope{op: "engine ctl", name: "engine"}
-	if !privileged(caller) {
-		return s.fail(sc, detail(engine.KindPermission, "ctl/engine is for the daemon's user (uid %d) and root, not uid %d", ownerUID(nil), caller.UID))
+	if !s.privileged(caller) {
+		return s.fail(sc, detail(engine.KindPermission, "ctl/engine is for the daemon's user (uid %d) and root, not uid %d", s.euid, caller.UID))
 	}
 	c, err := ParseEngineCtl(text)
 	if err != nil {

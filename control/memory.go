@@ -141,8 +141,8 @@ func (s *Service) Unregister(c *engine.Caller, name string) error {
 	if m == nil {
 		return s.fail(sc, notFound("no memory %q", name))
 	}
-	if !owns(c, m.owner) {
-		return s.fail(sc, notYours(c, "memory "+name, m.owner))
+	if !s.owns(c, m.owner) {
+		return s.fail(sc, s.notYours(c, "memory "+name, m.owner))
 	}
 	if err := s.e.Unregister(m.region); err != nil {
 		return s.fail(sc, err)

@@ -20,8 +20,6 @@
 package control
 
 import (
-	"os"
-
 	"github.com/orbitefs/orbitefs/engine"
 )
 
@@ -29,29 +27,26 @@ import (
 type owner = *engine.Caller
 
 // privileged reports whether c may act on every object.
-func privileged(c *engine.Caller) bool {
-	return c == nil || c.UID == 0 || c.UID == uint32(os.Geteuid())
+func (s *Service) privileged(c *engine.Caller) bool {
+	return c == nil || c.UID == 0 || c.UID == s.euid
 }
 
 // owns reports whether c may act on an object created by o.
-func owns(c *engine.Caller, o owner) bool {
-	if privileged(c) {
-		return true
-	}
-	return o != nil && o.UID == c.UID
+func (s *Service) owns(c *engine.Caller, o owner) bool {
+	return s.privileged(c) || (o != nil && o.UID == c.UID)
 }
 
 // ownerUID names an object's owner in messages.
-func ownerUID(o owner) uint32 {
+func (s *Service) ownerUID(o owner) uint32 {
 	if o == nil {
-		return uint32(os.Geteuid())
+		return s.euid
 	}
 	return o.UID
 }
 
 // notYours is the refusal for c acting on what (created by o).
-func notYours(c *engine.Caller, what string, o owner) error {
-	return detail(engine.KindPermission, "%s belongs to uid %d, not to uid %d", what, ownerUID(o), c.UID)
+func (s *Service) notYours(c *engine.Caller, what string, o owner) error {
+	return detail(engine.KindPermission, "%s belongs to uid %d, not to uid %d", what, s.ownerUID(o), c.UID)
 }
 
 // Owner returns the uid and gid of an object's creator; ok is false for

@@ -115,8 +115,8 @@ func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
 		g.memory = mem
 		if m := s.Memory(mem); m == nil {
 			err = notFound("uri %s: no memory %q; register it through memory/register", spec.URI, mem)
-		} else if !owns(c, m.owner) {
-			err = notYours(c, "uri "+spec.URI+": memory "+mem, m.owner)
+		} else if !s.owns(c, m.owner) {
+			err = s.notYours(c, "uri "+spec.URI+": memory "+mem, m.owner)
 		} else {
 			g.mem, err = s.e.OpenMemorySegment(spec.URI, m.region, perm)
 		}
@@ -170,8 +170,8 @@ func (s *Service) CloseSegment(c *engine.Caller, name string) error {
 	if g == nil {
 		return s.fail(sc, notFound("no segment %q", name))
 	}
-	if !owns(c, g.owner) {
-		return s.fail(sc, notYours(c, "segment "+name, g.owner))
+	if !s.owns(c, g.owner) {
+		return s.fail(sc, s.notYours(c, "segment "+name, g.owner))
 	}
 	var err error
 	if g.mem != nil {
