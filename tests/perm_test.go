@@ -40,7 +40,8 @@ allow_filesystem_root = true
 head -c 8K /dev/urandom > "$D/secret"; chmod 600 "$D/secret"
 head -c 8K /dev/zero > "$D/target"; chmod 600 "$D/target"; sha256sum < "$D/target" > "$D/target.sum"
 head -c 8K /dev/urandom > "$D/mine"; head -c 8K /dev/zero > "$D/out"
-chown nobody:nogroup "$D/mine" "$D/out"; chmod 600 "$D/mine" "$D/out"`, D))
+chown nobody:nogroup "$D/mine" "$D/out"; chmod 600 "$D/mine" "$D/out"
+head -c 4K /dev/urandom > "$D/group"; chown root:4242 "$D/group"; chmod 640 "$D/group"`, D))
 
 	// Root's objects.
 	rbuf := m.register(t, "rootbuf", "8KiB")
@@ -82,8 +83,20 @@ chown nobody:nogroup "$D/mine" "$D/out"; chmod 600 "$D/mine" "$D/out"`, D))
 	refused("register root's 0600 file as shm",
 		`echo '{"name":"`+uniq("shmsteal")+`","location":"cpu","bytes":4096,"shm":"'"$D"'/secret"}' > "$M/memory/register"`, eACCES,
 		"open "+D+"/secret: permission denied", "")
+	refused("open a file of a group it is not in", openDoc(uniq("grp"), D+"/group", "read"), eACCES, "open "+D+"/group: permission denied", "")
 	if after := m.ls(t, "segments"); strings.Join(after, " ") != strings.Join(before, " ") {
 		t.Errorf("refused opens changed ls segments: %v -> %v", before, after)
+	}
+	// Supplementary groups count (the daemon reads them from /proc):
+	// in group 4242, nobody may open that file for reading, not writing.
+	grp := uniq("grp")
+	inGroup := "setpriv --reuid=nobody --regid=nogroup --groups=4242 "
+	if r := m.run(t, inGroup+"bash -c "+shq(openDoc(grp, D+"/group", "read"))); r.code != 0 {
+		t.Errorf("as nobody in group 4242, open a 0640 file of group 4242 for reading: %s", r)
+	}
+	m.sh(t, `rmdir "$M/segments/`+grp+`"`)
+	if r := m.run(t, inGroup+"bash -c "+shq(openDoc(uniq("grp"), D+"/group", "write"))); r.code == 0 || !strings.Contains(r.stderr, eACCES) {
+		t.Errorf("as nobody in group 4242, open a 0640 file of group 4242 for writing: %s\nwant %q", r, eACCES)
 	}
 	m.ok(t, `sha256sum -c --status "`+D+`/target.sum" < "`+D+`/target"`)
 
@@ -152,12 +165,14 @@ echo $N`, nbuf, openDoc(nseg, D+"/mine", "read"), openDoc(nout, D+"/out", "write
 
 	// A submission may name only the caller's own segment and memory,
 	// in a batch or a transaction.
+	rbase := m.line(t, `jq -r .base_address "$M/memory/`+rbuf+`/info"`)
 	for _, c := range []struct{ what, doc string }{
 		{"read root's segment into nobody's region", `{"op":"read","target":"` + rseg + `","requests":[{"memory":"` + nbuf + `","length":4096}]}`},
 		{"write root's region to nobody's file", `{"op":"write","target":"` + nout + `","requests":[{"memory":"` + rbuf + `","length":4096}]}`},
+		{"write root's region, by address, to nobody's file", `{"op":"write","target":"` + nout + `","requests":[{"address":` + rbase + `,"length":4096}]}`},
 	} {
 		refused(c.what+" (submit)", `N=$(cat "$M/ctl/batches/clone"); echo '`+c.doc+`' > "$M/ctl/batches/$N/submit"`, eACCES, "", "")
-		refused(c.what+" (txn)", `exec 3<>"$M/ctl/batches/txn"; echo '`+c.doc+`' >&3`, eACCES, "belongs to uid 0, not to uid 65534", "")
+		refused(c.what+" (txn)", `exec 3<>"$M/ctl/batches/txn"; echo '`+c.doc+`' >&3`, eACCES, "uid 65534", "")
 	}
 	m.ok(t, `cmp "`+D+`/out" "`+D+`/mine"`)
 
