@@ -228,6 +228,7 @@ func TestPriorityAgingUnderSustainedLoad(t *testing.T) {
 	defer func() { close(stop); wg.Wait() }()
 	waitFor(t, "high-priority load", func() bool { return highDone.Load() > 100 })
 	before := highDone.Load()
+	t0 := time.Now()
 	l := submitWith(t, e, seg, read4k(reg, 0), engine.SubmitOptions{QoS: lp, Timeout: 20 * aging})
 	st, err := l.Wait(10 * time.Second)
 	during := highDone.Load() - before
@@ -244,7 +245,7 @@ func TestPriorityAgingUnderSustainedLoad(t *testing.T) {
 	if during == 0 {
 		t.Fatal("no high read ran while the low one waited: the load was not sustained")
 	}
-	t.Logf("%d high reads ran while the low one waited", during)
+	t.Logf("%d high reads ran while the low one waited %v", during, time.Since(t0))
 }
 
 // A request may ask for a priority more urgent than the default only
@@ -320,4 +321,41 @@ func TestQoSResolveNames(t *testing.T) {
 		_, err = e.ResolveQoS(engine.QoSContext{Intent: bad})
 		wantKind(t, err, engine.KindInvalid)
 	}
+}
+
+// A waiter held back only by the order (its own share fits, a better one
+// does not) goes once it ages, with no capacity returned to poke it and
+// no fallback polling: the worker's sleep ends when its waiter ages. The
+// low read's deadline comes before the worker's own 1 s poll, so a worker
+// that slept on would fail it at its deadline.
+func TestPriorityAgingWakesWaiter(t *testing.T) {
+	const aging = 200 * time.Millisecond
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchBytes = 16 << 10
+		c.RuntimeQueue.PriorityAging = config.Duration(aging)
+		c.ProgressFallbackInterval = 0
+	})
+	seg, reg := smallTarget(t, e, 32<<10)
+	hold := e.HoldWindowForTest(0, 8<<10)
+	full := e.HoldWindowForTest(0, 8<<10) // the window is full
+	high, low := config.PriorityHigh, config.PriorityLow
+	l := submitWith(t, e, seg, read4k(reg, 16<<10), engine.SubmitOptions{QoS: resolve(t, e, "", "", &low), Timeout: 900 * time.Millisecond})
+	waitFor(t, "the low one to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	h := submitWith(t, e, seg, []engine.Request{{Address: reg.BaseAddress(), Length: 12 << 10}}, engine.SubmitOptions{QoS: resolve(t, e, "", "", &high)})
+	waitFor(t, "the high one to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 2 })
+	full() // 8 KiB free: the low read fits, the high one does not but goes first until the low one ages
+	if st, err := l.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+		ts, _ := l.TaskStatus(0)
+		t.Fatalf("low read behind a high one that does not fit: %v %v (%v), want completed once aged", st, err, ts.Err)
+	}
+	l.Free()
+	if ts, _ := h.TaskStatus(0); ts.State != engine.TaskPending {
+		t.Fatalf("the high read is %v, want still pending (its share does not fit)", ts.State)
+	}
+	hold()
+	if st, err := h.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+		t.Fatalf("high after the window freed: %v %v", st, err)
+	}
+	h.Free()
 }
