@@ -7,6 +7,8 @@ package engine_test
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -358,4 +360,108 @@ func TestPriorityAgingWakesWaiter(t *testing.T) {
 		t.Fatalf("high after the window freed: %v %v", st, err)
 	}
 	h.Free()
+}
+
+// BenchmarkQoSOtherTenantLatency: tenant a keeps its 8 MiB delay contract
+// full (16 submitters of 1 MiB reads, so about 8 always wait at their
+// batch heads); each iteration is one 1 MiB read of tenant b, whose own 8
+// MiB contract is empty. Reports b's latency percentiles.
+func BenchmarkQoSOtherTenantLatency(b *testing.B) {
+	for _, prio := range []config.Priority{config.PriorityMedium, config.PriorityLow} {
+		b.Run("b "+prio.String(), func(b *testing.B) {
+			if !haveIOUring {
+				b.Skip("io_uring backend not built")
+			}
+			cfg := config.DefaultEngine()
+			cfg.RuntimeQueue.Enabled = true
+			q, err := config.ParseQoSJSON([]byte(`{"qos":{"defaults":{"max_inflight_bytes":"8MiB","allowed_degraded_actions":["delay"]},"tenants":[{"name":"a"},{"name":"b"}]}}`))
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg.QoS = q
+			var bs []engine.Backend
+			for _, t := range realTransports(cfg) {
+				bs = append(bs, t)
+			}
+			e, err := engine.New(cfg, bs...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer e.Close(5 * time.Second)
+			const size, readers = 1 << 20, 16
+			buf := make([]byte, size)
+			path := b.TempDir() + "/f"
+			if err := os.WriteFile(path, buf, 0o644); err != nil {
+				b.Fatal(err)
+			}
+			seg, err := e.OpenFileSegment("file://"+path, engine.PermRead)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reg, err := e.RegisterMemory(size * (readers + 1))
+			if err != nil {
+				b.Fatal(err)
+			}
+			pa, err := e.ResolveQoS(engine.QoSContext{Tenant: "a"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			pb, err := e.ResolveQoS(engine.QoSContext{Tenant: "b", Priority: &prio})
+			if err != nil {
+				b.Fatal(err)
+			}
+			read := func(k int, p *engine.QoSPolicy) error {
+				bt, err := e.AllocateBatch(1)
+				if err != nil {
+					return err
+				}
+				defer bt.Free()
+				req := []engine.Request{{Address: reg.BaseAddress() + uint64(k*size), Length: size}}
+				if _, err := bt.SubmitWith(engine.OpRead, seg, req, nil, engine.SubmitOptions{QoS: p, Timeout: 10 * time.Second}); err != nil {
+					return err
+				}
+				bt.Seal()
+				st, err := bt.Wait(20 * time.Second)
+				if err == nil && st != engine.StateCompleted {
+					err = fmt.Errorf("read %v", st)
+				}
+				return err
+			}
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for k := 1; k <= readers; k++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						if err := read(k, pa); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			time.Sleep(50 * time.Millisecond)
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				if err := read(0, pb); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			close(stop)
+			wg.Wait()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		})
+	}
 }
