@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -360,5 +361,54 @@ func TestConcurrentCloses(t *testing.T) {
 		if _, err := e.SubmitAndWait(engine.OpRead, keep, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
 			t.Fatalf("round %d: the other alias after a double close: %v", i, err)
 		}
+	}
+}
+
+// TestConcurrentClosesHeld is TestConcurrentCloses made deterministic:
+// both closes of one handle are held after closing the entry to new work
+// (the HoldCloses hook) and released one at a time, while another alias
+// stays open. The first to finish must not reopen the entry under the
+// close still in progress; the last must reopen it.
+func TestConcurrentClosesHeld(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	keep := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 4096)
+	s := openSeg(t, e, path, engine.PermRead)
+	held := make(chan int, 2)
+	release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var n atomic.Int32
+	e.HoldCloses(func() {
+		k := int(n.Add(1)) - 1
+		held <- k
+		<-release[k]
+	})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- e.CloseFileSegment(s, time.Second) }()
+	}
+	<-held
+	<-held
+	read := func() error {
+		_, err := e.SubmitAndWait(engine.OpRead, keep, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second)
+		return err
+	}
+	if read() == nil {
+		t.Error("the other alias took work while both closes were in progress")
+	}
+	close(release[0])
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if read() == nil {
+		t.Error("the first close to finish reopened the entry under the close still in progress")
+	}
+	close(release[1])
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); err != nil {
+		t.Errorf("after both closes the other alias refuses work: %v", err)
 	}
 }
