@@ -146,17 +146,31 @@ func TestSharingAndLimits(t *testing.T) {
 	}
 }
 
+// TestInfoCacheAndRefresh: info serves the cached size within
+// file_info_ttl, re-reads it after, and RefreshFileSegment forces it.
 func TestInfoCacheAndRefresh(t *testing.T) {
-	e := newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(50 * time.Millisecond) }, &refTransport{})
+	// A TTL no test outlives: the cached size holds however slow the
+	// machine, and only RefreshFileSegment updates it.
+	e := newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(time.Hour) }, &refTransport{})
 	path, _ := randomFile(t, t.TempDir(), "f", 100)
 	s := openSeg(t, e, path, engine.PermRead)
 	os.WriteFile(path, make([]byte, 300), 0o644)
 	if info, _ := e.FileSegmentInfo(s); info.Size != 100 {
-		t.Fatalf("size %d before the TTL, want the cached 100", info.Size)
+		t.Fatalf("size %d within the TTL, want the cached 100", info.Size)
 	}
-	time.Sleep(60 * time.Millisecond)
+	if err := e.RefreshFileSegment(s); err != nil {
+		t.Fatal(err)
+	}
 	if info, _ := e.FileSegmentInfo(s); info.Size != 300 {
-		t.Fatalf("size %d after the TTL, want 300", info.Size)
+		t.Fatalf("size %d after a refresh, want 300", info.Size)
+	}
+	// A TTL every wait outlives: info re-reads the size by itself.
+	e = newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(time.Nanosecond) }, &refTransport{})
+	s = openSeg(t, e, path, engine.PermRead)
+	os.WriteFile(path, make([]byte, 500), 0o644)
+	time.Sleep(time.Millisecond)
+	if info, _ := e.FileSegmentInfo(s); info.Size != 500 {
+		t.Fatalf("size %d after the TTL, want 500", info.Size)
 	}
 }
 
