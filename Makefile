@@ -9,8 +9,9 @@ PKGS    := ./...
 
 all: build
 
+# The binary carries its commit and a dirty flag (orbitefs version).
 build:
-	$(GO) build $(LDFLAGS) -o bin/orbitefs ./cmd/orbitefs
+	$(GO) build -ldflags="-checklinkname=0 $$(bash scripts/buildflags.sh)" -o bin/orbitefs ./cmd/orbitefs
 
 # test runs every check CI runs.
 test: fmt-check vet noiouring race flakes fuzz bench-smoke

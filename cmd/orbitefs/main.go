@@ -9,9 +9,6 @@ import (
 	"runtime/debug"
 )
 
-// Version is the orbitefs release.
-const Version = "0.1.0"
-
 var commands = map[string]func(args []string) int{}
 
 func usage() {
@@ -35,7 +32,7 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	commands["version"] = func([]string) int { fmt.Printf("orbitefs %s\n", Version); return 0 }
+	commands["version"] = func([]string) int { fmt.Printf("orbitefs %s\n", buildVersion()); return 0 }
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)

@@ -72,7 +72,7 @@ func runMount(args []string) int {
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
 	}
-	sopts := control.OptionsFromConfig(cfg.Mount, Version, lg)
+	sopts := control.OptionsFromConfig(cfg.Mount, buildVersion(), lg)
 	if abs, err := filepath.Abs(dir); err == nil {
 		sopts.OwnMount = fusefs.LeadsInto(abs)
 	}
@@ -104,7 +104,7 @@ func runMount(args []string) int {
 	if *cfgPath != "" {
 		source = *cfgPath
 	}
-	lg.Info("mounted", "op", "mount", "dir", srv.Dir(), "version", Version, "config", source,
+	lg.Info("mounted", "op", "mount", "dir", srv.Dir(), "version", buildVersion(), "config", source,
 		"allowed_roots", cfg.Mount.AllowedRoots, "try", "cat "+srv.Dir()+"/README")
 
 	select {
