@@ -61,7 +61,9 @@ func runVersion([]string) int {
 }
 
 // isHelp reports whether arg asks for help.
-func isHelp(arg string) bool { return arg == "-h" || arg == "--help" || arg == "help" || arg == "-help" }
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "help" || arg == "-help"
+}
 
 // gcPercent is the collector's target unless GOGC says otherwise. The
 // daemon's live heap is small (8-40 MiB, docs/performance.md) and every
