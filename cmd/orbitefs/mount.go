@@ -124,6 +124,10 @@ func runMount(args []string) int {
 	if *cfgPath != "" {
 		source = *cfgPath
 	}
+	if ecfg.QoS != nil {
+		lg.Info("qos contracts loaded", "op", "mount", "source", qosSource(cfg, a), "contracts", len(e.QoSContracts()),
+			"tenants", len(ecfg.QoS.Tenants))
+	}
 	lg.Info("mounted", "op", "mount", "dir", srv.Dir(), "version", buildVersion(), "config", source,
 		"allowed_roots", cfg.Mount.AllowedRoots, "try", "cat "+srv.Dir()+"/README")
 
@@ -172,4 +176,17 @@ func engineConfig(cfg *config.Daemon, engineJSON, qosPath string) (config.Engine
 		return config.Engine{}, err
 	}
 	return ecfg, nil
+}
+
+// qosSource names where the QoS contracts came from, for the startup log.
+func qosSource(cfg *config.Daemon, a mountArgs) string {
+	switch {
+	case a.qosPath != "":
+		return a.qosPath
+	case a.engineJSON != "":
+		return a.engineJSON + " (its \"qos\" section)"
+	case cfg.Engine.QoSFile != "":
+		return cfg.Engine.QoSFile + " (config engine.qos_file)"
+	}
+	return "config engine.qos_json"
 }
