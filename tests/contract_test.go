@@ -1,5 +1,5 @@
-// contract_test.go owns the mount contract (design.md, "The mount
-// (contract v1)") as a map from name to test, in the style of go-fuse's
+// contract_test.go owns the mount contract (docs/mount.md,
+// "orbitefs mount reference (contract v1)") as a map from name to test, in the style of go-fuse's
 // posixtest: TestContract runs every entry as a subtest against one
 // daemon started with the embedded default configuration. Entries must
 // leave the daemon as they found it (their objects are removed at
@@ -118,7 +118,7 @@ func testStats(t *testing.T, m *mount) {
 			found = found || strings.Contains(keys, w)
 		}
 		if !found {
-			t.Errorf("/stats keys %s lack %q (design.md: stats cover segments, memory, batches, io_uring, gds, runtime queue, qos)", keys, want)
+			t.Errorf("/stats keys %s lack %q (stats cover segments, memory, batches, io_uring, gds, runtime queue, qos)", keys, want)
 		}
 	}
 	// Fresh on every read: a new region shows up in the next read.

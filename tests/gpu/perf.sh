@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf.sh: issue 11's figures on the many-core GPU machine (no fio there).
+# perf.sh: docs/performance.md's figures on the many-core GPU machine (no fio there).
 #
 #   bash tests/gpu/perf.sh build   here: builds the daemon into .gpu/perf
 #                                  (CGO_ENABLED=0, git-ignored)
