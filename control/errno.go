@@ -30,8 +30,8 @@ type ErrnoRow struct {
 	Meaning string
 }
 
-// kindTable maps each engine kind to its errno. design.md's table, plus
-// the two kinds it leaves open: KindClosed (ESHUTDOWN, so a script can
+// kindTable maps each engine kind to its errno. Two rows are choices of
+// this mount rather than obvious errnos: KindClosed (ESHUTDOWN, so a script can
 // tell "the daemon is going away" from a failed transfer) and KindUnknown
 // (EIO; the whole error chain is logged).
 var kindTable = []ErrnoRow{
