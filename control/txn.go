@@ -75,7 +75,8 @@ var txnScope = scope{op: "txn", name: "batches/txn"}
 // Txn is one open descriptor of /ctl/batches/txn. Safe for concurrent
 // use; the caller must Close it exactly once (Release).
 type Txn struct {
-	s *Service
+	s      *Service
+	caller *engine.Caller // who opened it: owns its batches
 
 	mu     sync.Mutex
 	doc    *Document
@@ -89,9 +90,9 @@ type Txn struct {
 	closed bool
 }
 
-// NewTxn returns the state of one open of the transaction file.
-func (s *Service) NewTxn() *Txn {
-	return &Txn{s: s, doc: s.newDocument(), base: -1}
+// NewTxn returns the state of one open of the transaction file by c.
+func (s *Service) NewTxn(c *engine.Caller) *Txn {
+	return &Txn{s: s, caller: c, doc: s.newDocument(), base: -1}
 }
 
 // Append marks the handle as opened with O_APPEND: the kernel places
@@ -156,17 +157,17 @@ func (t *Txn) runLocked(doc []byte) error {
 	if s.closing.Load() {
 		return t.failLocked(errClosing())
 	}
-	p, err := s.prepare(doc)
+	p, err := s.prepare(t.caller, doc)
 	if err != nil {
 		return t.failLocked(err)
 	}
 	capacity := min(max(len(p.reqs), 1), s.e.Config().MaxBatchRequests)
-	bt, err := s.allocate(capacity, false)
+	bt, err := s.allocate(t.caller, capacity, false)
 	if err != nil && t.bt != nil && engine.KindOf(err) == engine.KindExhausted {
 		// At engine.max_allocated_batches the previous batch may be the
 		// one in the way: free it and try once more.
 		t.releaseLocked()
-		bt, err = s.allocate(capacity, false)
+		bt, err = s.allocate(t.caller, capacity, false)
 	}
 	if err != nil {
 		return t.failLocked(err)
