@@ -60,6 +60,7 @@ type DocWriter struct {
 	inDoc   bool               // a document's bytes have been accepted (restart)
 	next    int64              // offset the next write must have
 	failed  error              // the handle's first failure; sticky
+	closed  bool               // released: nothing more is buffered
 }
 
 // Append marks the handle as opened with O_APPEND: writes are taken in
@@ -78,10 +79,12 @@ func (w *DocWriter) Restartable() {
 	w.mu.Unlock()
 }
 
-// Close drops whatever the handle buffered (the handle was released).
+// Close drops whatever the handle buffered (the handle was released);
+// later writes buffer nothing.
 func (w *DocWriter) Close() {
 	w.mu.Lock()
 	w.doc.Reset()
+	w.closed = true
 	w.mu.Unlock()
 }
 
@@ -106,6 +109,11 @@ func (w *DocWriter) Write(p []byte, off int64) error {
 	defer w.mu.Unlock()
 	if w.failed != nil {
 		return &stickyError{first: w.failed}
+	}
+	if w.closed {
+		// The kernel sends no write after release; should one come, it
+		// must not take from the budget that nothing would give back.
+		return w.fail(invalid("write after the file was released"))
 	}
 	if w.restart && !w.inDoc {
 		w.next = off

@@ -107,8 +107,14 @@ func TestBufferedDocumentBudget(t *testing.T) {
 	}
 	// The bound leaves room for the collector (the heap may reach twice
 	// the live bytes before a cycle) and go-fuse's request buffers; the
-	// 1000 documents unbounded held about 1 GB.
-	if grown := rss - rss0; grown > 4*budget {
+	// 1000 documents unbounded held about 1 GB. A race-detector build's
+	// shadow memory (and its sync.Pool, which drops buffers on purpose)
+	// makes RSS meaningless: there only the counts are checked.
+	rssBound := int64(4 * budget)
+	if os.Getenv("ORBITEFS_E2E_RACE") == "1" {
+		rssBound = 1 << 62
+	}
+	if grown := rss - rss0; grown > rssBound {
 		t.Errorf("daemon RSS grew by %d MiB holding unfinished documents, want at most %d MiB", grown>>20, 4*budget>>20)
 	}
 	if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "mount.max_buffered_document_bytes") || !strings.Contains(e, "retry") {
@@ -147,7 +153,7 @@ func TestBufferedDocumentBudget(t *testing.T) {
 			})
 		}
 	}
-	if rss := m.daemonRSS(t); rss-rss0 > 4*budget {
+	if rss := m.daemonRSS(t); rss-rss0 > rssBound {
 		t.Errorf("daemon RSS %d MiB after closing and refilling, from %d MiB", rss>>20, rss0>>20)
 	}
 }
