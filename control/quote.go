@@ -12,6 +12,11 @@ import (
 	"unicode/utf8"
 )
 
+// maxErrorText bounds an error text as the error files and the log keep
+// it, whatever a message quoted: the last line of defence behind the
+// quoting rule below.
+const maxErrorText = 4096
+
 // quoteRunes is how much of a client's text an error quotes.
 const quoteRunes = 40
 
@@ -42,4 +47,16 @@ func cut(shown, total int) string {
 		return ""
 	}
 	return fmt.Sprintf("... (%d bytes)", total)
+}
+
+// capText cuts s to at most max bytes (at a rune boundary), saying so.
+func capText(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	i := max
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + fmt.Sprintf("... (cut: %d bytes)", len(s))
 }

@@ -182,7 +182,7 @@ func (s *Service) fail(sc scope, err error) error {
 	err = label(sc.op, sc.name, err)
 	// The error files keep their text until the next failure; the time
 	// says whether it is older than what the reader just did.
-	text := time.Now().UTC().Format(errorTimeLayout) + " " + err.Error()
+	text := time.Now().UTC().Format(errorTimeLayout) + " " + capText(err.Error(), maxErrorText)
 	if sc.batch != nil {
 		sc.batch.setErr(text)
 	} else {
@@ -194,7 +194,7 @@ func (s *Service) fail(sc scope, err error) error {
 	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO || k == engine.KindUnquiesced {
 		level = slog.LevelError
 	}
-	attrs := []any{"op", sc.op, "err", err}
+	attrs := []any{"op", sc.op, "err", capText(err.Error(), maxErrorText)}
 	if sc.logKey != "" {
 		attrs = append(attrs, sc.logKey, sc.logName)
 	}
