@@ -7,27 +7,36 @@ import (
 	"testing"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/orbitefs/orbitefs/internal/cred"
 )
 
 // TestProcGroups: the groups come from the task's status only when its
-// filesystem ids are the request's (a reused pid gives none).
+// filesystem ids are the request's (a reused pid gives none). The task is
+// a thread given groups of its own (the kernel's pid for a request is the
+// calling thread's).
 func TestProcGroups(t *testing.T) {
-	pid, uid, gid := uint32(os.Getpid()), uint32(os.Geteuid()), uint32(os.Getegid())
-	want, err := os.Getgroups()
+	if os.Geteuid() != 0 {
+		t.Skip("setting groups needs root")
+	}
+	err := cred.As(cred.User{UID: 0, GID: 0, Groups: []uint32{4242, 4343}}, func() error {
+		tid := uint32(unix.Gettid())
+		if got := procGroups(tid, 0, 0); !slices.Equal(got, []uint32{4242, 4343}) {
+			t.Errorf("procGroups(this thread) = %v, want [4242 4343]", got)
+		}
+		if got := procGroups(tid, 1, 0); got != nil {
+			t.Errorf("procGroups with another uid = %v, want nil", got)
+		}
+		if got := procGroups(tid, 0, 1); got != nil {
+			t.Errorf("procGroups with another gid = %v, want nil", got)
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := procGroups(pid, uid, gid)
-	if len(got) != len(want) || !slices.EqualFunc(got, want, func(a uint32, b int) bool { return int(a) == b }) {
-		t.Errorf("procGroups(self) = %v, want %v", got, want)
-	}
-	if got := procGroups(pid, uid+1, gid); got != nil {
-		t.Errorf("procGroups with another uid = %v, want nil", got)
-	}
-	if got := procGroups(pid, uid, gid+1); got != nil {
-		t.Errorf("procGroups with another gid = %v, want nil", got)
-	}
-	if got := procGroups(1<<30, uid, gid); got != nil {
+	if got := procGroups(1<<30, 0, 0); got != nil {
 		t.Errorf("procGroups of a missing pid = %v, want nil", got)
 	}
 }
