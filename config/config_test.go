@@ -159,6 +159,47 @@ func TestLoadFile(t *testing.T) {
 	}
 }
 
+// TestLoadSubTableOnly: a file may name only a sub-table, as the headings
+// of docs/config.md do ([engine.runtime_queue] with no [engine]); TOML
+// defines the parent table implicitly. A parent that is not a table is
+// still refused.
+func TestLoadSubTableOnly(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	for _, c := range []struct {
+		text  string
+		check func(*Daemon) bool
+		err   string
+	}{
+		{text: "[engine.runtime_queue]\nenabled = true\nmax_dispatch_owners = 8\n",
+			check: func(d *Daemon) bool {
+				return d.Engine.RuntimeQueue.Enabled && d.Engine.RuntimeQueue.MaxDispatchOwners == 8 && d.Engine.MaxBatchRequests == 4096
+			}},
+		{text: "[engine.io_uring]\nqueue_depth = 64\n[mount]\nlog_level = \"debug\"\n",
+			check: func(d *Daemon) bool { return d.Engine.IOUring.QueueDepth == 64 && d.Mount.LogLevel == "debug" }},
+		{text: "engine.runtime_queue.enabled = true\n",
+			check: func(d *Daemon) bool { return d.Engine.RuntimeQueue.Enabled }},
+		{text: "engine = { max_file_segments = 7 }\n",
+			check: func(d *Daemon) bool { return d.Engine.MaxFileSegments == 7 }},
+		{text: "[[engine]]\nmax_file_segments = 7\n", err: "engine: want a table [engine]"},
+		{text: "[engine]\nruntime_queue = 1\n", err: "engine.runtime_queue: want a table [engine.runtime_queue]"},
+	} {
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Load(p)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want it to mention %q", c.text, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", c.text, err)
+		case !c.check(d):
+			t.Errorf("%q: not applied: %+v", c.text, d)
+		}
+	}
+}
+
 // TestLoadReportsEveryProblem: unknown keys, values that do not decode and
 // values out of bounds come back together in one error, each named.
 func TestLoadReportsEveryProblem(t *testing.T) {

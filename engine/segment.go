@@ -598,6 +598,9 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		idle = ent.mu.idle
 	}
 	ent.mu.Unlock()
+	if e.closeDrained != nil {
+		e.closeDrained()
+	}
 	if idle != nil {
 		t := time.NewTimer(timeout)
 		defer t.Stop()

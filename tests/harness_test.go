@@ -139,7 +139,13 @@ func daemonBinary(t *testing.T) string {
 		}
 		buildDir = dir
 		bin := filepath.Join(dir, "orbitefs")
-		args := []string{"build", "-ldflags=-checklinkname=0"}
+		// The commit and dirty flag, as `make build` stamps them.
+		stamp, err := exec.Command("bash", filepath.Join(root, "scripts", "buildflags.sh")).Output()
+		if err != nil {
+			buildErr = fmt.Errorf("scripts/buildflags.sh: %w", err)
+			return
+		}
+		args := []string{"build", "-ldflags=-checklinkname=0 " + strings.TrimSpace(string(stamp))}
 		if os.Getenv("ORBITEFS_E2E_RACE") == "1" {
 			args = append(args, "-race")
 		}
