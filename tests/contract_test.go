@@ -644,8 +644,9 @@ done`, r))
 }
 
 // testAllowedRoots: with the embedded defaults, file segments open only
-// beneath the daemon's working directory, /tmp and /dev/shm (checked on
-// the opened file's real path); symlinks and ".." cannot lead out.
+// beneath /tmp and /dev/shm (checked on the opened file's real path);
+// symlinks and ".." cannot lead out, and the daemon's working directory
+// is not a root (a daemon started in / once exposed every file).
 func testAllowedRoots(t *testing.T, m *mount) {
 	open := func(name, uri, perm string) shResult {
 		return m.run(t, fmt.Sprintf(`echo '{"name":"%s","uri":"%s","permission":"%s"}' > "$M/segments/open"`, name, uri, perm))
@@ -679,14 +680,14 @@ mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
 
 	ok("file under /tmp", "file://"+T+"/f")
 	ok("file under /dev/shm", "file://"+S+"/f")
-	ok("file in the daemon's working directory", "file://"+m.cwd+"/f")
-	ok("relative URI, resolved against the working directory", "file://f")
 	ok("relative symlink under /tmp to a file next to it", "file://"+T+"/tof")
 	// Confinement checks where the opened file really is, so absolute
 	// symlinks whose target lies beneath an allowed root open too.
 	ok("absolute symlink under /tmp to a file next to it", "file://"+T+"/tofabs")
-	ok("symlink under /tmp to a file in the working directory (another root)", "file://"+T+"/tocwd")
 
+	refused("file in the daemon's working directory", "file://"+m.cwd+"/f", "Permission denied")
+	refused("relative URI, resolved against the working directory", "file://f", "Permission denied")
+	refused("symlink under /tmp to a file in the working directory", "file://"+T+"/tocwd", "Permission denied")
 	refused("/etc/passwd", "file:///etc/passwd", "Permission denied")
 	refused("symlink under /tmp to /etc/passwd", "file://"+T+"/pw", "Permission denied")
 	refused("directory symlink under /tmp to /etc", "file://"+T+"/etc/passwd", "Permission denied")
