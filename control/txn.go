@@ -33,10 +33,11 @@
 //     previous transaction readable (the sticky rule below promises it).
 //   - Errors are sticky per descriptor as on every document file (except
 //     EAGAIN from the mount's budget of buffered document bytes, which
-//     changes nothing): after a failed write, every later write, the close, and a read when no
-//     transaction was accepted fail with the same errno. A transaction
-//     submitted before the failure stays readable, and close still frees
-//     it.
+//     changes nothing): after a failed write, every later write, the
+//     close, and a read when no transaction was accepted fail with the
+//     same errno. A transaction submitted before the failure stays
+//     readable (the next read serves its status again from its first
+//     byte), and close still frees it.
 //   - Read blocks until the batch is terminal, then serves its status
 //     JSON (the batch's status file) from the offset of the first read
 //     that returns it, so `cat <&3` after `echo ... >&3` and a pread at 0
@@ -50,8 +51,8 @@
 //
 // Invariants:
 //   - A Txn holds at most one batch, apart from the moment between
-//     submitting a new transaction and freeing the previous one; it frees
-//     every batch it took, the last one at Close. Every batch a Txn allocated is freed, unless the
+//     submitting a new transaction and freeing the previous one. Every
+//     batch a Txn allocated is freed (the last one at Close), unless the
 //     daemon shuts down first (the engine's Close then cancels and
 //     drains it).
 //   - Txn.mu is held across the engine calls of one write (writes and
