@@ -336,3 +336,34 @@ func TestConfigRefusesNaNAndQuotesNoFile(t *testing.T) {
 		}
 	}
 }
+
+// TestBufferedDocumentBudgetReleasedOnClose: with a 1 MiB budget, an
+// unfinished memory/register document of 600 KiB leaves no room for a
+// second one (EAGAIN); closing the first gives its bytes back, and the
+// refused write, retried on its open descriptor, is accepted.
+func TestBufferedDocumentBudgetReleasedOnClose(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: "[mount]\nmax_buffered_document_bytes = \"1MiB\"\n"})
+	piece := []byte(`{"name":"x",` + strings.Repeat(" ", 600<<10))
+	open := func() int {
+		fd, err := syscall.Open(filepath.Join(m.dir, "memory/register"), syscall.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	a, b := open(), open()
+	defer syscall.Close(b)
+	if _, err := syscall.Write(a, piece); err != nil {
+		t.Fatalf("first unfinished document: %v", err)
+	}
+	if _, err := syscall.Write(b, piece); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("second unfinished document over the budget: %v, want EAGAIN", err)
+	}
+	if err := syscall.Close(a); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("close with an unfinished document: %v, want EINVAL", err)
+	}
+	eventually(t, 10*time.Second, "the refused write accepted after the holder closed", func() bool {
+		_, err := syscall.Write(b, piece)
+		return err == nil
+	})
+}
