@@ -185,7 +185,9 @@ func TestTinyWritesCPU(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(m.dir, "memory", name)); err != nil {
 		t.Fatalf("the document did not register %s: %v", name, err)
 	}
-	if cpu > 5*time.Second {
+	// A race-detector build of the daemon costs several times the CPU
+	// per request: there the figure is only logged.
+	if cpu > 5*time.Second && os.Getenv("ORBITEFS_E2E_RACE") != "1" {
 		t.Errorf("daemon CPU for a %d-byte document in 1-byte writes: %s, want under 5s", len(doc), cpu)
 	}
 }
