@@ -128,6 +128,14 @@ func TestDocumentTinyWritesLinear(t *testing.T) {
 			}
 		}
 	})
+	// Every byte examined once: the scanner resumes, never rescans.
+	d := NewDocument(1<<20, nil)
+	for i := range tinyWritesDoc {
+		d.Append(tinyWritesDoc[i : i+1])
+	}
+	if d.scan.steps != int64(len(tinyWritesDoc)) {
+		t.Errorf("%d-byte document in 1-byte writes: %d bytes scanned, want each once", len(tinyWritesDoc), d.scan.steps)
+	}
 	if allocs > 64 {
 		t.Fatalf("%d-byte document in 1-byte writes: %.0f allocations, want at most 64 (one per buffer growth)", len(tinyWritesDoc), allocs)
 	}

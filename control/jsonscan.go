@@ -44,6 +44,7 @@ type jsonScanner struct {
 	step  func(*jsonScanner, byte) error
 	stack []byte
 	pos   int64  // bytes fed so far
+	steps int64  // bytes examined since the scanner was made (never reset)
 	done  bool   // the top-level value ended at byte pos
 	word  string // the literal being matched (true, false, null)
 	n     int    // bytes of word matched; hex digits left in a \u escape
@@ -66,6 +67,7 @@ func (s *jsonScanner) feed(p []byte) (int, error) {
 			return i, nil
 		}
 		s.pos++
+		s.steps++
 		if err := s.step(s, c); err != nil {
 			s.step = nil
 			return i, err
