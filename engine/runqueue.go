@@ -9,9 +9,9 @@
 // higher priority; then, with deadline_aware, the earlier deadline (EDF);
 // then admission order (FIFO). Within a batch, groups dispatch FIFO
 // regardless (the worker only ever offers its head), so the order decides
-// between batches. Aging is what keeps a low priority from starving: a
-// waiter is passed for at most priority_aging by waiters that are not
-// older than it.
+// between batches. Aging is what keeps a low priority from starving:
+// once it has waited priority_aging, only promoted deadlines and older
+// waiters still go before it.
 //
 // Who competes with whom: the order only matters between waiters for the
 // same capacity, so a waiter holds back only those it competes with.
