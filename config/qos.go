@@ -369,9 +369,12 @@ func checkQoSName(at, n string) error {
 // checkFields checks one layer: priorities in range (a programmatic
 // config bypasses ParsePriority) and the actions.
 func checkFields(at string, f QoSFields) error {
-	for name, p := range map[string]*Priority{"priority": f.Priority, "max_priority": f.MaxPriority} {
-		if p != nil && *p > PriorityLow {
-			return qosErr("%s.%s %d: want 0/1/2 or high/medium/low", at, name, *p)
+	for _, p := range []struct {
+		name string
+		v    *Priority
+	}{{"priority", f.Priority}, {"max_priority", f.MaxPriority}} {
+		if p.v != nil && *p.v > PriorityLow {
+			return qosErr("%s.%s %d: want 0/1/2 or high/medium/low", at, p.name, *p.v)
 		}
 	}
 	if f.AllowedDegradedActions == nil {
