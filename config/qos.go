@@ -119,7 +119,7 @@ func (p *Priority) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the name.
 func (p Priority) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(p.String())), nil }
 
-// QoS degraded actions the engine executes; the others TENT names are
+// QoS degraded actions the engine executes; the others the format names are
 // refused.
 const (
 	ActionDelay  = "delay"
@@ -264,7 +264,7 @@ func parseQoSSection(v jsontext.Value) (*QoS, error) {
 		return nil, qosErr("qos.version %d: only version 1 is accepted", *w.Version)
 	}
 	if w.Defaults == nil && w.Tenants == nil {
-		return nil, nil // {} or version-only: TENT's disabled resolver
+		return nil, nil // {} or version-only: QoS disabled
 	}
 	q := &QoS{Version: 1, Tenants: w.Tenants}
 	if w.Defaults != nil {

@@ -166,8 +166,16 @@ func (a *admission) admit(g *group, pol *QoSPolicy) error {
 	name := g.b.name()
 	g.adm.owners = uint64(g.n)
 	g.adm.bytes = g.charge
-	for i := 0; i < g.n; i++ {
-		g.adm.maxOwn = max(g.adm.maxOwn, opBytes(&g.ops[i]))
+	if g.mem != nil {
+		// A memory group's physical owners may merge several requests.
+		g.adm.owners = uint64(len(g.mem.owners))
+		for _, o := range g.mem.owners {
+			g.adm.maxOwn = max(g.adm.maxOwn, o.n)
+		}
+	} else {
+		for i := 0; i < g.n; i++ {
+			g.adm.maxOwn = max(g.adm.maxOwn, opBytes(&g.ops[i]))
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

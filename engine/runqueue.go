@@ -235,13 +235,24 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 	}
 	if a.rq.Enabled && g.offRing && g.mem == nil {
 		// Device-memory groups run whole on their executors: they take
-		// the window for all their live owners at once.
+		// the window for all their live owners at once. First each owner
+		// faces the deadline prediction, as a ring owner does at its
+		// dispatch, counting the bytes of this group's owners before it.
 		var owners, bytes uint64
+		ahead := map[bwKey]uint64{}
 		for i := 0; i < g.n; i++ {
-			if w.b.mu.tasks[g.first+i].state == TaskPending {
-				owners++
-				bytes += w.b.mu.tasks[g.first+i].length
+			t := &w.b.mu.tasks[g.first+i]
+			if t.state != TaskPending {
+				continue
 			}
+			k := g.bwKey(i)
+			if a.infeasible(g, i, ahead[k]+t.length, now) {
+				w.dropInfeasibleLocked(g, i, now)
+				continue
+			}
+			ahead[k] += t.length
+			owners++
+			bytes += t.length
 		}
 		n := need{window: true, owners: owners, size: bytes}
 		if !a.windowFits(owners, bytes) || !a.first(g, n, now) {
@@ -296,11 +307,7 @@ func (w *worker) ownerGate(g *group, i int, now time.Time) ownerVerdict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.infeasible(g, i, t.length, now) {
-		a.st.infeasible++
-		t.state = TaskFailed
-		t.err = &Error{Op: g.op.String(), Name: w.b.name(), Kind: KindTimeout,
-			Err: fmt.Errorf("requests[%d]: %w: %d bytes at the measured %.0f B/s with %d bytes ahead would take longer than %.3g of the %s left", i, ErrDeadlineInfeasible, t.length, a.bw.rate(g.bwKey(i)), a.bw.entry(g.bwKey(i)).inflight, a.rq.MLULocalThreshold, g.deadline.Sub(now).Round(time.Microsecond))}
-		w.b.e.st.tasksFailed.Add(1)
+		w.dropInfeasibleLocked(g, i, now)
 		return ownerDrop
 	}
 	n := need{window: true, owners: 1, size: t.length}
@@ -311,6 +318,18 @@ func (w *worker) ownerGate(g *group, i int, now time.Time) ownerVerdict {
 	a.unwait(g)
 	a.take(g, i, t.length, now)
 	return ownerGo
+}
+
+// dropInfeasibleLocked fails pending owner i of g with
+// ErrDeadlineInfeasible before any I/O. REQUIRES: b.mu, a.mu.
+func (w *worker) dropInfeasibleLocked(g *group, i int, now time.Time) {
+	a := w.b.e.adm
+	t := &w.b.mu.tasks[g.first+i]
+	a.st.infeasible++
+	t.state = TaskFailed
+	t.err = &Error{Op: g.op.String(), Name: w.b.name(), Kind: KindTimeout,
+		Err: fmt.Errorf("requests[%d]: %w: %d bytes at the measured %.0f B/s with %d bytes ahead would take longer than %.3g of the %s left", i, ErrDeadlineInfeasible, t.length, a.bw.rate(g.bwKey(i)), a.bw.entry(g.bwKey(i)).inflight, a.rq.MLULocalThreshold, g.deadline.Sub(now).Round(time.Microsecond))}
+	w.b.e.st.tasksFailed.Add(1)
 }
 
 // infeasible: EDF with a positive mlu_local_threshold, a known rate, and

@@ -130,6 +130,10 @@ func TestQoSFiles(t *testing.T) {
 	if err := json.Unmarshal([]byte(m.ok(t, `cat "$M/qos/contracts"`)), &contracts); err != nil || len(contracts) != 4 {
 		t.Fatalf("/qos/contracts: %v %v", contracts, err)
 	}
+	// The startup log says which file was loaded and how many contracts.
+	if want := fmt.Sprintf(`msg="qos contracts loaded" op=mount source=%s contracts=4 tenants=1`, qos); !strings.Contains(m.logText(), want) {
+		t.Errorf("the daemon log lacks %q:\n%s", want, m.logText())
+	}
 	out := m.ok(t, `exec 3<>"$M/qos/resolve"
 echo '{"tenant":" Tenant-A ","intent":"foreground_get","priority":"low"}' >&3
 cat <&3`)
