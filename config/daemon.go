@@ -47,6 +47,9 @@ type Mount struct {
 	DefaultBatchCapacity int `toml:"default_batch_capacity"`
 	// MaxDocumentBytes bounds one JSON document written to a control file.
 	MaxDocumentBytes Size `toml:"max_document_bytes"`
+	// MaxBufferedDocumentBytes bounds the bytes that unfinished documents
+	// on all open control files hold together.
+	MaxBufferedDocumentBytes Size `toml:"max_buffered_document_bytes"`
 	// CloseTimeout bounds rmdir of a segment (drain of admitted users).
 	CloseTimeout Duration `toml:"close_timeout"`
 	// IdleBatchTimeout is how long a batch read from clone may go without
@@ -175,6 +178,9 @@ func (d *Daemon) Validate() error {
 	p.between("mount.default_batch_capacity", m.DefaultBatchCapacity, 1, d.Engine.MaxBatchRequests)
 	if m.MaxDocumentBytes < 64 || m.MaxDocumentBytes > 64<<20 {
 		p.addf("mount.max_document_bytes (%d) must be in [64, 64MiB]", m.MaxDocumentBytes)
+	}
+	if m.MaxBufferedDocumentBytes < m.MaxDocumentBytes || m.MaxBufferedDocumentBytes > 64<<30 {
+		p.addf("mount.max_buffered_document_bytes (%d) must be in [mount.max_document_bytes (%d), 64GiB]: one unfinished document of the largest size must fit", m.MaxBufferedDocumentBytes, m.MaxDocumentBytes)
 	}
 	p.positiveDur("mount.close_timeout", m.CloseTimeout)
 	p.positiveDur("mount.shutdown_timeout", m.ShutdownTimeout)

@@ -71,7 +71,7 @@ func (s *Service) Memories() []*Memory {
 // /memory/register by c.
 func (s *Service) RegisterWriter(c *engine.Caller) *DocWriter {
 	sc := scope{op: "register", name: "memory"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: func(doc []byte) error { return s.Register(c, doc) },
+	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.Register(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
