@@ -206,3 +206,72 @@ func TestSetattrRefused(t *testing.T) {
 	}
 	m.ok(t, `echo hello > "$M/memory/`+buf+`/data"; head -c 6 "$M/memory/`+buf+`/data" | grep -qx hello`)
 }
+
+// TestCallerMagicLinks: a caller's path never goes through the daemon's
+// own /proc. Resolved in the daemon, /proc/self/fd/N is the daemon's
+// descriptor N: once root opened a segment on a 0644 file inside a 0700
+// directory, nobody read that file through /proc/self/fd/N (the file's
+// own mode allowed it, and the descriptor skipped the directory nobody
+// may not search), with the default allowed roots.
+func TestCallerMagicLinks(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: "[mount]\nallow_other = true\n"})
+	D, err := os.MkdirTemp("/tmp", "orbitefs-magic-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(D) })
+	if err := os.Chmod(D, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	m.ok(t, fmt.Sprintf(`D=%q; mkdir -m 700 "$D/priv"; echo TOPSECRET > "$D/priv/secret"; chmod 644 "$D/priv/secret"`, D))
+	m.openSegment(t, "rootseg", D+"/priv/secret", "read")
+	pid := m.cmd.Process.Pid
+	fd := ""
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name())); l == D+"/priv/secret" {
+			fd = e.Name()
+		}
+	}
+	if fd == "" {
+		t.Fatalf("the daemon holds no descriptor of %s/priv/secret", D)
+	}
+	nb := uniq("nb")
+	if r := m.run(t, asNobody+"bash -c "+shq(`echo '{"name":"`+nb+`","location":"cpu","bytes":4096}' > "$M/memory/register"`)); r.code != 0 {
+		t.Fatalf("as nobody, register: %s", r)
+	}
+	if r := m.run(t, asNobody+"cat "+D+"/priv/secret"); r.code == 0 {
+		t.Fatalf("nobody reads %s/priv/secret directly: the test's premise is wrong", D)
+	}
+	m.ok(t, fmt.Sprintf(`ln -s /proc/self/fd/%s %q/link`, fd, D))
+	for _, path := range []string{
+		"/proc/self/fd/" + fd,
+		"/dev/fd/" + fd,
+		"/proc/thread-self/fd/" + fd,
+		fmt.Sprintf("/proc/%d/fd/%s", pid, fd),
+		fmt.Sprintf("/proc/%d/root%s/priv/secret", pid, D),
+		D + "/link",
+	} {
+		before := m.ls(t, "segments")
+		seg := uniq("steal")
+		r := m.run(t, asNobody+"bash -c "+shq(fmt.Sprintf(`echo '{"name":"%s","uri":"file://%s","permission":"read"}' > "$M/segments/open"`, seg, path)))
+		if r.code == 0 || !strings.Contains(r.stderr, eACCES) {
+			t.Errorf("as nobody, open %s: %s\nwant %q", path, r, eACCES)
+			m.run(t, asNobody+"bash -c "+shq(fmt.Sprintf(`(echo '{"op":"read","target":"%s","requests":[{"memory":"%s","length":10}]}' >&3; cat <&3 >/dev/null) 3<>"$M/ctl/batches/txn"; head -c 9 "$M/memory/%s/data" >&2`, seg, nb, nb)))
+			continue
+		}
+		if after := m.ls(t, "segments"); strings.Join(after, " ") != strings.Join(before, " ") {
+			t.Errorf("as nobody, the refused open of %s changed ls segments: %v -> %v", path, before, after)
+		}
+		r = m.run(t, asNobody+"bash -c "+shq(fmt.Sprintf(`echo '{"name":"%s","location":"cpu","bytes":4096,"shm":"%s"}' > "$M/memory/register"`, uniq("shm"), path)))
+		if r.code == 0 || !strings.Contains(r.stderr, eACCES) {
+			t.Errorf("as nobody, register shm %s: %s\nwant %q", path, r, eACCES)
+		}
+	}
+	if !strings.Contains(m.logText(), "magic link") {
+		t.Errorf("the daemon log does not say why the opens were refused (a /proc magic link)")
+	}
+}
