@@ -56,12 +56,15 @@ func (bt *Batch) Seq() uint64 { return bt.seq }
 func (bt *Batch) Owner() (uid, gid uint32, ok bool) { return ownerIDs(bt.owner) }
 
 // mine refuses c acting on bt unless it owns it (owner.go). Its error
-// is recorded.
+// is recorded in c's view of /error, not in bt's error file, where a
+// refused stranger would replace the owner's last error.
 func (s *Service) mine(c *engine.Caller, bt *Batch, op string) error {
 	if s.owns(c, bt.owner) {
 		return nil
 	}
-	return s.fail(bt.scope(op), s.notYours(c, bt.name(), bt.owner))
+	sc := bt.scope(op)
+	sc.batch, sc.caller = nil, c
+	return s.fail(sc, s.notYours(c, bt.name(), bt.owner))
 }
 
 // Created is the allocation time.
@@ -70,7 +73,7 @@ func (bt *Batch) Created() time.Time { return bt.created }
 func (bt *Batch) name() string { return fmt.Sprintf("batches/%d", bt.ID) }
 
 func (bt *Batch) scope(op string) scope {
-	return scope{batch: bt, op: op, name: bt.name(), logKey: "batch", logName: bt.ID}
+	return scope{batch: bt, caller: bt.owner, op: op, name: bt.name(), logKey: "batch", logName: bt.ID}
 }
 
 func (bt *Batch) setErr(text string) {
@@ -187,7 +190,7 @@ func (s *Service) live(bt *Batch, op string) error {
 // Clone allocates a batch with the default capacity for c, who owns it
 // (/ctl/batches/clone).
 func (s *Service) Clone(c *engine.Caller) (*Batch, error) {
-	sc := scope{op: "allocate", name: "batches"}
+	sc := scope{caller: c, op: "allocate", name: "batches"}
 	if s.closing.Load() {
 		return nil, s.fail(sc, errClosing())
 	}
@@ -241,7 +244,7 @@ func (s *Service) Submit(c *engine.Caller, bt *Batch, doc []byte) error {
 		return err
 	}
 	if !bt.beginSubmit() {
-		sc.batch = nil // its error file went with it: /error
+		sc.batch, sc.caller = nil, c // its error file went with it: /error
 		return s.fail(sc, s.errReclaimed(bt))
 	}
 	accepted := false
@@ -423,7 +426,7 @@ func (s *Service) Ctl(caller *engine.Caller, bt *Batch, text string) error {
 func (s *Service) FreeBatch(c *engine.Caller, id uint64) error {
 	bt := s.Batch(id)
 	if bt == nil {
-		return s.fail(scope{op: "free", name: fmt.Sprintf("batches/%d", id), logKey: "batch", logName: id}, notFound("no batch %d", id))
+		return s.fail(scope{caller: c, op: "free", name: fmt.Sprintf("batches/%d", id), logKey: "batch", logName: id}, notFound("no batch %d", id))
 	}
 	if err := s.mine(c, bt, "free"); err != nil {
 		return err

@@ -3,6 +3,7 @@ package control_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -82,6 +83,20 @@ func TestOwnership(t *testing.T) {
 	}
 	if s.Memory("dbuf") == nil || s.Segment("dseg") == nil || s.Batch(dbt.ID) == nil || s.TaskCount(abt) != 0 || s.TaskCount(dbt) != 0 {
 		t.Fatal("a refused operation changed something")
+	}
+	// Refusals go to the refused caller's view of /error, not to the
+	// daemon's batch's error file; another uid sees none of them.
+	if e := dbt.Error(); len(e) != 0 {
+		t.Errorf("the daemon's batch error file after alice's refusals: %q, want it empty", e)
+	}
+	if e := string(s.LastError(alice)); !strings.Contains(e, "ctl/engine is for the daemon's user") {
+		t.Errorf("alice's /error = %q, want her last refusal", e)
+	}
+	if e := s.LastError(&engine.Caller{UID: 4343, GID: 4343}); len(e) != 0 {
+		t.Errorf("uid 4343's /error = %q, want it empty", e)
+	}
+	if e := string(s.LastError(nil)); !strings.Contains(e, "ctl/engine is for the daemon's user") {
+		t.Errorf("the daemon's /error = %q, want the last refusal of anyone", e)
 	}
 
 	// Alice's own objects, by name and by address inside them.

@@ -13,7 +13,8 @@
 //   - Every error a method returns has been recorded exactly once: in the
 //     batch's error text for batch operations, in the mount-wide last
 //     error otherwise (each prefixed with its RFC 3339 UTC time), and in
-//     the log. Interrupted waits (EINTR) are not errors and are not
+//     the log. The mount-wide last error is kept per caller as well:
+//     /error shows an unprivileged uid only its own (LastError). Interrupted waits (EINTR) are not errors and are not
 //     recorded; a document handle that already failed returns its first
 //     error again without recording it again (docwriter.go).
 //   - After Shutdown begins, creators and submit fail with KindClosed;
@@ -99,7 +100,8 @@ type Service struct {
 		memory   map[string]*Memory // nil: name reserved, creation in progress
 		segments map[string]*Segment
 		batches  map[uint64]*Batch
-		lastErr  string
+		lastErr  string            // anyone's: what privileged callers read
+		userErr  map[uint32]string // each unprivileged uid's own
 	}
 }
 
@@ -133,6 +135,7 @@ func New(e *engine.Engine, opts Options) *Service {
 	s.mu.memory = make(map[string]*Memory)
 	s.mu.segments = make(map[string]*Segment)
 	s.mu.batches = make(map[uint64]*Batch)
+	s.mu.userErr = make(map[uint32]string)
 	return s
 }
 
@@ -170,7 +173,12 @@ const errorTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // scope says where an operation's error text goes.
 type scope struct {
-	batch   *Batch // nil: the mount-wide /error
+	batch *Batch // nil: the mount-wide /error
+	// caller is whose view of /error a mount-wide error belongs to: the
+	// caller that failed, or, for an object's own files, the object's
+	// owner (only the owner and privileged callers can open them). nil:
+	// the daemon.
+	caller  *engine.Caller
 	op      string
 	name    string // "memory/buf", "segments/cache", "batches/3"
 	logKey  string // "region", "segment", "batch"
@@ -205,6 +213,9 @@ func (s *Service) record(sc scope, err error) error {
 	} else {
 		s.mu.Lock()
 		s.mu.lastErr = text
+		if !s.privileged(sc.caller) {
+			s.mu.userErr[sc.caller.UID] = text
+		}
 		s.mu.Unlock()
 	}
 	return err
@@ -221,12 +232,17 @@ func label(op, name string, err error) error {
 	return &engine.Error{Op: op, Name: name, Kind: engine.KindOf(err), Err: err}
 }
 
-// LastError is the mount-wide /error: the last failed operation not tied
-// to a batch, with a newline, or empty.
-func (s *Service) LastError() []byte {
+// LastError is /error as c reads it: the last failed operation not tied
+// to a batch, with a newline, or empty. A privileged c (owner.go) reads
+// the last one of any caller; any other c only the last of its own, so
+// one user never reads another's error texts (paths, names).
+func (s *Service) LastError(c *engine.Caller) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return textLine(s.mu.lastErr)
+	if s.privileged(c) {
+		return textLine(s.mu.lastErr)
+	}
+	return textLine(s.mu.userErr[c.UID])
 }
 
 func textLine(s string) []byte {

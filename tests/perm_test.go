@@ -275,3 +275,50 @@ func TestCallerMagicLinks(t *testing.T) {
 		t.Errorf("the daemon log does not say why the opens were refused (a /proc magic link)")
 	}
 }
+
+// TestErrorPerCaller: /error is each caller's own. With allow_other it
+// was one text for the whole mount: nobody read root's last error, paths
+// included, and a refused stranger's rmdir of root's batch replaced
+// the batch's own error text.
+func TestErrorPerCaller(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: "[mount]\nallow_other = true\n"})
+	const other = "setpriv --reuid=4321 --regid=4321 --clear-groups "
+	as := func(who, script string) shResult {
+		return m.run(t, who+"bash -c "+shq(script))
+	}
+	rootMissing := "/tmp/" + uniq("root-private-name")
+	if r := m.run(t, `echo '{"name":"x","uri":"file://`+rootMissing+`","permission":"read"}' > "$M/segments/open"`); r.code == 0 {
+		t.Fatalf("open of a missing file succeeded: %s", r)
+	}
+	if got := m.line(t, `cat "$M/error"`); !strings.Contains(got, rootMissing) {
+		t.Fatalf("root's /error = %q, want root's failure naming %s", got, rootMissing)
+	}
+	if r := as(asNobody, `cat "$M/error"`); r.code != 0 || r.stdout != "" {
+		t.Errorf("nobody reads /error after only root failed: %s\nwant it empty", r)
+	}
+	nobodyMissing := "/tmp/" + uniq("nobody-private-name")
+	as(asNobody, `echo '{"name":"x","uri":"file://`+nobodyMissing+`","permission":"read"}' > "$M/segments/open"`)
+	if r := as(asNobody, `cat "$M/error"`); !strings.Contains(r.stdout, nobodyMissing) || strings.Contains(r.stdout, rootMissing) {
+		t.Errorf("nobody's /error after its own failure: %s\nwant its own text only (%s)", r, nobodyMissing)
+	}
+	if r := as(other, `cat "$M/error"`); r.code != 0 || r.stdout != "" {
+		t.Errorf("uid 4321 reads /error after nobody and root failed: %s\nwant it empty", r)
+	}
+	// Root, privileged, reads the last failure of anyone.
+	if got := m.line(t, `cat "$M/error"`); !strings.Contains(got, nobodyMissing) {
+		t.Errorf("root's /error = %q, want the last failure of any caller (nobody's, naming %s)", got, nobodyMissing)
+	}
+	// A refused write to root's batch goes to the writer's /error and
+	// leaves the batch's own error file alone.
+	bt := m.clone(t)
+	// (rmdir reaches the daemon: /ctl/batches is writable by all.)
+	if r := as(asNobody, `rmdir "$M/ctl/batches/`+bt+`"`); r.code == 0 || !strings.Contains(r.stderr, eACCES) {
+		t.Fatalf("nobody removes root's batch: %s", r)
+	}
+	if got := m.line(t, `cat "$M/ctl/batches/`+bt+`/error"`); got != "" {
+		t.Errorf("root's batch error file after nobody's refused rmdir: %q, want it empty", got)
+	}
+	if r := as(asNobody, `cat "$M/error"`); !strings.Contains(r.stdout, "batches/"+bt+" belongs to uid 0") {
+		t.Errorf("nobody's /error after its refused rmdir: %s\nwant the refusal", r)
+	}
+}
