@@ -277,6 +277,9 @@ func TestMaxBufferedDocumentBytes(t *testing.T) {
 		{"max_buffered_document_bytes = \"512KiB\"", "mount.max_buffered_document_bytes (524288) must be in [mount.max_document_bytes (1048576), 64GiB]"},
 		{"max_buffered_document_bytes = \"65GiB\"", "mount.max_buffered_document_bytes (69793218560) must be in"},
 		{"max_buffered_document_bytes = \"1MiB\"", ""},
+		{"max_buffered_document_bytes_per_user = \"512KiB\"", "mount.max_buffered_document_bytes_per_user (524288) must be in [mount.max_document_bytes (1048576), 64GiB]: one user's unfinished document of the largest size must fit"},
+		{"max_buffered_document_bytes_per_user = \"65GiB\"", "mount.max_buffered_document_bytes_per_user (69793218560) must be in"},
+		{"max_buffered_document_bytes = \"1MiB\"\nmax_buffered_document_bytes_per_user = \"1MiB\"", ""},
 	} {
 		p := filepath.Join(t.TempDir(), "c.toml")
 		if err := os.WriteFile(p, []byte("[mount]\n"+c.text+"\n"), 0o644); err != nil {

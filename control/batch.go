@@ -227,7 +227,7 @@ func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, e
 // SubmitWriter returns the handle state for one open of the batch's
 // submit file by c.
 func (s *Service) SubmitWriter(c *engine.Caller, bt *Batch) *DocWriter {
-	return &DocWriter{doc: s.newDocument(), onWrite: bt.touch,
+	return &DocWriter{doc: s.newDocument(c), onWrite: bt.touch,
 		commit: func(doc []byte) error { return s.Submit(c, bt, doc) },
 		fail:   func(err error) error { return s.fail(bt.scope("submit"), err) }}
 }

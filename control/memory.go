@@ -71,7 +71,7 @@ func (s *Service) Memories() []*Memory {
 // /memory/register by c.
 func (s *Service) RegisterWriter(c *engine.Caller) *DocWriter {
 	sc := scope{caller: c, op: "register", name: "memory"}
-	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.Register(c, doc) },
+	return &DocWriter{doc: s.newDocument(c), commit: func(doc []byte) error { return s.Register(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 

@@ -70,7 +70,7 @@ func (s *Service) QoSUsage() []byte { return marshal(s.e.QoSUsage()) }
 // returns its resolution (ResolveAnswer).
 func (s *Service) ResolveWriter(c *engine.Caller, answer func([]byte)) *DocWriter {
 	sc := scope{caller: c, op: "resolve", name: "qos/resolve"}
-	return &DocWriter{doc: s.newDocument(),
+	return &DocWriter{doc: s.newDocument(c),
 		commit: func(doc []byte) error {
 			out, err := s.Resolve(doc)
 			if err != nil {

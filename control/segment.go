@@ -78,7 +78,7 @@ func (s *Service) Segments() []*Segment {
 // c.
 func (s *Service) OpenWriter(c *engine.Caller) *DocWriter {
 	sc := scope{caller: c, op: "open", name: "segments"}
-	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
+	return &DocWriter{doc: s.newDocument(c), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 

@@ -51,6 +51,10 @@ type Options struct {
 	// MaxBufferedDocumentBytes bounds the bytes all unfinished documents
 	// may hold together (mount.max_buffered_document_bytes).
 	MaxBufferedDocumentBytes int64
+	// MaxBufferedDocumentBytesPerUser bounds what one unprivileged uid's
+	// unfinished documents may hold of it
+	// (mount.max_buffered_document_bytes_per_user; 0: all of it).
+	MaxBufferedDocumentBytesPerUser int64
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
 	// IdleBatchTimeout is how long a cloned batch may stay without an
@@ -76,7 +80,8 @@ type Options struct {
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
-		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
+		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes),
+		MaxBufferedDocumentBytesPerUser: int64(m.MaxBufferedDocumentBytesPerUser), CloseTimeout: m.CloseTimeout.D(),
 		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
@@ -127,7 +132,7 @@ func New(e *engine.Engine, opts Options) *Service {
 		opts.Version = "dev"
 	}
 	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid()),
-		docs: NewBudget(opts.MaxBufferedDocumentBytes)}
+		docs: NewBudget(opts.MaxBufferedDocumentBytes, opts.MaxBufferedDocumentBytesPerUser)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -94,7 +94,7 @@ type Txn struct {
 
 // NewTxn returns the state of one open of the transaction file by c.
 func (s *Service) NewTxn(c *engine.Caller) *Txn {
-	return &Txn{s: s, caller: c, doc: s.newDocument(), base: -1}
+	return &Txn{s: s, caller: c, doc: s.newDocument(c), base: -1}
 }
 
 // RefuseTxnOpen is the failure of an open of the transaction file that

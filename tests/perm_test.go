@@ -7,10 +7,15 @@
 package tests
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/orbitefs/orbitefs/internal/cred"
 )
 
 // asNobody prefixes a command to run it as user nobody, group nogroup,
@@ -320,5 +325,63 @@ func TestErrorPerCaller(t *testing.T) {
 	}
 	if r := as(asNobody, `cat "$M/error"`); !strings.Contains(r.stdout, "batches/"+bt+" belongs to uid 0") {
 		t.Errorf("nobody's /error after its refused rmdir: %s\nwant the refusal", r)
+	}
+}
+
+// TestBufferedDocumentSharePerUser: one user leaving documents
+// unfinished on many descriptors holds at most its share of the
+// mount-wide budget (mount.max_buffered_document_bytes_per_user). Without
+// a share, nobody's unfinished documents held the whole budget and
+// every other user's multi-write documents failed with EAGAIN until
+// nobody closed its files.
+func TestBufferedDocumentSharePerUser(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: `
+[mount]
+allow_other = true
+max_buffered_document_bytes = "8MiB"
+max_buffered_document_bytes_per_user = "4MiB"
+`})
+	chunk := []byte(`{"op":"read","target":"nosuch",` + strings.Repeat(" ", 1<<20-100))
+	var fds []int
+	t.Cleanup(func() {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+	})
+	// hold opens the transaction file as u and leaves one unfinished
+	// document on it: nil, or the write's error.
+	hold := func(u cred.User) error {
+		return cred.As(u, func() error {
+			fd, err := syscall.Open(filepath.Join(m.dir, "ctl/batches/txn"), syscall.O_RDWR, 0)
+			if err != nil {
+				t.Fatalf("open txn as uid %d: %v", u.UID, err)
+			}
+			fds = append(fds, fd)
+			if n, err := syscall.Write(fd, chunk); err != nil || n != len(chunk) {
+				return fmt.Errorf("%d bytes, %w", n, err)
+			}
+			return nil
+		})
+	}
+	nobody := cred.User{UID: 65534, GID: 65534}
+	held := 0
+	var refused error
+	for i := 0; i < 16 && refused == nil; i++ {
+		if refused = hold(nobody); refused == nil {
+			held++
+		}
+	}
+	if held != 4 || !errors.Is(refused, syscall.EAGAIN) {
+		t.Fatalf("nobody held %d unfinished 1 MiB documents, then %v; want 4 (its 4 MiB share), then EAGAIN", held, refused)
+	}
+	if r := m.run(t, asNobody+`cat "$M/error"`); !strings.Contains(r.stdout, "uid 65534") || !strings.Contains(r.stdout, "mount.max_buffered_document_bytes_per_user") {
+		t.Errorf("nobody's /error after the refusal: %q, want its uid and the key named", r.stdout)
+	}
+	// The rest of the budget is everyone else's.
+	if err := hold(cred.User{UID: 4321, GID: 4321}); err != nil {
+		t.Errorf("uid 4321's unfinished document while nobody holds its share: %v", err)
+	}
+	if err := hold(cred.User{}); err != nil {
+		t.Errorf("root's unfinished document while nobody holds its share: %v", err)
 	}
 }
