@@ -115,7 +115,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	l, ch, session, err := dialLane(ctx, addr, &c.cfg, wire.Hello{Name: cfg.Name, Epoch: cfg.Epoch, Role: wire.RoleControl})
+	l, ch, session, err := dialLane(ctx, addr, &c.cfg, wire.Hello{Name: cfg.Name, Epoch: cfg.Epoch, Role: wire.RoleControl}, 0)
 	if err != nil {
 		return nil, &Error{Op: "dial", Peer: addr, Kind: dialKind(err), Err: err}
 	}
@@ -313,14 +313,13 @@ func (c *Conn) takeLane(ctx context.Context) (*lane, error) {
 }
 
 func (c *Conn) dialLane(ctx context.Context) (*lane, error) {
-	l, ch, _, err := dialLane(ctx, c.addr, &c.cfg, wire.Hello{Name: c.cfg.Name, Epoch: c.cfg.Epoch, Role: wire.RoleLane, Session: c.session})
-	if err != nil {
-		return nil, fmt.Errorf("opening a lane: %w", err)
-	}
-	if ch.Epoch != c.peerEpoch {
-		l.close()
+	l, _, _, err := dialLane(ctx, c.addr, &c.cfg, wire.Hello{Name: c.cfg.Name, Epoch: c.cfg.Epoch, Role: wire.RoleLane, Session: c.session}, c.peerEpoch)
+	if errors.Is(err, errRestarted) {
 		c.fail(errRestarted)
 		return nil, errRestarted
+	}
+	if err != nil {
+		return nil, fmt.Errorf("opening a lane: %w", err)
 	}
 	return l, nil
 }

@@ -69,8 +69,10 @@ func writeMsg(w io.Writer, t wire.Type, meta []byte) error {
 }
 
 // clientHandshake runs the client's half on c and returns the server's
-// challenge (its name and epoch) and the session it assigned.
-func clientHandshake(c net.Conn, key []byte, h *wire.Hello) (*wire.Challenge, uint64, error) {
+// challenge (its name and epoch) and the session it assigned. With
+// wantEpoch set (a lane of an existing Conn), a server with another epoch
+// is left at the challenge: errRestarted.
+func clientHandshake(c net.Conn, key []byte, h *wire.Hello, wantEpoch uint64) (*wire.Challenge, uint64, error) {
 	rand.Read(h.Nonce[:])
 	if err := writeMsg(c, wire.TypeHello, h.Marshal()); err != nil {
 		return nil, 0, err
@@ -81,6 +83,9 @@ func clientHandshake(c net.Conn, key []byte, h *wire.Hello) (*wire.Challenge, ui
 	}
 	if !wire.ProofOK(ch.Proof, wire.Proof(key, true, h, &ch)) {
 		return nil, 0, fmt.Errorf("authentication failed: the server %q did not prove the shared key (different key files?)", ch.Name)
+	}
+	if wantEpoch != 0 && ch.Epoch != wantEpoch {
+		return nil, 0, errRestarted
 	}
 	a := wire.Auth{Proof: wire.Proof(key, false, h, &ch)}
 	if err := writeMsg(c, wire.TypeAuth, a.Marshal()); err != nil {

@@ -35,9 +35,9 @@ type lane struct {
 	used    time.Time // end of the last round trip
 }
 
-// dialLane connects to addr and runs the handshake as role. It returns
-// the server's challenge, so the caller can check its epoch.
-func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello) (*lane, *wire.Challenge, uint64, error) {
+// dialLane connects to addr and runs the handshake as h.Role, expecting
+// the server at wantEpoch (0: any).
+func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantEpoch uint64) (*lane, *wire.Challenge, uint64, error) {
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	d.SetMultipathTCP(false)
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -45,7 +45,7 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello) (*lan
 		return nil, nil, 0, err
 	}
 	c.SetDeadline(time.Now().Add(cfg.IOTimeout))
-	ch, session, err := clientHandshake(c, cfg.Key, &h)
+	ch, session, err := clientHandshake(c, cfg.Key, &h, wantEpoch)
 	if err != nil {
 		c.Close()
 		return nil, nil, 0, err
