@@ -106,7 +106,9 @@ func EffectOf(err error) Effect {
 // remoteError is a TypeError reply: the server's own refusal or failure.
 type remoteError struct{ m wire.Error }
 
-func (r *remoteError) Error() string { return fmt.Sprintf("the peer answered %s: %s", r.m.Code, r.m.Message) }
+func (r *remoteError) Error() string {
+	return fmt.Sprintf("the peer answered %s: %s", r.m.Code, r.m.Message)
+}
 
 func (r *remoteError) kind() engine.Kind {
 	switch r.m.Code {

@@ -515,4 +515,3 @@ func TestCancelCutsFrame(t *testing.T) {
 		t.Fatalf("cancelled write: %v, effect %s", err, e.Effect)
 	}
 }
-

@@ -128,17 +128,17 @@ type Code uint8
 
 // The error codes.
 const (
-	CodeInternal  Code = 1 // the server failed (I/O on the region, ...)
-	CodeNotFound  Code = 2 // no exported region with that id (stale descriptor)
-	CodeDenied    Code = 3 // the region is not exported for this operation
-	CodeRange     Code = 4 // offset or length outside the region
-	CodeBusy      Code = 5 // a local transfer holds those bytes
-	CodeCorrupt   Code = 6 // the request frame failed a check
-	CodeAuth      Code = 7 // authentication failed
-	CodeProtocol  Code = 8 // a frame out of place
-	CodeTooLarge  Code = 9 // over the server's frame limit
-	CodeShutdown  Code = 10
-	maxKnownCode       = CodeShutdown
+	CodeInternal Code = 1 // the server failed (I/O on the region, ...)
+	CodeNotFound Code = 2 // no exported region with that id (stale descriptor)
+	CodeDenied   Code = 3 // the region is not exported for this operation
+	CodeRange    Code = 4 // offset or length outside the region
+	CodeBusy     Code = 5 // a local transfer holds those bytes
+	CodeCorrupt  Code = 6 // the request frame failed a check
+	CodeAuth     Code = 7 // authentication failed
+	CodeProtocol Code = 8 // a frame out of place
+	CodeTooLarge Code = 9 // over the server's frame limit
+	CodeShutdown Code = 10
+	maxKnownCode      = CodeShutdown
 )
 
 var codeNames = map[Code]string{CodeInternal: "internal", CodeNotFound: "not found", CodeDenied: "denied",
