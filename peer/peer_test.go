@@ -477,8 +477,9 @@ func TestEpochChangeInvalidates(t *testing.T) {
 	}
 }
 
-// The keep-alive sees a restart on an idle Conn by itself.
-func TestKeepAliveSeesRestart(t *testing.T) {
+// The keep-alive sees the peer go on an idle Conn by itself, and later
+// requests fail without being sent.
+func TestKeepAliveSeesPeerGone(t *testing.T) {
 	var exp memExports
 	exp.add(1, "kv", 4096, wire.PermReadWrite)
 	s1, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
@@ -494,8 +495,45 @@ func TestKeepAliveSeesRestart(t *testing.T) {
 	}
 }
 
+// A client never authenticates to, nor sends a request to, a server that
+// cannot prove the key.
+func TestClientRefusesUnprovenServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan error, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- err
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		var h wire.Hello
+		if err := readMsg(c, wire.TypeHello, &h); err != nil {
+			got <- err
+			return
+		}
+		ch := wire.Challenge{Name: "impostor", Epoch: 7, Proof: [wire.ProofLen]byte{9}}
+		writeMsg(c, wire.TypeChallenge, ch.Marshal())
+		var a wire.Auth
+		got <- readMsg(c, wire.TypeAuth, &a) // must not arrive
+	}()
+	_, err = Dial(context.Background(), ln.Addr().String(), Config{Name: "cli", Key: testKey, IOTimeout: 5 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), `the server "impostor" did not prove the shared key`) {
+		t.Fatalf("dial to an impostor: %v", err)
+	}
+	if err := <-got; err == nil {
+		t.Fatal("the client sent its proof to a server that did not prove the key")
+	}
+}
+
 // A cancelled context cuts a WRITE in flight by closing its lane: the
-// effect is unknown and Write returns.
+// effect is unknown and Write returns while the server still holds the
+// frame.
 func TestCancelCutsFrame(t *testing.T) {
 	var exp memExports
 	exp.add(1, "kv", 1<<20, wire.PermReadWrite)
@@ -505,12 +543,16 @@ func TestCancelCutsFrame(t *testing.T) {
 	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteBody {
 			cancel()
-			<-hold
+			select {
+			case <-hold:
+			case <-time.After(5 * time.Second):
+				t.Error("the cancel did not cut the frame: Write still waits")
+			}
 		}
 	}
-	defer close(hold)
 	c := dial(t, addrOf(s), testKey, 1)
 	err := c.Write(ctx, "kv", 0, pattern(4096, 1))
+	close(hold)
 	if e := asError(t, err); e.Effect != EffectUnknown || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled write: %v, effect %s", err, e.Effect)
 	}
