@@ -87,7 +87,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, err
 	}
 	if ms, ok := target.(*MemSegment); ok && ms != nil {
-		return e.prepareMem(b, op, ms, reqs, note, opts.Timeout) // memgroup.go
+		return e.prepareMem(b, op, ms, reqs, note, opts) // memgroup.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
