@@ -127,7 +127,11 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 		s.mu.Unlock()
 		return s.fail(sc, err)
 	}
-	m := &Memory{Name: spec.Name, Location: spec.Location, seq: s.nextSeq(), created: time.Now(), region: r, owner: c}
+	export := spec.Export
+	if export == "" {
+		export = ExportNone
+	}
+	m := &Memory{Name: spec.Name, Location: spec.Location, Export: export, seq: s.nextSeq(), created: time.Now(), region: r, owner: c}
 	s.mu.memory[spec.Name] = m
 	s.mu.Unlock()
 	s.log.Info("memory registered", "op", "register", "region", m.Name, "bytes", r.Len(), "shm", spec.Shm, "export", m.Export)

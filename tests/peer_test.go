@@ -1,0 +1,100 @@
+// peer_test.go: two real daemons listening for peers on loopback; bytes
+// move between a local file and their exported regions with `orbitefs
+// peer`, and between the two daemons, checked with cmp through each
+// daemon's mount. Strangers and unexported regions get nothing.
+
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+var peerAddrRE = regexp.MustCompile(`msg="peer listening".* addr=(127\.0\.0\.1:\d+)`)
+
+// startPeerDaemon starts a daemon listening for peers on a free loopback
+// port and returns it with that address.
+func startPeerDaemon(t *testing.T, name, keyFile string) (*mount, string) {
+	t.Helper()
+	m := startDaemon(t, daemonOpts{config: fmt.Sprintf("[peer]\nlisten = \"127.0.0.1:0\"\nname = %q\nkey_file = %q\n", name, keyFile)})
+	sub := peerAddrRE.FindStringSubmatch(m.logText())
+	if sub == nil {
+		t.Fatalf("daemon %s did not log its peer address:\n%s", name, m.logText())
+	}
+	return m, sub[1]
+}
+
+func writeKey(t *testing.T, dir, name, key string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestPeerTransfersBetweenDaemons(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, addrA := startPeerDaemon(t, "alpha", key)
+	b, addrB := startPeerDaemon(t, "beta", key)
+	client := filepath.Join(dir, "client.toml")
+	if err := os.WriteFile(client, []byte(fmt.Sprintf("[peer]\nkey_file = %q\nlanes = 4\n", key)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.ok(t, `echo '{"name":"kv","location":"cpu","bytes":"8MiB","export":"read_write"}' > $M/memory/register
+echo '{"name":"ro","location":"cpu","bytes":4096,"export":"read"}' > $M/memory/register
+echo '{"name":"private","location":"cpu","bytes":4096}' > $M/memory/register
+grep -q '"export": "read_write"' $M/memory/kv/info`)
+	b.ok(t, `echo '{"name":"kv","location":"cpu","bytes":"8MiB","export":"write"}' > $M/memory/register`)
+
+	// A file into A's region over 4 lanes (striped), checked through A's mount.
+	out := a.ok(t, fmt.Sprintf(`head -c 8388608 /dev/urandom > $T/src
+$BIN peer write --config %s --addr %s --region kv --file $T/src
+cmp $T/src $M/memory/kv/data`, client, addrA))
+	if !strings.Contains(out, `"effect":"applied"`) || !strings.Contains(out, `"bytes":8388608`) || !strings.Contains(out, `"peer_name":"alpha"`) {
+		t.Fatalf("peer write printed %s", out)
+	}
+	// A's region back into a file; then A's bytes into B's region, over
+	// one lane, checked through B's mount.
+	tmp := a.ok(t, `echo $T`)
+	b.ok(t, fmt.Sprintf(`$BIN peer read --config %[1]s --addr %[2]s --region kv --file %[4]s/back
+cmp %[4]s/src %[4]s/back
+$BIN peer write --config %[1]s --lanes 1 --addr %[3]s --region kv --offset 0 --file %[4]s/back
+cmp %[4]s/src $M/memory/kv/data`, client, addrA, addrB, strings.TrimSpace(tmp)))
+
+	// Only exported regions, with their permission.
+	regs := a.ok(t, fmt.Sprintf(`$BIN peer regions --config %s --addr %s`, client, addrA))
+	if !strings.Contains(regs, `"name":"kv"`) || !strings.Contains(regs, `"export":"read"`) || strings.Contains(regs, "private") {
+		t.Fatalf("peer regions: %s", regs)
+	}
+	r := a.run(t, fmt.Sprintf(`printf 'hello' > $T/small
+$BIN peer write --config %[1]s --addr %[2]s --region ro --file $T/small; echo "exit $?"
+$BIN peer write --config %[1]s --addr %[2]s --region private --file $T/small; echo "exit $?"
+$BIN peer read --config %[1]s --addr %[3]s --region kv --length 5 --file $T/x; echo "exit $?"
+cmp <(head -c 4096 /dev/zero) $M/memory/ro/data && cmp <(head -c 4096 /dev/zero) $M/memory/private/data && echo untouched`, client, addrA, addrB))
+	for _, want := range []string{`region "ro" is exported read, not write`, `"effect":"none"`,
+		`exports no region "private"`, `region "kv" is exported write, not read`, "untouched"} {
+		if !strings.Contains(r.stdout+r.stderr, want) {
+			t.Errorf("refusals: no %q in\n%s", want, r)
+		}
+	}
+	if strings.Count(r.stdout, "exit 1") != 3 {
+		t.Errorf("refusals did not each exit 1:\n%s", r)
+	}
+
+	// A stranger with another key reaches nothing, and A logs why.
+	other := writeKey(t, dir, "other.key", "another key, not the shared one")
+	stranger := filepath.Join(dir, "stranger.toml")
+	os.WriteFile(stranger, []byte(fmt.Sprintf("[peer]\nkey_file = %q\n", other)), 0o644)
+	r = a.run(t, fmt.Sprintf(`$BIN peer write --config %s --addr %s --region kv --file /dev/null`, stranger, addrA))
+	if r.code != 1 || !strings.Contains(r.stderr, "did not prove the shared key") {
+		t.Fatalf("a stranger's write: %s", r)
+	}
+	eventually(t, mountWait, "A logs the refused stranger", func() bool { return strings.Contains(a.logText(), `msg="peer refused"`) })
+	a.ok(t, `cmp $T/src $M/memory/kv/data`)
+}
