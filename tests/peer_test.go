@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 var peerAddrRE = regexp.MustCompile(`msg="peer listening".* addr=(127\.0\.0\.1:\d+)`)
@@ -97,4 +98,28 @@ cmp <(head -c 4096 /dev/zero) $M/memory/ro/data && cmp <(head -c 4096 /dev/zero)
 	}
 	eventually(t, mountWait, "A logs the refused stranger", func() bool { return strings.Contains(a.logText(), `msg="peer refused"`) })
 	a.ok(t, `cmp $T/src $M/memory/kv/data`)
+}
+
+// A daemon told to listen for peers refuses to start, before mounting,
+// without a usable key: no key_file, one others can read, one too short,
+// an address already taken. It never serves peers unauthenticated.
+func TestPeerListenerNeedsKey(t *testing.T) {
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open.key")
+	os.WriteFile(open, []byte("a key others can read, long enough"), 0o644)
+	short := writeKey(t, dir, "short.key", "short")
+	good := writeKey(t, dir, "good.key", "a good key that is long enough")
+	_, taken := startPeerDaemon(t, "first", good)
+	for _, tc := range []struct{ conf, want string }{
+		{"listen = \"127.0.0.1:0\"\n", `peer.key_file is empty but peer.listen is "127.0.0.1:0"`},
+		{fmt.Sprintf("listen = \"127.0.0.1:0\"\nkey_file = %q\n", open), "lets others read the key; chmod 600 it"},
+		{fmt.Sprintf("listen = \"127.0.0.1:0\"\nkey_file = %q\n", short), "5 bytes of key, want at least 16"},
+		{fmt.Sprintf("listen = %q\nkey_file = %q\n", taken, good), "address already in use"},
+	} {
+		m := startDaemon(t, daemonOpts{noWait: true, config: "[peer]\n" + tc.conf})
+		code, err := m.waitExit(10 * time.Second)
+		if err != nil || code != 1 || !strings.Contains(m.logText(), tc.want) || strings.Contains(m.logText(), "msg=mounted") {
+			t.Errorf("%s: exit %d, %v; want exit 1 before mounting, saying %q:\n%s", tc.conf, code, err, tc.want, m.logText())
+		}
+	}
 }
