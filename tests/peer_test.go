@@ -7,10 +7,14 @@ package tests
 
 import (
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -121,5 +125,110 @@ func TestPeerListenerNeedsKey(t *testing.T) {
 		if err != nil || code != 1 || !strings.Contains(m.logText(), tc.want) || strings.Contains(m.logText(), "msg=mounted") {
 			t.Errorf("%s: exit %d, %v; want exit 1 before mounting, saying %q:\n%s", tc.conf, code, err, tc.want, m.logText())
 		}
+	}
+}
+
+// relay forwards TCP connections to target and counts the bytes sent
+// toward it; once limit bytes have gone through, it forwards no more and
+// calls cut (which kills the receiving daemon). A connection ends on both
+// sides as soon as either side ends, as it would without the relay.
+type relay struct {
+	ln       net.Listener
+	target   string
+	limit    int64
+	cut      func()
+	mu       sync.Mutex
+	sent     int64
+	accepted int
+	once     sync.Once
+}
+
+func startRelay(t *testing.T, target string, limit int64, cut func()) *relay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &relay{ln: ln, target: target, limit: limit, cut: cut}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			r.mu.Lock()
+			r.accepted++
+			r.mu.Unlock()
+			go r.serve(c)
+		}
+	}()
+	return r
+}
+
+func (r *relay) serve(c net.Conn) {
+	defer c.Close()
+	up, err := net.Dial("tcp", r.target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	done := make(chan struct{}, 2)
+	go func() { io.Copy(c, up); done <- struct{}{} }()
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			r.mu.Lock()
+			room := r.limit - r.sent
+			if int64(n) > room {
+				n = int(max(room, 0))
+			}
+			r.sent += int64(n)
+			over := r.sent >= r.limit
+			r.mu.Unlock()
+			if n > 0 {
+				if _, werr := up.Write(buf[:n]); werr != nil {
+					break
+				}
+			}
+			if over {
+				r.once.Do(r.cut)
+				io.Copy(io.Discard, c) // hold the rest: it never arrives
+				break
+			}
+			if err != nil {
+				break
+			}
+		}
+		done <- struct{}{}
+	}()
+	<-done
+}
+
+// kill -9 of the receiving daemon in the middle of a WRITE frame: the
+// client ends with remote effect unknown, exit 1, no hang and no second
+// attempt.
+func TestPeerKilledMidWriteIsUnknown(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, addrA := startPeerDaemon(t, "alpha", key)
+	client := filepath.Join(dir, "client.toml")
+	os.WriteFile(client, []byte(fmt.Sprintf("[peer]\nkey_file = %q\nlanes = 1\n", key)), 0o644)
+	a.ok(t, `echo '{"name":"kv","location":"cpu","bytes":"64MiB","export":"write"}' > $M/memory/register
+head -c 67108864 /dev/urandom > $T/src`)
+	// 16 MiB into the one 64 MiB frame, the daemon dies.
+	rl := startRelay(t, addrA, 16<<20, func() { a.signal(t, syscall.SIGKILL) })
+	r := a.run(t, fmt.Sprintf(`$BIN peer write --config %s --addr %s --region kv --file $T/src`, client, rl.ln.Addr()))
+	if r.code != 1 || !strings.Contains(r.stdout, `"effect":"unknown"`) || !strings.Contains(r.stderr, "remote effect unknown") {
+		t.Fatalf("write to a daemon killed mid-frame: %s", r)
+	}
+	if code, err := a.waitExit(5 * time.Second); err != nil || code != -1 {
+		t.Fatalf("the daemon was not killed: exit %d, %v", code, err)
+	}
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.accepted != 2 || rl.sent != 16<<20 {
+		t.Fatalf("relay: %d connections (want control and one lane: no retry), %d bytes", rl.accepted, rl.sent)
 	}
 }
