@@ -11,6 +11,7 @@ package config
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
 )
 
@@ -22,6 +23,9 @@ type Peer struct {
 	Name string `toml:"name"`
 	// KeyFile holds the shared secret (mode 0600, at least 16 bytes).
 	KeyFile string `toml:"key_file"`
+	// AllowedNetworks, when not empty, are the only networks (CIDR) peers
+	// may connect from; others are closed before the handshake.
+	AllowedNetworks []string `toml:"allowed_networks"`
 	// Lanes is the number of data connections a client opens to one
 	// peer: 1 is tcp, more is hp_tcp (large requests striped).
 	Lanes int `toml:"lanes"`
@@ -62,6 +66,11 @@ func (c *Peer) validate(p *problems) {
 		}
 		if c.KeyFile == "" {
 			p.addf("peer.key_file is empty but peer.listen is %q: a listener needs the shared key (a file of mode 0600 with at least 16 bytes)", c.Listen)
+		}
+	}
+	for _, n := range c.AllowedNetworks {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			p.addf("peer.allowed_networks: %q is not a network in CIDR form, such as 10.0.0.0/8 or fd00::/8", n)
 		}
 	}
 	if len(c.Name) > maxPeerNameLen {

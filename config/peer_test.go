@@ -33,6 +33,7 @@ key_file = "/k"`, `host "example.com" is not an IP address`},
 		{`keepalive_interval = "1us"`, `peer.keepalive_interval (1µs) must be 0 (off) or at least 1ms`},
 		{`max_slice_bytes = "512KiB"`, `peer.max_slice_bytes (512KiB) must be in [1MiB, 1GiB]`},
 		{`lanse = 2`, `lanse`},
+		{`allowed_networks = ["10.0.0.0/8", "10.1.2.3"]`, `peer.allowed_networks: "10.1.2.3" is not a network in CIDR form`},
 	} {
 		_, err := Parse("[peer]\n" + tc.toml + "\n")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

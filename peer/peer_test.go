@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -555,5 +557,39 @@ func TestCancelCutsFrame(t *testing.T) {
 	close(hold)
 	if e := asError(t, err); e.Effect != EffectUnknown || !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled write: %v, effect %s", err, e.Effect)
+	}
+}
+
+// With allowed networks, a peer from elsewhere is closed before the
+// handshake, even with the right key; one from an allowed network works.
+func TestAllowedNetworks(t *testing.T) {
+	var exp memExports
+	exp.add(1, "kv", 4096, wire.PermReadWrite)
+	for _, tc := range []struct {
+		allowed string
+		ok      bool
+	}{{"10.0.0.0/8", false}, {"127.0.0.0/8", true}, {"::1/128", false}} {
+		lb := &logBuf{}
+		s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 5 * time.Second, MaxSlice: DefaultMaxSlice,
+			Allowed: []netip.Prefix{netip.MustParsePrefix(tc.allowed)}, Logger: slog.New(slog.NewTextHandler(lb, nil))}, &exp)
+		if err := s.Listen("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		c, err := Dial(context.Background(), addrOf(s), Config{Name: "cli", Key: testKey, IOTimeout: 5 * time.Second})
+		if tc.ok {
+			if err != nil {
+				t.Fatalf("allowed %s: %v", tc.allowed, err)
+			}
+			c.Close()
+		} else {
+			if err == nil {
+				t.Fatalf("allowed %s: a loopback peer was served", tc.allowed)
+			}
+			eventually(t, func() bool { return s.Stats().Refused == 1 })
+			if !strings.Contains(lb.String(), "in none of the allowed networks") {
+				t.Fatalf("allowed %s: log %s", tc.allowed, lb.String())
+			}
+		}
+		s.Close()
 	}
 }

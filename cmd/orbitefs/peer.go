@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"time"
 
@@ -67,8 +68,12 @@ func startPeerServer(c config.Peer, svc *control.Service, lg *slog.Logger) (*pee
 	if err != nil {
 		return nil, fmt.Errorf("peer.key_file: %w", err)
 	}
+	var allowed []netip.Prefix
+	for _, n := range c.AllowedNetworks {
+		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
+	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
-		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg}, serviceExports{svc})
+		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
