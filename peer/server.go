@@ -3,8 +3,9 @@
 // exported regions.
 //
 // Invariants:
-//   - Nothing is served before the client proved the key; a refused
-//     peer is logged with the reason and its connection closed.
+//   - Nothing is served before the client proved the key (and, with
+//     allowed networks, came from one); a refused peer is logged with the
+//     reason and its connection closed.
 //   - A region is reachable only while exported, and only with the
 //     permission it was exported with; a refusal (permission, range,
 //     stale id, busy) happens before any byte of the region is touched
@@ -26,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,7 +63,10 @@ type ServerConfig struct {
 	Key       []byte        // the shared secret
 	IOTimeout time.Duration // bound on a handshake and on each frame once begun
 	MaxSlice  uint64        // largest payload of one frame
-	Logger    *slog.Logger
+	// Allowed, when not empty, are the only networks peers may connect
+	// from; any other address is closed before the handshake.
+	Allowed []netip.Prefix
+	Logger  *slog.Logger
 }
 
 // Stats are a server's counters.
@@ -214,6 +219,11 @@ func (s *Server) accept(ln net.Listener) {
 
 func (s *Server) handle(c net.Conn) {
 	remote := c.RemoteAddr().String()
+	if !s.allowed(c.RemoteAddr()) {
+		s.refused.Add(1)
+		s.log.Warn("peer refused", "op", "peer", "remote", remote, "reason", "its address is in none of the allowed networks")
+		return
+	}
 	c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
 	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch)
 	if err != nil {
@@ -245,6 +255,24 @@ func (s *Server) handle(c net.Conn) {
 	if err := s.serve(c, h.Role); err != nil {
 		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
 	}
+}
+
+// allowed says whether a peer at a may connect.
+func (s *Server) allowed(a net.Addr) bool {
+	if len(s.cfg.Allowed) == 0 {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range s.cfg.Allowed {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 // join records c in a new session (control) or its session (lane).
