@@ -57,8 +57,8 @@ type Config struct {
 	KeepAlive time.Duration
 	// PayloadChecksum adds a CRC32C of every payload (both directions).
 	PayloadChecksum bool
-	// MaxSlice bounds one frame's payload; 0 is DefaultMaxSlice. It must
-	// not exceed the server's.
+	// MaxSlice bounds one frame's payload; 0 is DefaultMaxSlice. A
+	// server that accepts less (it says so at the handshake) lowers it.
 	MaxSlice uint64
 	Logger   *slog.Logger
 }
@@ -115,11 +115,19 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	l, ch, session, err := dialLane(ctx, addr, &c.cfg, wire.Hello{Name: cfg.Name, Epoch: cfg.Epoch, Role: wire.RoleControl}, 0)
+	l, ch, w, err := dialLane(ctx, addr, &c.cfg, wire.Hello{Name: cfg.Name, Epoch: cfg.Epoch, Role: wire.RoleControl}, 0)
 	if err != nil {
 		return nil, &Error{Op: "dial", Peer: addr, Kind: dialKind(err), Err: err}
 	}
-	c.ctrl, c.peerName, c.peerEpoch, c.session = l, ch.Name, ch.Epoch, session
+	if w.MaxPayload < MinSlice {
+		l.close()
+		return nil, &Error{Op: "dial", Peer: addr, Kind: engine.KindInvalid,
+			Err: fmt.Errorf("the peer %q accepts frames of %d bytes, under the %d minimum", ch.Name, w.MaxPayload, MinSlice)}
+	}
+	// Slices fit the smaller of both limits, so a request is never cut
+	// into frames the peer would refuse.
+	c.cfg.MaxSlice = min(c.cfg.MaxSlice, w.MaxPayload)
+	c.ctrl, c.peerName, c.peerEpoch, c.session = l, ch.Name, ch.Epoch, w.Session
 	if err := c.Refresh(ctx); err != nil {
 		l.close()
 		return nil, err

@@ -3,7 +3,7 @@
 //	client: hello     {name, epoch, role, session, client nonce}
 //	server: challenge {name, epoch, server nonce, server proof}
 //	client: auth      {client proof}
-//	server: welcome   {session} or error {auth}
+//	server: welcome   {session, max payload} or error {auth}
 //
 // Invariants:
 //   - Each side checks the other's proof before it sends anything more:
@@ -69,33 +69,33 @@ func writeMsg(w io.Writer, t wire.Type, meta []byte) error {
 }
 
 // clientHandshake runs the client's half on c and returns the server's
-// challenge (its name and epoch) and the session it assigned. With
+// challenge (its name and epoch) and its welcome. With
 // wantEpoch set (a lane of an existing Conn), a server with another epoch
 // is left at the challenge: errRestarted.
-func clientHandshake(c net.Conn, key []byte, h *wire.Hello, wantEpoch uint64) (*wire.Challenge, uint64, error) {
+func clientHandshake(c net.Conn, key []byte, h *wire.Hello, wantEpoch uint64) (*wire.Challenge, *wire.Welcome, error) {
 	rand.Read(h.Nonce[:])
 	if err := writeMsg(c, wire.TypeHello, h.Marshal()); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	var ch wire.Challenge
 	if err := readMsg(c, wire.TypeChallenge, &ch); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	if !wire.ProofOK(ch.Proof, wire.Proof(key, true, h, &ch)) {
-		return nil, 0, fmt.Errorf("authentication failed: the server %q did not prove the shared key (different key files?)", ch.Name)
+		return nil, nil, fmt.Errorf("authentication failed: the server %q did not prove the shared key (different key files?)", ch.Name)
 	}
 	if wantEpoch != 0 && ch.Epoch != wantEpoch {
-		return nil, 0, errRestarted
+		return nil, nil, errRestarted
 	}
 	a := wire.Auth{Proof: wire.Proof(key, false, h, &ch)}
 	if err := writeMsg(c, wire.TypeAuth, a.Marshal()); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
 	var w wire.Welcome
 	if err := readMsg(c, wire.TypeWelcome, &w); err != nil {
-		return nil, 0, err
+		return nil, nil, err
 	}
-	return &ch, w.Session, nil
+	return &ch, &w, nil
 }
 
 // serverHandshake runs the server's half on c: it returns the client's

@@ -37,23 +37,23 @@ type lane struct {
 
 // dialLane connects to addr and runs the handshake as h.Role, expecting
 // the server at wantEpoch (0: any).
-func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantEpoch uint64) (*lane, *wire.Challenge, uint64, error) {
+func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantEpoch uint64) (*lane, *wire.Challenge, *wire.Welcome, error) {
 	d := net.Dialer{Timeout: cfg.DialTimeout}
 	d.SetMultipathTCP(false)
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	c.SetDeadline(time.Now().Add(cfg.IOTimeout))
-	ch, session, err := clientHandshake(c, cfg.Key, &h, wantEpoch)
+	ch, w, err := clientHandshake(c, cfg.Key, &h, wantEpoch)
 	if err != nil {
 		c.Close()
-		return nil, nil, 0, err
+		return nil, nil, nil, err
 	}
 	c.SetDeadline(time.Time{})
 	l := &lane{c: c, br: bufio.NewReaderSize(c, 64<<10), hb: make([]byte, wire.HeaderLen),
 		lim: wire.Limits{MaxPayload: cfg.MaxSlice}, timeout: cfg.IOTimeout, used: time.Now()}
-	return l, ch, session, nil
+	return l, ch, w, nil
 }
 
 func (l *lane) close() {

@@ -593,3 +593,38 @@ func TestAllowedNetworks(t *testing.T) {
 		s.Close()
 	}
 }
+
+// A server that accepts smaller frames than the client would send says
+// so at the handshake, and the client cuts its slices to fit.
+func TestServerFrameLimitHonoured(t *testing.T) {
+	var exp memExports
+	r := exp.add(1, "kv", 8<<20, wire.PermReadWrite)
+	s := NewServer(ServerConfig{Name: "small", Key: testKey, IOTimeout: 5 * time.Second, MaxSlice: MinSlice}, &exp)
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mu sync.Mutex
+	var sizes []uint64
+	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == hookWriteBody {
+			mu.Lock()
+			sizes = append(sizes, h.PayloadLen)
+			mu.Unlock()
+		}
+	}
+	c := dial(t, addrOf(s), testKey, 1)
+	src := pattern(8<<20, 6)
+	if err := c.Write(context.Background(), "kv", 0, src); err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]byte, 8<<20)
+	if err := c.Read(context.Background(), "kv", 0, dst); err != nil || !bytes.Equal(dst, src) || !bytes.Equal(r.bytes(), src) {
+		t.Fatalf("read back: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) != 8 || sizes[0] != MinSlice {
+		t.Fatalf("frames of %v bytes, want 8 of 1 MiB", sizes)
+	}
+}

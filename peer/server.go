@@ -244,7 +244,7 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	defer s.leave(c, ss)
-	w := wire.Welcome{Session: ss.id}
+	w := wire.Welcome{Session: ss.id, MaxPayload: s.cfg.MaxSlice}
 	if err := writeMsg(c, wire.TypeWelcome, w.Marshal()); err != nil {
 		return
 	}

@@ -51,9 +51,11 @@ type Auth struct {
 	Proof [ProofLen]byte
 }
 
-// Welcome says the server accepted the client.
+// Welcome says the server accepted the client, and the largest payload
+// it accepts in one frame (the client cuts its slices to fit).
 type Welcome struct {
-	Session uint64
+	Session    uint64
+	MaxPayload uint64
 }
 
 // Perm is what peers may do with an exported region.
@@ -296,12 +298,14 @@ func (m *Auth) Unmarshal(b []byte) error {
 func (m *Welcome) Marshal() []byte {
 	var e enc
 	e.u64(m.Session)
+	e.u64(m.MaxPayload)
 	return e.b
 }
 
 func (m *Welcome) Unmarshal(b []byte) error {
 	d := dec{b: b}
 	m.Session = d.u64("welcome session")
+	m.MaxPayload = d.u64("welcome max payload")
 	return d.done("welcome")
 }
 
