@@ -19,7 +19,12 @@ import (
 	"time"
 )
 
-var peerAddrRE = regexp.MustCompile(`msg="peer listening".* addr=(127\.0\.0\.1:\d+)`)
+var peerAddrRE = peerAddrFor("127.0.0.1")
+
+// peerAddrFor finds the address a daemon logs it listens on for peers.
+func peerAddrFor(ip string) *regexp.Regexp {
+	return regexp.MustCompile(`msg="peer listening".* addr=(` + regexp.QuoteMeta(ip) + `:\d+)`)
+}
 
 // startPeerDaemon starts a daemon listening for peers on a free loopback
 // port and returns it with that address.
