@@ -68,19 +68,25 @@ func TestStriping(t *testing.T) {
 	var frames []seen
 	// The first four slices wait for each other at the server: they are
 	// in flight together, so on four lanes.
-	var arrived sync.WaitGroup
-	arrived.Add(4)
+	all := make(chan struct{})
 	total := 0
 	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
-		if p == hookWriteBody {
-			mu.Lock()
-			frames = append(frames, seen{h.ID, h.Slice, h.PayloadLen, c})
-			total++
-			n := total
-			mu.Unlock()
-			if n <= 4 {
-				arrived.Done()
-				arrived.Wait()
+		if p != hookWriteBody {
+			return
+		}
+		mu.Lock()
+		frames = append(frames, seen{h.ID, h.Slice, h.PayloadLen, c})
+		total++
+		n := total
+		mu.Unlock()
+		if n == 4 {
+			close(all)
+		}
+		if n <= 4 {
+			select {
+			case <-all:
+			case <-time.After(5 * time.Second):
+				t.Errorf("slice %d: the four slices were not in flight together", h.Slice)
 			}
 		}
 	}
