@@ -37,6 +37,10 @@ type fakeGPU struct {
 	slowCopy    atomic.Int64
 	busyCopies  atomic.Int64
 	hang        chan struct{}
+	// HtoD copies to device addresses at or above holdFrom (0: none)
+	// run only once held is closed.
+	holdFrom atomic.Uint64
+	held     chan struct{}
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -119,9 +123,13 @@ type fakeStream struct {
 }
 
 func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
+	hold := s.f.holdFrom.Load()
 	s.work <- func() {
 		if s.f.hang != nil {
 			<-s.f.hang
+		}
+		if hold > 0 && dst >= hold {
+			<-s.f.held
 		}
 		copy(hostBytes(uintptr(dst), n), hostBytes(src, n))
 		s.f.copies.Add(1)
