@@ -52,6 +52,14 @@ func (f *fakeGPU) Close() error          { return nil }
 func (f *fakeGPU) Devices() (int, error) { return f.devices, nil }
 func (f *fakeGPU) pinnedCount() int      { f.mu.Lock(); defer f.mu.Unlock(); return f.pinned }
 
+// allocated reports whether the allocation at ptr is still live.
+func (f *fakeGPU) allocated(ptr uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.allocs[ptr]
+	return ok
+}
+
 // hostBytes views memory outside the Go heap (mappings) as a slice.
 func hostBytes(addr uintptr, n uint64) []byte {
 	return unsafe.Slice(*(**byte)(unsafe.Pointer(&addr)), n)
@@ -201,6 +209,14 @@ type fakeGDS struct {
 	reads       atomic.Int64
 	opened      atomic.Int64
 	closed      atomic.Int64
+	// uncertainRegister makes RegisterBuffer fail with ErrUncertain;
+	// failDeregister and failClose fail DeregisterBuffer and handle
+	// destroys (counted in deregs and closed either way).
+	uncertainRegister atomic.Bool
+	failDeregister    atomic.Bool
+	failClose         atomic.Bool
+	deregs            atomic.Int64
+	lastFD            atomic.Int64 // the fd of the last OpenFile
 }
 
 func (g *fakeGDS) Probe() error { return nil }
@@ -208,15 +224,25 @@ func (g *fakeGDS) Close() error { return nil }
 func (g *fakeGDS) Mode() string { return "compat-forced" }
 func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	g.opened.Add(1)
+	g.lastFD.Store(int64(fd))
 	return &fakeGDSFile{g: g, fd: fd}, nil
 }
 func (g *fakeGDS) RegisterBuffer(dev int, ptr, n uint64) error {
+	if g.uncertainRegister.Load() {
+		return fmt.Errorf("fake: cuFileBufRegister timed out: %w", engine.ErrUncertain)
+	}
 	if g.failRegister.Load() {
 		return fmt.Errorf("fake: cuFileBufRegister: CU_FILE_INTERNAL_ERROR")
 	}
 	return nil
 }
-func (g *fakeGDS) DeregisterBuffer(dev int, ptr uint64) error { return nil }
+func (g *fakeGDS) DeregisterBuffer(dev int, ptr uint64) error {
+	g.deregs.Add(1)
+	if g.failDeregister.Load() {
+		return errors.New("fake: cuFileBufDeregister: CU_FILE_INTERNAL_ERROR")
+	}
+	return nil
+}
 
 type fakeGDSFile struct {
 	g  *fakeGDS
@@ -237,4 +263,10 @@ func (f *fakeGDSFile) Write(dev int, ptr, n, off uint64) (int, error) {
 	}
 	return unix.Pwrite(f.fd, hostBytes(uintptr(ptr), n), int64(off))
 }
-func (f *fakeGDSFile) Close() error { f.g.closed.Add(1); return nil }
+func (f *fakeGDSFile) Close() error {
+	f.g.closed.Add(1)
+	if f.g.failClose.Load() {
+		return errors.New("fake: cuFileHandleDeregister: CU_FILE_INTERNAL_ERROR")
+	}
+	return nil
+}
