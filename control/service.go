@@ -28,6 +28,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,7 @@ type Service struct {
 	opts    Options
 	log     *slog.Logger
 	started time.Time
+	euid    uint32 // the daemon's effective uid: privileged (owner.go)
 	seq     atomic.Uint64
 	closing atomic.Bool
 
@@ -115,7 +117,7 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now()}
+	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid())}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

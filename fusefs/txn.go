@@ -34,7 +34,7 @@ func (n *txnFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_RDWR {
 		return nil, 0, syscall.EACCES
 	}
-	t := n.f.svc.NewTxn()
+	t := n.f.svc.NewTxn(n.f.caller(ctx))
 	if flags&syscall.O_APPEND != 0 {
 		t.Append()
 	}

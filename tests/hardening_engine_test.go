@@ -1,6 +1,6 @@
 package tests
 
-// hardening_engine_test.go: issue 6's engine defects where the user meets
+// hardening_engine_test.go: engine defects found in review, where the user meets
 // them, through the mount: a shared region truncated by another process,
 // the bound on registered memory, the io_uring probe in /stats, and a
 // write that fills the filesystem.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gate.sh: the GPU qualification gate (issue 7). Two halves:
+# gate.sh: the GPU qualification gate (docs/qualification.md). Two halves:
 #
 #   bash tests/gpu/gate.sh build   on the development machine: builds the
 #                                  daemon and every GPU test binary into
