@@ -217,9 +217,24 @@ type fakeGDS struct {
 	failClose         atomic.Bool
 	deregs            atomic.Int64
 	lastFD            atomic.Int64 // the fd of the last OpenFile
+	probes            atomic.Int64
+	callMu            sync.Mutex
+	callSizes         []uint64 // every cuFile read/write's length, in call order
 }
 
-func (g *fakeGDS) Probe() error { return nil }
+func (g *fakeGDS) sizes() []uint64 {
+	g.callMu.Lock()
+	defer g.callMu.Unlock()
+	return append([]uint64(nil), g.callSizes...)
+}
+
+func (g *fakeGDS) record(n uint64) {
+	g.callMu.Lock()
+	g.callSizes = append(g.callSizes, n)
+	g.callMu.Unlock()
+}
+
+func (g *fakeGDS) Probe() error { g.probes.Add(1); return nil }
 func (g *fakeGDS) Close() error { return nil }
 func (g *fakeGDS) Mode() string { return "compat-forced" }
 func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
@@ -251,6 +266,7 @@ type fakeGDSFile struct {
 
 func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 	nth := f.g.reads.Add(1)
+	f.g.record(n)
 	if f.g.failReads.Add(-1) >= 0 || nth == f.g.failReadNth.Load() {
 		return -1, errors.New("fake: cuFileRead: CU_FILE_IO_ERROR")
 	}
@@ -258,6 +274,7 @@ func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 }
 func (f *fakeGDSFile) Write(dev int, ptr, n, off uint64) (int, error) {
 	f.g.writes.Add(1)
+	f.g.record(n)
 	if f.g.failWrites.Add(-1) >= 0 {
 		return -1, errors.New("fake: cuFileWrite: CU_FILE_IO_ERROR")
 	}

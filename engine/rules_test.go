@@ -1,0 +1,303 @@
+package engine_test
+
+// rules_test.go: rules of the specification that had no test failing
+// when they break. Each test names its rule; GPU rules run on the fake
+// GPU and cuFile (fakegpu_test.go) over real io_uring and real files.
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// TestRuleTerminalStatesNeverChange: once a sealed batch is terminal,
+// neither it nor any task changes: cancels, progress, polls and waits
+// leave every state and byte count as they were.
+func TestRuleTerminalStatesNeverChange(t *testing.T) {
+	e := newEngine(t, nil)
+	seg, reg := smallTarget(t, e, 8192)
+	b, err := e.AllocateBatch(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: reg.BaseAddress(), Length: 4096}}, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if st := waitState(t, b); st != engine.StateCompleted {
+		t.Fatalf("state %v", st)
+	}
+	before := b.TaskStatuses()
+	b.Cancel(0)
+	b.CancelAll()
+	b.Seal()
+	b.Progress()
+	for range 3 {
+		b.Status()
+		b.TaskStatus(0)
+	}
+	if st, _ := b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state after cancels and polls %v, want completed", st)
+	}
+	after := b.TaskStatuses()
+	for i := range before {
+		if before[i].State != after[i].State || before[i].Transferred != after[i].Transferred {
+			t.Fatalf("task %d changed after the batch was terminal: %+v -> %+v", i, before[i], after[i])
+		}
+	}
+}
+
+// TestRuleMergeCappedAtMaxTransfer: adjacent memory requests merge into
+// one physical owner only up to max_transfer_bytes.
+func TestRuleMergeCappedAtMaxTransfer(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, func(c *config.Engine) { c.MaxTransferBytes = 8192; c.CallerFastPathBytes = 4096 })
+	local, remote := register(t, e, 1<<16), register(t, e, 1<<16)
+	fillRandom(t, remote)
+	ms := openMem(t, e, remote, engine.PermRead)
+	a := local.BaseAddress()
+	var reqs []engine.Request
+	for i := uint64(0); i < 5; i++ {
+		reqs = append(reqs, engine.Request{Address: a + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	got := runOwners(t, e, engine.OpRead, ms, reqs)
+	want := []int{0, 0, 2, 2, 4}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("physical owners %v, want %v (8 KiB owners)", got, want)
+		}
+	}
+}
+
+// TestRuleExpiredDeadlineEndsRetry: a failed attempt decided after its
+// group's deadline is final; no next attempt runs.
+func TestRuleExpiredDeadlineEndsRetry(t *testing.T) {
+	r := newFailoverRig(t, func(c *config.Engine) { c.EnableAutoFailoverOnPoll = false })
+	r.gds.failReads.Store(1)
+	const timeout = time.Second
+	b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Address: r.dev.BaseAddress(), Length: 64 << 10}}, nil, timeout)
+	start := time.Now()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	waitFor(t, "the failed attempt to park", func() bool { return b.ParkedAttempts() == 1 })
+	time.Sleep(time.Until(start.Add(timeout + 50*time.Millisecond)))
+	if st, _ := b.Wait(ioTimeout); st != engine.StateFailed {
+		t.Fatalf("state %v, want failed", st)
+	}
+	ts, _ := b.TaskStatus(0)
+	wantKind(t, ts.Err, engine.KindIO)
+	if ts.FailoverCount != 0 || r.gpu.copies.Load() != 0 || r.e.Stats().Failovers != 0 {
+		t.Fatalf("task %+v, copies %d: an attempt ran after the deadline", ts, r.gpu.copies.Load())
+	}
+}
+
+// truncatingEvent is a producer event that truncates a file the first
+// time it is polled: the file becomes shorter after the range check.
+type truncatingEvent struct {
+	path string
+	size int64
+	done atomic.Bool
+}
+
+func (p *truncatingEvent) Done() (bool, error) {
+	if !p.done.Swap(true) {
+		if err := os.Truncate(p.path, p.size); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+func (p *truncatingEvent) Wait() error  { _, err := p.Done(); return err }
+func (p *truncatingEvent) Close() error { return nil }
+
+// TestRuleShortCompletionKeepsPrefix: a device-memory READ that finds the
+// file shorter than at submit fails with KindRange and keeps exactly the
+// bytes it read, on both device paths (staging: a full unit, then a short
+// one; cuFile: one short call).
+func TestRuleShortCompletionKeepsPrefix(t *testing.T) {
+	for _, tr := range []engine.TransportKind{engine.TransportIOUring, engine.TransportGDS} {
+		t.Run(tr.String(), func(t *testing.T) {
+			r := newFailoverRig(t, nil)
+			const short = 100000
+			ev := &truncatingEvent{path: r.path, size: short}
+			b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Transport: tr, Address: r.dev.BaseAddress(), Length: 256 << 10, Producer: ev}}, nil, ioTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free()
+			b.Wait(ioTimeout)
+			ts, _ := b.TaskStatus(0)
+			wantKind(t, ts.Err, engine.KindRange)
+			if ts.Transferred != short || ts.Transport != tr || ts.FailoverCount != 0 {
+				t.Fatalf("task %+v, want %d bytes read before the end on %v", ts, short, tr)
+			}
+			if rep := b.Submissions()[0]; rep.CompletedRequests != 0 || rep.CompletedBytes != 0 {
+				t.Fatalf("report %+v: the failed request is no part of the prefix", rep)
+			}
+			if !bytes.Equal(r.devBytes(t, 0, short), r.orig[:short]) {
+				t.Fatal("the kept prefix differs from the file")
+			}
+		})
+	}
+}
+
+// TestRuleOwnersAdmittedTogether: the runtime queue admits all physical
+// owners of a submission together, or none: a group that does not fit
+// the outstanding budget whole is refused, though some of its owners
+// would fit.
+func TestRuleOwnersAdmittedTogether(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxOutstandingOwners = 4
+		c.RuntimeQueue.MaxDispatchOwners = 4
+	})
+	seg, reg := smallTarget(t, e, 32<<10)
+	release := e.HoldWindowForTest(64, 0) // nothing dispatches: admitted groups stay outstanding
+	a, _ := e.AllocateBatch(8)
+	defer func() { release(); a.CancelAll(); waitState(t, a); a.Free() }()
+	if _, err := a.Submit(engine.OpRead, seg, []engine.Request{read4k(reg, 0)[0], read4k(reg, 4096)[0], read4k(reg, 8192)[0]}, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := e.AllocateBatch(8)
+	defer func() { b.CancelAll(); waitState(t, b); b.Free() }()
+	_, err := b.Submit(engine.OpRead, seg, []engine.Request{read4k(reg, 16384)[0], read4k(reg, 20480)[0]}, nil, ioTimeout)
+	wantKind(t, err, engine.KindExhausted)
+	if b.TaskCount() != 0 || e.Stats().RuntimeQueue.OutstandingOwners != 3 {
+		t.Fatalf("tasks %d, outstanding owners %d: want the two-owner group refused whole", b.TaskCount(), e.Stats().RuntimeQueue.OutstandingOwners)
+	}
+	if _, err := b.Submit(engine.OpRead, seg, read4k(reg, 16384), nil, ioTimeout); err != nil {
+		t.Fatalf("one owner fits: %v", err)
+	}
+}
+
+// TestRuleHardZeroCap: a contract cap of 0 (max_inflight_requests or
+// max_inflight_bytes) is a hard zero that refuses every submission; an
+// absent cap means no cap.
+func TestRuleHardZeroCap(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[
+			{"name":"noreq","defaults":{"max_inflight_requests":0}},
+			{"name":"nobytes","defaults":{"max_inflight_bytes":0}},
+			{"name":"free","defaults":{}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 4096)
+	for _, c := range []struct {
+		tenant string
+		ok     bool
+	}{{"noreq", false}, {"nobytes", false}, {"free", true}} {
+		rep, err := func() (engine.Report, error) {
+			b, _ := e.AllocateBatch(1)
+			defer b.Free()
+			if _, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, 0), nil, engine.SubmitOptions{QoS: resolve(t, e, c.tenant, "", nil)}); err != nil {
+				return engine.Report{}, err
+			}
+			waitState(t, b)
+			return b.Submissions()[0], nil
+		}()
+		if c.ok {
+			if err != nil || rep.Err != nil {
+				t.Fatalf("tenant %s: %v %+v", c.tenant, err, rep)
+			}
+			continue
+		}
+		wantKind(t, err, engine.KindExhausted)
+	}
+}
+
+// TestRuleStagingExhausted: with every staging chunk leased and no room
+// under max_inflight_bytes for a pageable buffer, a staged transfer fails
+// with ResourceExhausted before any I/O.
+func TestRuleStagingExhausted(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) {
+		c.StagingLanes, c.StagingChunkCount = 1, 2
+		c.MaxInflightBytes = 256<<10 + 64<<10 // the two groups, no more
+		c.MaxTransferBytes = 256 << 10
+		c.CallerFastPathBytes = 64 << 10
+	})
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	gpu.hang = make(chan struct{})
+	hung := true
+	defer func() {
+		if hung {
+			close(gpu.hang)
+		}
+	}()
+	a, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: d.BaseAddress(), Length: 256 << 10}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	waitFor(t, "the first group to lease both chunks", func() bool { st := e.Stats().Staging; return st != nil && st.InUse == 2 })
+	reads := e.Stats().BytesRead
+	_, err = e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: d.BaseAddress() + 512<<10, TargetOffset: 512 << 10, Length: 64 << 10}}, ioTimeout)
+	wantKind(t, err, engine.KindExhausted)
+	if st := e.Stats(); st.Staging.Fallbacks != 0 || st.BytesRead != reads {
+		t.Fatalf("fallbacks %d, bytes read %d -> %d: want nothing moved", st.Staging.Fallbacks, reads, st.BytesRead)
+	}
+	close(gpu.hang)
+	hung = false
+	if st, err := a.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("first group: %v %v", st, err)
+	}
+}
+
+// TestRuleGDSDisabled: gds_enabled=false keeps cuFile unloaded (never
+// probed, no handle, no registration): device requests go through
+// staging, and an explicit gds request is Unavailable naming the key.
+func TestRuleGDSDisabled(t *testing.T) {
+	r := newFailoverRig(t, func(c *config.Engine) { c.GDSEnabled = false })
+	if tr := gdsRead(t, r); tr != engine.TransportIOUring {
+		t.Fatalf("transport %v, want staging", tr)
+	}
+	_, err := r.e.SubmitAndWait(engine.OpRead, r.seg, []engine.Request{{Transport: engine.TransportGDS, Address: r.dev.BaseAddress(), Length: 4096}}, ioTimeout)
+	wantKind(t, err, engine.KindUnavailable)
+	if !strings.Contains(err.Error(), "gds_enabled") {
+		t.Fatalf("error %q does not name gds_enabled", err)
+	}
+	if r.gds.probes.Load() != 0 || r.gds.opened.Load() != 0 || r.gds.reads.Load() != 0 {
+		t.Fatalf("cuFile probed %d, handles %d, reads %d: want none", r.gds.probes.Load(), r.gds.opened.Load(), r.gds.reads.Load())
+	}
+	if m := r.e.Stats().GDS.Mode; m != "unavailable" {
+		t.Fatalf("gds mode %q, want unavailable", m)
+	}
+}
+
+// TestRuleGDSSplit16MiB: cuFile calls move at most 16 MiB each: a 40 MiB
+// request is three calls of 16, 16 and 8 MiB, in file order.
+func TestRuleGDSSplit16MiB(t *testing.T) {
+	gpu, gds := newFakeGPU(1), &fakeGDS{}
+	e := gpuEngine(t, gpu, gds, func(c *config.Engine) { c.GDSBatchDepth = 1 })
+	const n = 40 << 20
+	path, orig := randomFile(t, t.TempDir(), "f", n)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, n)
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: n}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	got := gds.sizes()
+	want := []uint64{16 << 20, 16 << 20, 8 << 20}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("cuFile call sizes %v, want %v", got, want)
+	}
+	back := make([]byte, n)
+	d.ReadAt(back, 0)
+	if !bytes.Equal(back, orig) {
+		t.Fatal("device bytes differ")
+	}
+}
