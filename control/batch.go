@@ -16,6 +16,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -76,12 +77,72 @@ func (bt *Batch) setErr(text string) {
 	bt.mu.Unlock()
 }
 
-// Error is /ctl/batches/<N>/error: the last error of this batch's
-// control operations, with a newline, or empty.
+// maxFailureLines bounds the failed submissions the error file lists;
+// status lists them all.
+const maxFailureLines = 16
+
+// Error is /ctl/batches/<N>/error, one line per failure, oldest first:
+// the last failed control operation on the batch, and each submission
+// that ended failed (when, which request failed first and why, how many
+// of its tasks failed). Transfers fail after the write that submitted
+// them returned, so without these lines a failed batch would have an
+// empty error file.
 func (bt *Batch) Error() []byte {
 	bt.mu.Lock()
-	defer bt.mu.Unlock()
-	return textLine(bt.mu.lastErr)
+	last := bt.mu.lastErr
+	bt.mu.Unlock()
+	lines := failureLines(bt.b.Submissions(), bt.b.TaskStatuses())
+	if last != "" {
+		lines = append(lines, last)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	sort.Strings(lines) // each starts with its fixed-width UTC time
+	var out []byte
+	for _, l := range lines {
+		out = append(append(out, l...), '\n')
+	}
+	return out
+}
+
+// failureLines renders each finished, failed submission as an error
+// line: "TIME OP batches/N: KIND: submissions[i] requests[j] (task k):
+// DETAIL (F of T tasks failed)". Past maxFailureLines one line counts
+// the rest.
+func failureLines(reports []engine.Report, tasks []engine.TaskStatus) []string {
+	var lines []string
+	more, lastMore := 0, time.Time{}
+	for i, r := range reports {
+		if !r.Done || r.Err == nil {
+			continue
+		}
+		if len(lines) == maxFailureLines {
+			more++
+			if r.FailedAt.After(lastMore) {
+				lastMore = r.FailedAt
+			}
+			continue
+		}
+		failed := 0
+		for j := r.Tasks.First; j < r.Tasks.First+r.Tasks.Count && j < len(tasks); j++ {
+			if tasks[j].State == engine.TaskFailed {
+				failed++
+			}
+		}
+		what := r.Err.Error()
+		var ee *engine.Error
+		if errors.As(r.Err, &ee) && ee.Err != nil {
+			what = fmt.Sprintf("%s %s: %s: submissions[%d] %s", ee.Op, ee.Name, ee.Kind, i, ee.Err)
+		}
+		lines = append(lines, fmt.Sprintf("%s %s (%d of %d tasks failed)",
+			r.FailedAt.UTC().Format(errorTimeLayout), what, failed, r.Tasks.Count))
+	}
+	if more > 0 {
+		lines = append(lines, fmt.Sprintf("%s and %d more failed submissions, the last at this time: see status",
+			lastMore.UTC().Format(errorTimeLayout), more))
+	}
+	return lines
 }
 
 // Batch returns the live batch with id, or nil.
@@ -109,10 +170,14 @@ func (s *Service) live(bt *Batch, op string) error {
 	freed := bt.mu.freed
 	bt.mu.Unlock()
 	if freed || s.Batch(bt.ID) != bt {
+		// The batch's own error file is gone with it: the text goes to
+		// /error.
+		sc := bt.scope(op)
+		sc.batch = nil
 		if bt.wasReclaimed() {
-			return s.fail(bt.scope(op), s.errReclaimed(bt))
+			return s.fail(sc, s.errReclaimed(bt))
 		}
-		return s.fail(bt.scope(op), notFound("batch %d was freed", bt.ID))
+		return s.fail(sc, notFound("batch %d was freed", bt.ID))
 	}
 	return nil
 }
@@ -173,6 +238,7 @@ func (s *Service) Submit(c *engine.Caller, bt *Batch, doc []byte) error {
 		return err
 	}
 	if !bt.beginSubmit() {
+		sc.batch = nil // its error file went with it: /error
 		return s.fail(sc, s.errReclaimed(bt))
 	}
 	accepted := false

@@ -91,6 +91,19 @@ func (s *Service) NewTxn(c *engine.Caller) *Txn {
 	return &Txn{s: s, caller: c, doc: NewDocument(s.opts.MaxDocumentBytes), base: -1}
 }
 
+// RefuseTxnOpen is the failure of an open of the transaction file that
+// is not read-write (readOnly: O_RDONLY, else O_WRONLY): the status is
+// read on the descriptor the submission was written to, so such an open
+// could never complete a transaction. Recorded in /error; EACCES.
+func (s *Service) RefuseTxnOpen(readOnly bool) error {
+	how := "write-only (echo > txn)"
+	if readOnly {
+		how = "read-only (cat txn)"
+	}
+	return s.fail(scope{op: "open", name: txnScope.name}, detail(engine.KindPermission,
+		"opened %s: a transaction is written and read on one descriptor; open it read-write (exec 3<>txn)", how))
+}
+
 // Append marks the handle as opened with O_APPEND: the kernel places
 // its writes at a size this file does not have, so the chunks of a
 // document are taken in arrival order whatever their offset.

@@ -446,6 +446,9 @@ func (g *group) finishLocked(drained bool) {
 		g.release()
 	}
 	r := g.reportLocked()
+	if r.Err != nil {
+		r.FailedAt = time.Now() // only failures pay for the clock
+	}
 	g.inline.final = r
 	g.final = &g.inline.final
 	if b.mu.onDone != nil {
@@ -481,7 +484,8 @@ func (g *group) reportLocked() Report {
 				// cause: a caller must learn that memory and fds are held.
 				kind = KindUnquiesced
 			}
-			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: kind, Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
+			op, name := g.op.String(), b.name()
+			r.Err = &Error{Op: op, Name: name, Kind: kind, Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, quoted(t.err, op, name, kind))}
 			if g.lastSubmitted >= i {
 				r.AffectedRequests = g.lastSubmitted - i + 1
 			}

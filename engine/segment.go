@@ -15,6 +15,8 @@
 //   - (dev, ino) is fixed at open and names the file itself: two entries
 //     (another permission, another path, a hard link) on one inode fence
 //     against each other (group.conflicts).
+//   - An entry is shared only by handles of one caller identity
+//     (segKey), and its file was opened with that identity (caller.go).
 //   - Lock order: Engine.mu before segEntry.mu.
 
 package engine

@@ -110,7 +110,8 @@ func window(b, dest []byte, off int64) []byte {
 // the credentials of its open).
 type docFile struct {
 	writableNode
-	newWriter func(c *engine.Caller) *control.DocWriter
+	newWriter  func(c *engine.Caller) *control.DocWriter
+	opensFiles bool // its documents open files as the caller: needs groups
 }
 
 func newDocFile(f *fsys, o who, t time.Time, newWriter func(c *engine.Caller) *control.DocWriter) *docFile {
@@ -123,7 +124,11 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_WRONLY {
 		return nil, 0, syscall.EACCES
 	}
-	w := n.newWriter(n.f.caller(ctx))
+	c := n.f.caller(ctx)
+	if n.opensFiles {
+		c = n.f.fileCaller(ctx)
+	}
+	w := n.newWriter(c)
 	if flags&syscall.O_APPEND != 0 {
 		w.Append()
 	}

@@ -132,7 +132,7 @@ case ${1:-} in
 build)
 	set -e
 	mkdir -p "$B"
-	CGO_ENABLED=0 go build -ldflags=-checklinkname=0 -o "$B/orbitefs" ./cmd/orbitefs
+	CGO_ENABLED=0 go build -ldflags="-checklinkname=0 $(bash scripts/buildflags.sh)" -o "$B/orbitefs" ./cmd/orbitefs
 	cp bench/multicore.sh tests/gpu/peers.py tests/gpu/perfsummary.py "$B/"
 	ls -l "$B"
 	;;
