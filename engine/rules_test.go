@@ -301,3 +301,149 @@ func TestRuleGDSSplit16MiB(t *testing.T) {
 		t.Fatal("device bytes differ")
 	}
 }
+
+// TestRuleGDSRequireNative: gds_require_native excludes cuFile when the
+// driver permits or forces compatibility mode (the fake forces it):
+// device requests take staging, an explicit gds request is Unavailable
+// naming the key.
+func TestRuleGDSRequireNative(t *testing.T) {
+	r := newFailoverRig(t, func(c *config.Engine) { c.GDSRequireNative = true })
+	if tr := gdsRead(t, r); tr != engine.TransportIOUring {
+		t.Fatalf("transport %v, want staging", tr)
+	}
+	_, err := r.e.SubmitAndWait(engine.OpRead, r.seg, []engine.Request{{Transport: engine.TransportGDS, Address: r.dev.BaseAddress(), Length: 4096}}, ioTimeout)
+	wantKind(t, err, engine.KindUnavailable)
+	if !strings.Contains(err.Error(), "gds_require_native") || r.gds.reads.Load() != 0 {
+		t.Fatalf("error %q, cuFile reads %d", err, r.gds.reads.Load())
+	}
+}
+
+// TestRuleInspectionDoesNotLoadCuFile: opening and inspecting a segment,
+// registering device memory and reading stats never probe cuFile; the
+// mode stays "unprobed" until a submission considers GDS.
+func TestRuleInspectionDoesNotLoadCuFile(t *testing.T) {
+	gpu, gds := newFakeGPU(1), &fakeGDS{}
+	e := gpuEngine(t, gpu, gds, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	seg := openSeg(t, e, path, engine.PermRead)
+	if _, err := e.FileSegmentInfo(seg); err != nil {
+		t.Fatal(err)
+	}
+	d := deviceRegion(t, e, 0, 1<<16)
+	if st := e.Stats().GDS; gds.probes.Load() != 0 || gds.opened.Load() != 0 || st.Mode != "unprobed" {
+		t.Fatalf("probes %d, handles %d, mode %q: want cuFile untouched", gds.probes.Load(), gds.opened.Load(), st.Mode)
+	}
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 4096}}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if gds.probes.Load() != 1 || e.Stats().GDS.Mode != "compat-forced" {
+		t.Fatalf("after a device submission: probes %d, mode %q", gds.probes.Load(), e.Stats().GDS.Mode)
+	}
+}
+
+// TestRuleVectoredWriteOneAttempt: a vectored WRITE has one attempt,
+// even when its GDS attempt was rejected cleanly (a scalar WRITE would
+// fail over: TestFailoverWriteCleanRejection).
+func TestRuleVectoredWriteOneAttempt(t *testing.T) {
+	r := newFailoverRig(t, nil)
+	a := r.dev.BaseAddress()
+	req := engine.Vector(engine.TransportUnspec, 0, engine.Range(a, 64<<10), engine.Range(a+128<<10, 64<<10))
+	req.Producer = &onceFailedEvent{}
+	_, err := r.e.SubmitAndWait(engine.OpWrite, r.seg, []engine.Request{req}, ioTimeout)
+	wantKind(t, err, engine.KindIO)
+	if r.e.Stats().Failovers != 0 || r.gpu.copies.Load() != 0 {
+		t.Fatalf("failovers %d, device copies %d: want the one attempt only", r.e.Stats().Failovers, r.gpu.copies.Load())
+	}
+	if back, _ := os.ReadFile(r.path); !bytes.Equal(back, r.orig) {
+		t.Fatal("the file changed")
+	}
+}
+
+// TestRuleStagingReserves: ordinary admission may use only the runtime
+// queue's outstanding totals minus staging_owner_reserve and
+// staging_byte_reserve.
+func TestRuleStagingReserves(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mut  func(*config.RuntimeQueue)
+	}{
+		{"owners", func(q *config.RuntimeQueue) { q.MaxOutstandingOwners, q.StagingOwnerReserve = 4, 2 }},
+		{"bytes", func(q *config.RuntimeQueue) { q.MaxOutstandingBytes, q.StagingByteReserve = 16 << 10, 8 << 10 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, func(cfg *config.Engine) {
+				cfg.RuntimeQueue.Enabled = true
+				cfg.RuntimeQueue.MaxDispatchOwners, cfg.RuntimeQueue.MaxDispatchBytes = 4, 8<<10
+				cfg.CallerFastPathBytes = 4 << 10
+				c.mut(&cfg.RuntimeQueue)
+			})
+			seg, reg := smallTarget(t, e, 16<<10)
+			b, _ := e.AllocateBatch(4)
+			defer b.Free()
+			_, err := b.Submit(engine.OpRead, seg, []engine.Request{read4k(reg, 0)[0], read4k(reg, 4096)[0], read4k(reg, 8192)[0]}, nil, ioTimeout)
+			wantKind(t, err, engine.KindExhausted)
+			if _, err := b.Submit(engine.OpRead, seg, []engine.Request{read4k(reg, 0)[0], read4k(reg, 4096)[0]}, nil, ioTimeout); err != nil {
+				t.Fatalf("within the total minus the reserve: %v", err)
+			}
+			if st := waitState(t, b); st != engine.StateCompleted {
+				t.Fatalf("state %v", st)
+			}
+		})
+	}
+}
+
+// TestRuleBatchCapacity: a batch's capacity is positive and at most
+// max_batch_requests.
+func TestRuleBatchCapacity(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) { c.MaxBatchRequests = 8 })
+	for _, n := range []int{0, -1, 9} {
+		if b, err := e.AllocateBatch(n); err == nil {
+			b.Free()
+			t.Fatalf("capacity %d accepted", n)
+		} else {
+			wantKind(t, err, engine.KindInvalid)
+		}
+	}
+	b, err := e.AllocateBatch(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Free()
+}
+
+// TestRuleWaitTimeoutKeepsWork: a wait that times out neither cancels nor
+// releases the work it waited for: the running task keeps its loan and
+// completes, the queued one (fenced behind it: same memory) still runs.
+func TestRuleWaitTimeoutKeepsWork(t *testing.T) {
+	ref := &refTransport{stall: make(chan struct{})}
+	e := newEngine(t, nil, ref)
+	path, orig := randomFile(t, t.TempDir(), "f", 8192)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 8192)
+	b, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	for range 2 {
+		if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress(), Length: 8192}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Seal()
+	waitFor(t, "the first op to reach the transport", func() bool { return ref.prepared.Load() == 1 })
+	_, err = b.Wait(20 * time.Millisecond)
+	wantKind(t, err, engine.KindTimeout)
+	ts := b.TaskStatuses()
+	if ts[0].State != engine.TaskRunning || ts[1].State != engine.TaskPending {
+		t.Fatalf("after the wait timed out: %+v", ts)
+	}
+	wantKind(t, e.Unregister(r), engine.KindBusy) // the loan is still held
+	ref.release()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if !bytes.Equal(regionBytes(t, r), orig) {
+		t.Fatal("bytes differ")
+	}
+}
