@@ -368,7 +368,7 @@ func TestRuleStagingReserves(t *testing.T) {
 		mut  func(*config.RuntimeQueue)
 	}{
 		{"owners", func(q *config.RuntimeQueue) { q.MaxOutstandingOwners, q.StagingOwnerReserve = 4, 2 }},
-		{"bytes", func(q *config.RuntimeQueue) { q.MaxOutstandingBytes, q.StagingByteReserve = 16 << 10, 8 << 10 }},
+		{"bytes", func(q *config.RuntimeQueue) { q.MaxOutstandingBytes, q.StagingByteReserve = 16<<10, 8<<10 }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEngine(t, func(cfg *config.Engine) {
