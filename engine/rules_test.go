@@ -447,3 +447,36 @@ func TestRuleWaitTimeoutKeepsWork(t *testing.T) {
 		t.Fatal("bytes differ")
 	}
 }
+
+// TestRuleReportCountsSuccessfulPrefix: a group's report counts only the
+// fully successful requests before the first unsuccessful one, while each
+// task keeps its own result: a short first READ reports its bytes and the
+// next task completes, yet the group reports zero requests and bytes.
+func TestRuleReportCountsSuccessfulPrefix(t *testing.T) {
+	for _, tr := range []engine.TransportKind{engine.TransportIOUring, engine.TransportGDS} {
+		t.Run(tr.String(), func(t *testing.T) {
+			r := newFailoverRig(t, nil)
+			const short = 100000
+			a := r.dev.BaseAddress()
+			reqs := []engine.Request{
+				{Transport: tr, Address: a, TargetOffset: 96 << 10, Length: 64 << 10, Producer: &truncatingEvent{path: r.path, size: short}},
+				{Transport: tr, Address: a + 512<<10, Length: 64 << 10},
+			}
+			b, err := r.e.SubmitAsync(engine.OpRead, r.seg, reqs, nil, ioTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free()
+			b.Wait(ioTimeout)
+			ts := b.TaskStatuses()
+			if ts[0].State != engine.TaskFailed || ts[0].Transferred != short-96<<10 || ts[1].State != engine.TaskCompleted || ts[1].Transferred != 64<<10 {
+				t.Fatalf("tasks %+v: want the first short with its bytes, the second complete", ts)
+			}
+			rep := b.Submissions()[0]
+			if rep.CompletedRequests != 0 || rep.CompletedBytes != 0 || rep.RequestIndex != 0 {
+				t.Fatalf("report %+v: want zero requests and bytes, request_index 0", rep)
+			}
+			wantKind(t, rep.Err, engine.KindRange)
+		})
+	}
+}
