@@ -41,6 +41,9 @@ type fakeGPU struct {
 	// run only once held is closed.
 	holdFrom atomic.Uint64
 	held     chan struct{}
+	// failHtoDAt fails the enqueue of every HtoD copy to that device
+	// address (0: none).
+	failHtoDAt atomic.Uint64
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -131,6 +134,9 @@ type fakeStream struct {
 }
 
 func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
+	if a := s.f.failHtoDAt.Load(); a != 0 && dst == a {
+		return errors.New("fake: cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE")
+	}
 	hold := s.f.holdFrom.Load()
 	s.work <- func() {
 		if s.f.hang != nil {

@@ -480,3 +480,74 @@ func TestRuleReportCountsSuccessfulPrefix(t *testing.T) {
 		})
 	}
 }
+
+// TestRuleStagedReadGapStopsCount: a staged READ whose middle unit fails
+// counts only the units before the gap, though later units land.
+func TestRuleStagedReadGapStopsCount(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, nil) // 64 KiB chunks, several lanes
+	path, orig := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	gpu.failHtoDAt.Store(d.BaseAddress() + 128<<10) // the third unit
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 512 << 10}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	ts, _ := b.TaskStatus(0)
+	wantKind(t, ts.Err, engine.KindIO)
+	if ts.Transferred != 128<<10 {
+		t.Fatalf("transferred %d, want the 128 KiB before the gap", ts.Transferred)
+	}
+	got := make([]byte, 512<<10)
+	d.ReadAt(got, 0)
+	if !bytes.Equal(got[:128<<10], orig[:128<<10]) || !bytes.Equal(got[192<<10:], orig[192<<10:512<<10]) {
+		t.Fatal("units before and after the gap differ from the file")
+	}
+}
+
+// TestRuleDeviceRangeHeld: a running transfer holds its whole device
+// range: unregistering the region is refused and an overlapping transfer
+// in another batch fails before I/O.
+func TestRuleDeviceRangeHeld(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	gpu.hang = make(chan struct{})
+	hung := true
+	defer func() {
+		if hung {
+			close(gpu.hang)
+		}
+	}()
+	a, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 256 << 10}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Free()
+	waitFor(t, "the transfer to run", func() bool { ts, _ := a.TaskStatus(0); return ts.State == engine.TaskRunning })
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress() + 200<<10, Length: 4096}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(2 * time.Second) // a copy held by the fake would outlast this
+	ts, _ := b.TaskStatus(0)
+	if ts.State != engine.TaskFailed {
+		t.Fatalf("overlapping transfer: %+v, want failed before I/O", ts)
+	}
+	wantKind(t, ts.Err, engine.KindBusy)
+	wantKind(t, e.Unregister(d), engine.KindBusy)
+	close(gpu.hang)
+	hung = false
+	if st, err := a.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if err := e.Unregister(d); err != nil {
+		t.Fatalf("after the transfer: %v", err)
+	}
+}
