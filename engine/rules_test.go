@@ -551,3 +551,23 @@ func TestRuleDeviceRangeHeld(t *testing.T) {
 		t.Fatalf("after the transfer: %v", err)
 	}
 }
+
+// TestRuleProgressStartsParkedAttempt: with enable_auto_failover_on_poll
+// off, an explicit progress step still starts an unobserved failure's
+// next attempt (a status poll would make it final instead).
+func TestRuleProgressStartsParkedAttempt(t *testing.T) {
+	r := newFailoverRig(t, func(c *config.Engine) { c.EnableAutoFailoverOnPoll = false })
+	b := parkedBatch(t, r)
+	if _, err := b.Progress(); err != nil {
+		t.Fatal(err)
+	}
+	if b.ParkedAttempts() != 0 || r.e.Stats().Failovers != 1 {
+		t.Fatalf("parked %d, failovers %d: want the attempt started", b.ParkedAttempts(), r.e.Stats().Failovers)
+	}
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if ts, _ := b.TaskStatus(0); ts.FailoverCount != 1 || ts.Transport != engine.TransportIOUring {
+		t.Fatalf("task %+v", ts)
+	}
+}
