@@ -31,6 +31,7 @@ func DefaultTOML() string { return defaultTOML }
 type Daemon struct {
 	Mount  Mount  `toml:"mount"`
 	Engine Engine `toml:"engine"`
+	Peer   Peer   `toml:"peer"`
 }
 
 // Mount configures the FUSE front end.
@@ -200,6 +201,7 @@ func (d *Daemon) Validate() error {
 		p.addf("mount.log_level: %v", err)
 	}
 	d.Engine.validate(&p, "engine.")
+	d.Peer.validate(&p)
 	return p.err("invalid config")
 }
 

@@ -26,6 +26,9 @@ type MemorySpec struct {
 	// CUDAIPCHandle imports another process's CUDA allocation (the 64-byte
 	// cuIpcGetMemHandle handle as 128 hex digits); cuda:N only.
 	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
+	// Export says what peers may do with it: none (the default), read,
+	// write or read_write; host memory only.
+	Export string `json:"export,omitempty"`
 }
 
 // Location kinds.
@@ -83,8 +86,19 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 	default:
 		return nil, invalid("location %s: want cpu, pinned or cuda:N", quoteText(m.Location, quoteRunes))
 	}
+	switch m.Export {
+	case "", ExportNone, "read", "write", "read_write":
+	default:
+		return nil, invalid("export %q: want \"none\", \"read\", \"write\" or \"read_write\"", m.Export)
+	}
+	if m.Export != "" && m.Export != ExportNone && strings.HasPrefix(m.Location, cudaPrefix) {
+		return nil, invalid("export %q of %s memory: peers reach host memory only (cpu, pinned) for now", m.Export, m.Location)
+	}
 	return &m, nil
 }
+
+// ExportNone is the export of a registration peers cannot reach.
+const ExportNone = "none"
 
 // SegmentSpec is the document written to /segments/open.
 type SegmentSpec struct {
