@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -279,13 +280,20 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	seg, reqs, err := s.resolve(c, sub)
+	seg, reqs, regions, err := s.resolve(c, sub)
 	if err != nil {
 		return prepared{}, err
 	}
 	opts, err := s.submitOptions(sub) // qos.go
 	if err != nil {
 		return prepared{}, err
+	}
+	// The engine resolves the addresses again when it submits: it must
+	// find them in the regions checked here, not in whatever another
+	// user registered at the same address after c's was unregistered.
+	opts.Regions = regions
+	if s.afterResolve != nil {
+		s.afterResolve()
 	}
 	return prepared{sub: sub, seg: seg, reqs: reqs, opts: opts}, nil
 }
@@ -307,14 +315,16 @@ func (s *Service) submitPrepared(bt *Batch, p prepared) error {
 }
 
 // resolve turns names into the engine's target and requests, refusing
-// a segment or memory that is not c's.
-func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine.Request, error) {
+// a segment or memory that is not c's. For an unprivileged c it also
+// returns the regions the requests were found in (nil for a privileged
+// c, who may use any).
+func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine.Request, []*engine.Region, error) {
 	seg := s.Segment(sub.Target)
 	if seg == nil {
-		return nil, nil, notFound("target %q: no such segment; open it through segments/open", sub.Target)
+		return nil, nil, nil, notFound("target %q: no such segment; open it through segments/open", sub.Target)
 	}
 	if !s.owns(c, seg.owner) {
-		return nil, nil, s.notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
+		return nil, nil, nil, s.notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
 	}
 	rv := resolver{s: s, c: c, priv: s.privileged(c)}
 	reqs := make([]engine.Request, len(sub.Requests))
@@ -325,7 +335,7 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 		if len(r.Elements) == 0 {
 			addr, err := rv.localAddress(r.Memory, r.Offset, r.Address, uint64(*r.Length))
 			if err != nil {
-				return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
+				return nil, nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
 			}
 			er.Address, er.Length = addr, uint64(*r.Length)
 		} else {
@@ -338,14 +348,17 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 				}
 				addr, err := rv.localAddress(el.Memory, el.Offset, el.Address, uint64(*el.Length))
 				if err != nil {
-					return nil, nil, fmt.Errorf("requests[%d].elements[%d]: %w", i, j, err)
+					return nil, nil, nil, fmt.Errorf("requests[%d].elements[%d]: %w", i, j, err)
 				}
 				er.Elements[j] = engine.Range(addr, uint64(*el.Length))
 			}
 		}
 		reqs[i] = er
 	}
-	return seg, reqs, nil
+	if rv.priv {
+		return seg, reqs, nil, nil
+	}
+	return seg, reqs, append(make([]*engine.Region, 0, len(rv.used)), rv.used...), nil // non-nil: limits the engine
 }
 
 // resolver resolves one submission's memory references for caller c.
@@ -353,8 +366,16 @@ type resolver struct {
 	s    *Service
 	c    *engine.Caller
 	priv bool
-	own  []*Memory // c's registrations, loaded at the first raw address
-	read bool      // own is loaded
+	own  []*Memory        // c's registrations, loaded at the first raw address
+	read bool             // own is loaded
+	used []*engine.Region // the regions the requests lie in, each once
+}
+
+// use notes that a request lies in r.
+func (rv *resolver) use(r *engine.Region) {
+	if !slices.Contains(rv.used, r) {
+		rv.used = append(rv.used, r)
+	}
 }
 
 // localAddress resolves memory+offset against the memory table for c.
@@ -382,6 +403,7 @@ func (rv *resolver) localAddress(memory *string, offset *config.Size, address *A
 	if end > m.Len() {
 		return 0, detail(engine.KindRange, "memory %q: offset %d + length %d = %d is beyond its %d bytes", *memory, off, length, end, m.Len())
 	}
+	rv.use(m.region)
 	return m.region.BaseAddress() + off, nil
 }
 
@@ -576,6 +598,7 @@ func (rv *resolver) ownAddress(addr, length uint64) error {
 	for _, m := range rv.own {
 		base := m.region.BaseAddress()
 		if addr >= base && length <= m.Len() && addr-base <= m.Len()-length {
+			rv.use(m.region)
 			return nil
 		}
 	}

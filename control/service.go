@@ -95,6 +95,10 @@ type Service struct {
 	seq     atomic.Uint64
 	closing atomic.Bool
 	docs    *Budget // buffered document bytes, shared by every handle (budget.go)
+	// afterResolve, when set (tests only), runs between a submission's
+	// ownership checks and its engine submit: the race window between a
+	// region checked by name and the engine's own lookup by address.
+	afterResolve func()
 
 	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
 	stopCtx    context.Context

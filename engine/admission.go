@@ -62,6 +62,12 @@ type SubmitOptions struct {
 	// QoS is a policy from this engine's ResolveQoS; nil uses the
 	// default contract.
 	QoS *QoSPolicy
+	// Regions, when non-nil, are the only regions the submission's local
+	// addresses may lie in: those its submitter was found to own when it
+	// named them. An address that lies in any other region by the time
+	// the engine resolves it (the named one was unregistered and another
+	// user's was mapped at the same address) fails with KindPermission.
+	Regions []*Region
 }
 
 // groupAdm is a group's admission record. Guarded by admission.mu.
