@@ -206,6 +206,11 @@ func (s *Service) Clone(c *engine.Caller) (*Batch, error) {
 // table; with idle, its idle timer runs (idle.go). Its error is not
 // recorded.
 func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, error) {
+	done, err := s.reserve(c, quota{batches: 1, slots: uint64(capacity)})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	b, err := s.e.AllocateBatch(capacity)
 	if err != nil {
 		return nil, err

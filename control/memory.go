@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
+	"github.com/orbitefs/orbitefs/internal/hostmem"
 )
 
 // Memory is one named registration. Its fields never change.
@@ -104,10 +105,22 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 	}
 	s.mu.memory[spec.Name] = nil
 	s.mu.Unlock()
-
-	var r *engine.Region
 	loc := engine.Location(spec.Location)
 	dev, onDevice := loc.Device()
+	var want quota
+	if !onDevice {
+		want.bytes = hostmem.RoundUp(uint64(spec.Bytes))
+	}
+	done, err := s.reserve(c, want)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.mu.memory, spec.Name)
+		s.mu.Unlock()
+		return s.fail(sc, err)
+	}
+	defer done()
+
+	var r *engine.Region
 	switch {
 	case spec.Shm != "":
 		r, err = s.e.RegisterSharedFileAs(c, spec.Shm, uint64(spec.Bytes))

@@ -109,6 +109,14 @@ func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
 	}
 	s.mu.segments[spec.Name] = nil
 	s.mu.Unlock()
+	done, err := s.reserve(c, quota{segments: 1})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.mu.segments, spec.Name)
+		s.mu.Unlock()
+		return s.fail(sc, err)
+	}
+	defer done()
 
 	g := &Segment{Name: spec.Name, URI: spec.URI, created: time.Now(), owner: c}
 	if mem, ok := strings.CutPrefix(spec.URI, "mem://"); ok {

@@ -55,6 +55,9 @@ type Options struct {
 	// unfinished documents may hold of it
 	// (mount.max_buffered_document_bytes_per_user; 0: all of it).
 	MaxBufferedDocumentBytesPerUser int64
+	// MaxUserShare is the fraction of each engine-wide object limit one
+	// unprivileged uid may hold (mount.max_user_share; 0: the default).
+	MaxUserShare float64
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
 	// IdleBatchTimeout is how long a cloned batch may stay without an
@@ -81,7 +84,8 @@ type Options struct {
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
 		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes),
-		MaxBufferedDocumentBytesPerUser: int64(m.MaxBufferedDocumentBytesPerUser), CloseTimeout: m.CloseTimeout.D(),
+		MaxBufferedDocumentBytesPerUser: int64(m.MaxBufferedDocumentBytesPerUser), MaxUserShare: m.MaxUserShare,
+		CloseTimeout:     m.CloseTimeout.D(),
 		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
@@ -111,6 +115,7 @@ type Service struct {
 		batches  map[uint64]*Batch
 		lastErr  string            // anyone's: what privileged callers read
 		userErr  map[uint32]string // each unprivileged uid's own
+		pending  map[uint32]quota  // what each uid is creating now (quota.go)
 	}
 }
 
@@ -125,6 +130,9 @@ func New(e *engine.Engine, opts Options) *Service {
 	}
 	if opts.MaxBufferedDocumentBytes <= 0 {
 		opts.MaxBufferedDocumentBytes = defaultMaxBufferedDocumentBytes
+	}
+	if opts.MaxUserShare <= 0 {
+		opts.MaxUserShare = defaultMaxUserShare
 	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
@@ -145,6 +153,7 @@ func New(e *engine.Engine, opts Options) *Service {
 	s.mu.segments = make(map[string]*Segment)
 	s.mu.batches = make(map[uint64]*Batch)
 	s.mu.userErr = make(map[uint32]string)
+	s.mu.pending = make(map[uint32]quota)
 	return s
 }
 

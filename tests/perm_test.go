@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -383,5 +384,66 @@ max_buffered_document_bytes_per_user = "4MiB"
 	}
 	if err := hold(cred.User{}); err != nil {
 		t.Errorf("root's unfinished document while nobody holds its share: %v", err)
+	}
+}
+
+// TestUserShare: one user holds at most mount.max_user_share of each
+// engine-wide object limit. Without shares nobody cloned all 1024
+// batches (engine.max_allocated_batches) and every other user's clone
+// failed with EAGAIN; the same held for segments and registered bytes.
+func TestUserShare(t *testing.T) {
+	m := startDaemon(t, daemonOpts{config: `
+[mount]
+allow_other = true
+[engine]
+max_allocated_batches = 8
+max_file_segments = 8
+max_registered_bytes = "1MiB"
+`})
+	const other = "setpriv --reuid=4321 --regid=4321 --clear-groups "
+	// count runs step as who until it fails (at most 10 times): how
+	// many succeeded, and the failure.
+	count := func(who, step string) (int, shResult) {
+		r := m.run(t, who+"bash -c "+shq(`n=0; while [ $n -lt 10 ] && `+step+`; do n=$((n+1)); done; echo $n`))
+		n, _ := strconv.Atoi(strings.TrimSpace(r.stdout))
+		return n, r
+	}
+	clone := `N=$(cat "$M/ctl/batches/clone")`
+	if n, r := count(asNobody, clone); n != 4 || !strings.Contains(r.stderr, "Resource temporarily unavailable") {
+		t.Errorf("nobody cloned %d batches of 8: %s\nwant 4 (its half), then EAGAIN", n, r)
+	}
+	if r := m.run(t, asNobody+`cat "$M/error"`); !strings.Contains(r.stdout, "mount.max_user_share") || !strings.Contains(r.stdout, "engine.max_allocated_batches") {
+		t.Errorf("nobody's /error after the refused clone: %q, want both keys named", r.stdout)
+	}
+	if n, _ := count(other, clone); n != 4 {
+		t.Errorf("uid 4321 cloned %d batches while nobody holds its 4, want 4", n)
+	}
+	// Registered bytes: half of 1 MiB each.
+	reg := func(name, size string) string {
+		return `echo '{"name":"` + name + `'$n'","location":"cpu","bytes":"` + size + `"}' > "$M/memory/register"`
+	}
+	if n, r := count(asNobody, reg(uniq("nb"), "256KiB")); n != 2 || !strings.Contains(r.stderr, "Resource temporarily unavailable") {
+		t.Errorf("nobody registered %d regions of 256 KiB under a 1 MiB limit: %s\nwant 2, then EAGAIN", n, r)
+	}
+	if n, _ := count(other, reg(uniq("o"), "256KiB")); n != 2 {
+		t.Errorf("uid 4321 registered %d regions of 256 KiB while nobody holds its half, want 2", n)
+	}
+	// Segments: memory segments of its own memory, half of 8.
+	name := uniq("nbseg")
+	mem := m.ls(t, "memory")
+	var nbmem string
+	for _, x := range mem {
+		if strings.HasPrefix(x, "nb") {
+			nbmem = x
+		}
+	}
+	seg := `echo '{"name":"` + name + `'$n'","uri":"mem://` + nbmem + `","permission":"read"}' > "$M/segments/open"`
+	if n, r := count(asNobody, seg); n != 4 || !strings.Contains(r.stderr, "Resource temporarily unavailable") {
+		t.Errorf("nobody opened %d segments of 8: %s\nwant 4, then EAGAIN", n, r)
+	}
+	// Root has no share (memory segments count for a user's share, not
+	// against engine.max_file_segments: nothing else bounds root's).
+	if n, r := count("", `echo '{"name":"rootseg'$n'","uri":"mem://`+nbmem+`","permission":"read"}' > "$M/segments/open"`); n != 10 {
+		t.Errorf("root opened %d memory segments with nobody at its share, want all 10: %s", n, r)
 	}
 }
