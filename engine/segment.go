@@ -337,7 +337,7 @@ func fsName(t int64) string {
 // file is then reopened through the same descriptor, so a rename or a
 // swapped symlink between check and open cannot substitute another file.
 //
-// The caller's path never passes through a /proc magic link
+// Another user's path never passes through a /proc magic link
 // (/proc/self/fd/N, /dev/fd/N, /proc/<pid>/cwd, ...): resolved in the
 // daemon, "self" is the daemon, and its descriptors would hand the caller
 // files it cannot reach itself (one in a directory it may not search, a
@@ -347,7 +347,7 @@ func (e *Engine) openConfined(c *Caller, path string, flags int) (int, error) {
 	if len(e.cfg.AllowedRoots) == 0 {
 		fd := -1
 		err := c.as(func() (err error) {
-			if fd, err = openNoMagic(path, flags); err != nil {
+			if fd, err = c.open(path, flags); err != nil {
 				return openErr(path, err)
 			}
 			return nil
@@ -358,7 +358,7 @@ func (e *Engine) openConfined(c *Caller, path string, flags int) (int, error) {
 	// rights on every directory and c's read or write right on the file.
 	pfd, real := -1, ""
 	err := c.as(func() (err error) {
-		if pfd, err = openNoMagic(path, unix.O_PATH|unix.O_CLOEXEC); err != nil {
+		if pfd, err = c.open(path, unix.O_PATH|unix.O_CLOEXEC); err != nil {
 			return openErr(path, err)
 		}
 		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", pfd)); err != nil {
@@ -404,32 +404,9 @@ func (e *Engine) beneathRoot(real string) bool {
 	return false
 }
 
-// errMagicLink reports a path through a /proc magic link (openNoMagic).
-var errMagicLink = errors.New("the path goes through a /proc magic link (such as /proc/self/fd/N or /dev/fd/N), which the daemon does not follow for a caller: name the file by its own path")
-
-// openNoMagic opens path like open(2) but refuses to follow a /proc
-// magic link anywhere on the way (errMagicLink); ordinary symlinks
-// follow as usual.
-func openNoMagic(path string, flags int) (int, error) {
-	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_MAGICLINKS})
-	if err != unix.ELOOP {
-		return fd, err
-	}
-	// ELOOP is also a symlink loop: a walk without the restriction
-	// that does not end in ELOOP met a magic link.
-	pfd, perr := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
-	if perr == nil {
-		unix.Close(pfd)
-	}
-	if perr == unix.ELOOP {
-		return -1, err
-	}
-	return -1, errMagicLink
-}
-
 func openErr(path string, err error) error {
 	pe := &os.PathError{Op: "open", Path: path, Err: err}
-	if err == errMagicLink {
+	if err == errMagicLink || err == errNoOpenat2 {
 		return wrap(KindPermission, "", "", pe)
 	}
 	switch err {
