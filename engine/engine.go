@@ -50,8 +50,13 @@ type Engine struct {
 	probeOnce sync.Once
 	probeErr  error
 
-	segMu   sync.Mutex // serializes segment opens
-	closeMu sync.Mutex // serializes Close
+	// segMu serializes the share-or-insert step of segment opens; it is
+	// never held across the open itself, which may block on the store.
+	segMu sync.Mutex
+	// openHelpers counts segment opens running on a helper goroutine
+	// (storewait.go), stuck ones included; bounded by max_file_segments.
+	openHelpers atomic.Int64
+	closeMu     sync.Mutex // serializes Close
 
 	mu struct {
 		sync.RWMutex

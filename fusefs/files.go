@@ -4,7 +4,8 @@
 //
 // Invariants:
 //   - Every handle is opened FOPEN_DIRECT_IO, so reads and writes always
-//     reach these nodes, whatever size Getattr reports.
+//     reach these nodes, whatever size Getattr reports; writable ones
+//     also FOPEN_PARALLEL_DIRECT_WRITES (writableNode).
 //   - Write returns the action's error (bash's echo reports only that);
 //     Flush reports a docFile handle's sticky error or an incomplete
 //     document but never acts; Release only drops the handle.
@@ -13,6 +14,7 @@ package fusefs
 
 import (
 	"context"
+	"math"
 	"sync"
 	"syscall"
 	"time"
@@ -44,9 +46,37 @@ func (n *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 
 // writableNode is a ctlNode that accepts the truncate to 0 that
 // `echo x > file` sends before writing.
+//
+// Its handles are opened writeOpenFlags and it reports the largest file
+// size, so that the kernel lets writers in at once: a FUSE direct write
+// takes the inode lock exclusively unless the handle allows parallel
+// direct writes and the write ends within the file's size. Exclusive, one
+// client whose write waits in the daemon (a segment open on a store that
+// does not answer) held every other writer of the file in D state.
 type writableNode struct{ ctlNode }
 
-var _ fs.NodeSetattrer = (*writableNode)(nil)
+// writeOpenFlags open a writable control file: direct I/O (every read and
+// write reaches the daemon) without the kernel serializing writers.
+// FOPEN_PARALLEL_DIRECT_WRITES is the kernel's (1 << 6), Linux 6.2+;
+// older kernels ignore it.
+const writeOpenFlags = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+
+// writableSize is the size a writableNode reports: no write offset
+// reaches it, so no write extends the file (see writableNode).
+const writableSize = math.MaxInt64
+
+var (
+	_ fs.NodeSetattrer = (*writableNode)(nil)
+	_ fs.NodeGetattrer = (*writableNode)(nil)
+)
+
+func (n *writableNode) fillAttr(a *fuse.Attr) { n.f.attr(a, n.mode, writableSize, n.t) }
+
+func (n *writableNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	out.SetTimeout(attrTTL) // cache.go
+	return 0
+}
 
 func (n *writableNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
@@ -114,7 +144,7 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if flags&syscall.O_APPEND != 0 {
 		w.Append()
 	}
-	return &docHandle{w: w}, fuse.FOPEN_DIRECT_IO, 0
+	return &docHandle{w: w}, writeOpenFlags, 0
 }
 
 // docHandle is one open docFile.
@@ -153,7 +183,7 @@ func (n *cmdFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_WRONLY {
 		return nil, 0, syscall.EACCES
 	}
-	return nil, fuse.FOPEN_DIRECT_IO, 0
+	return nil, writeOpenFlags, 0
 }
 
 func (n *cmdFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
