@@ -225,7 +225,11 @@ func (n *dataFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if n.f.svc.Memory(n.m.Name) != n.m {
 		return nil, 0, syscall.ENOENT
 	}
-	return nil, fuse.FOPEN_DIRECT_IO, 0
+	// FOPEN_NOFLUSH: a data file has nothing to flush, and the kernel
+	// waits for a FLUSH without interruption: a process holding a data
+	// file of a stopped daemon (another orbitefs using it as a store)
+	// could otherwise neither close it nor exit until the daemon resumes.
+	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
 }
 
 func (n *dataFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
