@@ -16,6 +16,7 @@ package tests
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -151,46 +152,71 @@ func TestStalledStoreBatchEndsOnTime(t *testing.T) {
 	}
 }
 
-// While one client waits on a stalled store (its segment open is bounded
-// by store_call_timeout), other clients writing segments/open and txn for
-// a tmpfs file are served at once: the open does not hold other opens,
-// and the kernel does not serialize writers of a control file.
+// While one client waits on a stalled store, other clients writing
+// segments/open and txn for a tmpfs file are served at once: the open
+// does not hold other opens, and the kernel does not serialize writers of
+// a control file. The stalled open itself ends with ETIMEDOUT at
+// store_call_timeout, both where the store stalls the daemon's path walk
+// (the path leads through the store's root, whose attributes are never
+// cached) and where the walk is served from the kernel's caches and only
+// the open(2) reaches the store (the store's file bind-mounted onto a
+// tmpfs path while the store answered).
 func TestStalledStoreOtherClientsServed(t *testing.T) {
-	s := newStore(t)
-	m := startDaemon(t, daemonOpts{config: stallConfig})
-	m.ok(t, `echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > "$M/memory/register"
+	for _, bound := range []bool{false, true} {
+		name := map[bool]string{false: "path_walk", true: "open"}[bound]
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t)
+			m := startDaemon(t, daemonOpts{config: stallConfig})
+			m.ok(t, `echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > "$M/memory/register"
 head -c 1M /dev/urandom > "$S/fast.bin"`)
-	s.stop(t)
+			target := s.data
+			if bound {
+				_, S := m.scratchDirs(t)
+				target = S + "/bound.bin"
+				if err := os.WriteFile(target, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := syscall.Mount(s.data, target, "", syscall.MS_BIND, ""); err != nil {
+					t.Fatalf("bind-mount the store's file: %v", err)
+				}
+				t.Cleanup(func() { syscall.Unmount(target, syscall.MNT_DETACH) })
+			}
+			s.stop(t)
 
-	// The stalled client: its open waits on the store's lookup and open.
-	stuck := s.startClient(t, m, fmt.Sprintf(`echo '{"name":"st","uri":"file://%s","permission":"read"}' > "$M/segments/open"`, s.data))
-	time.Sleep(300 * time.Millisecond)
-	if !stuck.running() {
-		t.Fatalf("the open on the stalled store returned at once: %s", stuck.res)
-	}
+			stuck := s.startClient(t, m, fmt.Sprintf(`echo '{"name":"st","uri":"file://%s","permission":"write"}' > "$M/segments/open"`, target))
+			time.Sleep(300 * time.Millisecond)
+			if !stuck.running() {
+				t.Fatalf("the open on the stalled store returned at once: %s", stuck.res)
+			}
 
-	// Another client opens a tmpfs file. dd writes without O_TRUNC (a
-	// truncate takes the inode lock exclusively, see docs/mount.md).
-	other := s.startClient(t, m, `printf '{"name":"fast","uri":"file://%s/fast.bin","permission":"read"}' "$S" | dd of="$M/segments/open" conv=notrunc status=none
+			// Another client opens a tmpfs file. dd writes without
+			// O_TRUNC (a truncate takes the inode lock exclusively, see
+			// docs/mount.md), then runs a txn on it.
+			other := s.startClient(t, m, `printf '{"name":"fast","uri":"file://%s/fast.bin","permission":"read"}' "$S" | dd of="$M/segments/open" conv=notrunc status=none
 `+txnRead("fast", "5s"))
-	r, ok := other.wait(1500 * time.Millisecond)
-	if !ok {
-		t.Fatalf("a second client's segments/open and txn on tmpfs did not finish within 1.5 s while the first waits on a stalled store")
-	}
-	if r.code != 0 || !strings.Contains(r.stdout, `"state": "completed"`) {
-		t.Fatalf("second client: %s", r)
-	}
+			r, ok := other.wait(1500 * time.Millisecond)
+			if !ok {
+				t.Fatalf("a second client's segments/open and txn on tmpfs did not finish within 1.5 s while the first waits on a stalled store")
+			}
+			if r.code != 0 || !strings.Contains(r.stdout, `"state": "completed"`) {
+				t.Fatalf("second client: %s", r)
+			}
 
-	// The stalled open itself ends with ETIMEDOUT at store_call_timeout.
-	r, ok = stuck.wait(2*time.Second + 3*time.Second)
-	if !ok {
-		t.Fatalf("the open on the stalled store did not end within store_call_timeout (2s) + 3s")
-	}
-	if r.code == 0 || !strings.Contains(r.stderr, "timed out") {
-		t.Errorf("open on the stalled store: want ETIMEDOUT: %s", r)
-	}
-	if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "store_call_timeout") {
-		t.Errorf("error file: %q, want it to name store_call_timeout", e)
+			r, ok = stuck.wait(2*time.Second + 3*time.Second)
+			if !ok {
+				t.Fatalf("the open on the stalled store did not end within store_call_timeout (2s) + 3s")
+			}
+			if r.code == 0 || !strings.Contains(r.stderr, "timed out") {
+				t.Errorf("open on the stalled store: want ETIMEDOUT: %s", r)
+			}
+			want := map[bool]string{false: "looking up its components", true: "open " + target}[bound]
+			if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "store_call_timeout") || !strings.Contains(e, want) {
+				t.Errorf("error file: %q, want it to name store_call_timeout and %q", e, want)
+			}
+			if ls := strings.Fields(m.line(t, `ls "$M/segments"`)); slices.Contains(ls, "st") {
+				t.Errorf("the timed-out segment is listed: %q", ls)
+			}
+		})
 	}
 }
 
