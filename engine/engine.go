@@ -50,6 +50,11 @@ type Engine struct {
 	probeOnce sync.Once
 	probeErr  error
 
+	// closeDrained, nil outside tests, runs in CloseFileSegment after the
+	// close has closed the entry to new work and before it waits for the
+	// entry's users: a test holds concurrent closes there.
+	closeDrained func()
+
 	// segMu serializes the share-or-insert step of segment opens; it is
 	// never held across the open itself, which may block on the store.
 	segMu sync.Mutex
