@@ -114,13 +114,13 @@ type SegmentInfo struct {
 	// BlockingFS: the filesystem cannot do non-blocking I/O (FUSE, NFS,
 	// SMB, ...); its ops run on the kernel's worker threads, never on
 	// the submitting caller, and its metadata calls are bounded.
-	BlockingFS bool `json:"blocking_filesystem"`
-	Device         string     `json:"device"` // "major:minor" of the filesystem holding the inode
-	GDSMode        string     `json:"gds_mode"`
-	Aliases        int        `json:"aliases"`
-	Users          int        `json:"users"`
-	Draining       bool       `json:"draining"`
-	SizeCachedAt   time.Time  `json:"size_cached_at"`
+	BlockingFS   bool      `json:"blocking_filesystem"`
+	Device       string    `json:"device"` // "major:minor" of the filesystem holding the inode
+	GDSMode      string    `json:"gds_mode"`
+	Aliases      int       `json:"aliases"`
+	Users        int       `json:"users"`
+	Draining     bool      `json:"draining"`
+	SizeCachedAt time.Time `json:"size_cached_at"`
 }
 
 // URI is the text the segment was opened with.
