@@ -25,7 +25,6 @@
 package engine
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,12 +113,4 @@ func boundedCall[T any](d time.Duration, what string, busy *atomic.Bool, fn func
 		mu.Unlock()
 	}
 	return v, err
-}
-
-// describeBlocking names a blocking filesystem for logs and errors.
-func describeBlocking(t int64) string {
-	if n, ok := blockingFS[t]; ok {
-		return n
-	}
-	return fmt.Sprintf("0x%x", t)
 }

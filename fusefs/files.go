@@ -14,7 +14,6 @@ package fusefs
 
 import (
 	"context"
-	"math"
 	"sync"
 	"syscall"
 	"time"
@@ -58,7 +57,7 @@ func (n *ctlNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 // writableNode is a ctlNode that accepts the truncate to 0 that
 // `echo x > file` sends before writing.
 //
-// Its handles are opened writeOpenFlags and it reports the largest file
+// Its handles are opened writeOpenFlags and it reports a huge file
 // size, so that the kernel lets writers in at once: a FUSE direct write
 // takes the inode lock exclusively unless the handle allows parallel
 // direct writes and the write ends within the file's size. Exclusive, one
@@ -72,9 +71,11 @@ type writableNode struct{ ctlNode }
 // older kernels ignore it.
 const writeOpenFlags = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
 
-// writableSize is the size a writableNode reports: no write offset
-// reaches it, so no write extends the file (see writableNode).
-const writableSize = math.MaxInt64
+// writableSize is the size a writableNode reports: no write offset a
+// client reaches comes near it, so no write extends the file (see
+// writableNode). Half the kernel's largest file size, not all of it: an
+// O_APPEND write starts at the size, and one at the limit is EFBIG.
+const writableSize = 1 << 62
 
 var (
 	_ fs.NodeSetattrer = (*writableNode)(nil)
