@@ -317,7 +317,7 @@ func (q *QoS) Validate() error {
 	if q.Version != 1 {
 		return qosErr("qos.version %d: only version 1 is accepted", q.Version)
 	}
-	if err := checkActions("qos.defaults", q.Defaults); err != nil {
+	if err := checkFields("qos.defaults", q.Defaults); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
@@ -331,7 +331,7 @@ func (q *QoS) Validate() error {
 			return qosErr("%s.name %q: duplicate tenant after normalization", at, t.Name)
 		}
 		seen[t.Name] = true
-		if err := checkActions(at+".defaults", t.Defaults); err != nil {
+		if err := checkFields(at+".defaults", t.Defaults); err != nil {
 			return err
 		}
 		contracts++
@@ -339,7 +339,7 @@ func (q *QoS) Validate() error {
 			if err := checkQoSName(at+".intents", name); err != nil {
 				return err
 			}
-			if err := checkActions(fmt.Sprintf("%s.intents.%s", at, name), f); err != nil {
+			if err := checkFields(fmt.Sprintf("%s.intents.%s", at, name), f); err != nil {
 				return err
 			}
 			contracts++
@@ -366,7 +366,17 @@ func checkQoSName(at, n string) error {
 	return nil
 }
 
-func checkActions(at string, f QoSFields) error {
+// checkFields checks one layer: priorities in range (a programmatic
+// config bypasses ParsePriority) and the actions.
+func checkFields(at string, f QoSFields) error {
+	for _, p := range []struct {
+		name string
+		v    *Priority
+	}{{"priority", f.Priority}, {"max_priority", f.MaxPriority}} {
+		if p.v != nil && *p.v > PriorityLow {
+			return qosErr("%s.%s %d: want 0/1/2 or high/medium/low", at, p.name, *p.v)
+		}
+	}
 	if f.AllowedDegradedActions == nil {
 		return nil
 	}
