@@ -220,6 +220,43 @@ head -c 1M /dev/urandom > "$S/fast.bin"`)
 	}
 }
 
+// A submission's range check fstats the segment's file; after a write
+// the kernel must ask the store for the size again, and a stalled store
+// never answers. The check is bounded by store_call_timeout (ETIMEDOUT
+// from the submission's write), and while it is stuck the next
+// submission on the segment fails at once rather than parking another
+// thread.
+func TestStalledStoreSizeCheckBounded(t *testing.T) {
+	s := newStore(t)
+	m := startDaemon(t, daemonOpts{config: stallConfig})
+	openStalled(t, m, s)
+	// A write through the segment invalidates the kernel's cached size.
+	m.ok(t, `(echo '{"op":"write","target":"st","requests":[{"memory":"buf","length":4096}]}' >&3; jq -e '.state == "completed"' <&3 >/dev/null) 3<>"$M/ctl/batches/txn"`)
+	s.stop(t)
+
+	submit := `exec 3<>"$M/ctl/batches/txn"
+echo '{"op":"read","target":"st","timeout":"30s","requests":[{"memory":"buf","length":4096}]}' >&3`
+	first := s.startClient(t, m, submit)
+	r, ok := first.wait(2*time.Second + 2*time.Second)
+	if !ok {
+		t.Fatalf("a submission on the stalled store still waits in write(2) %s after it started (store_call_timeout 2s)", 4*time.Second)
+	}
+	if r.code == 0 || !strings.Contains(r.stderr, "timed out") {
+		t.Fatalf("submission on the stalled store: want ETIMEDOUT: %s", r)
+	}
+	if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "fstat") || !strings.Contains(e, "store_call_timeout") {
+		t.Errorf("error file: %q, want the fstat and store_call_timeout named", e)
+	}
+	second := s.startClient(t, m, submit)
+	r, ok = second.wait(time.Second)
+	if !ok || r.code == 0 || !strings.Contains(r.stderr, "timed out") {
+		t.Fatalf("a second submission while the first fstat is stuck: want ETIMEDOUT at once: %v %s", ok, r)
+	}
+	if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "earlier call") {
+		t.Errorf("error file: %q, want it to say an earlier call has not returned", e)
+	}
+}
+
 // SIGTERM with a transfer stuck on a stalled store and a client blocked
 // on the mount: the process exits within mount.exit_timeout (forced,
 // status 1, its connection aborted) and leaves no mount behind.
