@@ -137,6 +137,7 @@ func TestStalledStoreBatchEndsOnTime(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("txn client: %s", r)
 	}
+	t.Logf("txn on the stalled store ended after %s (deadline %s + quiesce_grace %s)", r.took.Round(time.Millisecond), timeout, grace)
 	if r.took < timeout+grace-200*time.Millisecond {
 		t.Errorf("the txn ended after %s, before its deadline + quiesce_grace (%s): %s", r.took, timeout+grace, r)
 	}
@@ -201,6 +202,7 @@ head -c 1M /dev/urandom > "$S/fast.bin"`)
 			if r.code != 0 || !strings.Contains(r.stdout, `"state": "completed"`) {
 				t.Fatalf("second client: %s", r)
 			}
+			t.Logf("second client served in %s", r.took.Round(time.Millisecond))
 
 			r, ok = stuck.wait(2*time.Second + 3*time.Second)
 			if !ok {
@@ -209,6 +211,7 @@ head -c 1M /dev/urandom > "$S/fast.bin"`)
 			if r.code == 0 || !strings.Contains(r.stderr, "timed out") {
 				t.Errorf("open on the stalled store: want ETIMEDOUT: %s", r)
 			}
+			t.Logf("stalled open ended after %s", r.took.Round(time.Millisecond))
 			want := map[bool]string{false: "looking up its components", true: "open " + target}[bound]
 			if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "store_call_timeout") || !strings.Contains(e, want) {
 				t.Errorf("error file: %q, want it to name store_call_timeout and %q", e, want)
