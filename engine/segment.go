@@ -321,7 +321,7 @@ func (e *Engine) openEntry(c *Caller, path string, perm Permission) (*segEntry, 
 	ok := false
 	defer func() {
 		if !ok {
-			ent.closeFDs()
+			ent.closeFDs(false)
 		}
 	}()
 	var st unix.Stat_t
@@ -479,9 +479,9 @@ func openErr(path string, err error) error {
 // and Engine.Close may both get here). The fd numbers stay in place:
 // readers racing a close see a stale number, never a torn write, and
 // admit refuses them before any I/O.
-func (ent *segEntry) closeFDs() {
+func (ent *segEntry) closeFDs(keepDirect bool) {
 	ent.closeOnce.Do(func() {
-		if ent.direct.FD >= 0 {
+		if ent.direct.FD >= 0 && !keepDirect {
 			unix.Close(ent.direct.FD)
 		}
 		if ent.buffered.FD >= 0 {
@@ -493,7 +493,7 @@ func (ent *segEntry) closeFDs() {
 // closeEntry drops the entry's fd registrations from the transport, then
 // closes its fds. Only for an entry no group can use any more.
 func (e *Engine) closeEntry(ent *segEntry) {
-	e.gdsForgetFile(ent)
+	keepDirect := e.gdsForgetFile(ent)
 	if e.file != nil {
 		e.file.ForgetFile(ent.buffered.Key)
 		e.file.ForgetFile(ent.direct.Key)
@@ -501,10 +501,10 @@ func (e *Engine) closeEntry(ent *segEntry) {
 	if ent.blocking {
 		// close(2) on FUSE sends a FLUSH the kernel waits for without
 		// interruption: on a stalled store only this goroutine waits.
-		go ent.closeFDs()
+		go ent.closeFDs(keepDirect)
 		return
 	}
-	ent.closeFDs()
+	ent.closeFDs(keepDirect)
 }
 
 // currentSize fstats the bound inode; on a blocking filesystem the call
