@@ -260,6 +260,24 @@ echo '{"op":"read","target":"st","timeout":"30s","requests":[{"memory":"buf","le
 	}
 }
 
+// A shared-memory registration on a filesystem that may stop answering
+// is refused: the daemon's copies through its mapping would fault into
+// the store. Nothing is registered.
+func TestSharedFileOnBlockingStoreRefused(t *testing.T) {
+	s := newStore(t)
+	m := startDaemon(t, daemonOpts{config: stallConfig})
+	r := m.run(t, fmt.Sprintf(`echo '{"name":"sh","location":"cpu","bytes":4096,"shm":"%s"}' > "$M/memory/register"`, s.data))
+	if r.code == 0 || !strings.Contains(r.stderr, eINVAL) {
+		t.Fatalf("shm on a FUSE store: want EINVAL: %s", r)
+	}
+	if e := m.line(t, `cat "$M/error"`); !strings.Contains(e, "fuse filesystem") || !strings.Contains(e, "/dev/shm") {
+		t.Errorf("error file: %q, want it to name the fuse filesystem and suggest /dev/shm", e)
+	}
+	if ls := strings.Fields(m.line(t, `ls "$M/memory"`)); slices.Contains(ls, "sh") {
+		t.Errorf("the refused region is listed: %q", ls)
+	}
+}
+
 // SIGTERM with a transfer stuck on a stalled store and a client blocked
 // on the mount: the process exits within mount.exit_timeout (forced,
 // status 1, its connection aborted) and leaves no mount behind.
