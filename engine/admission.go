@@ -74,7 +74,7 @@ type SubmitOptions struct {
 type groupAdm struct {
 	pol     *QoSPolicy
 	seq     uint64    // admission order (FIFO)
-	at      time.Time // admission time (priority aging counts from it)
+	since   time.Time // when its current wait for capacity began (priority aging counts from it)
 	owners  uint64
 	bytes   uint64
 	maxOwn  uint64 // largest single owner
@@ -233,7 +233,7 @@ func (a *admission) admit(g *group, pol *QoSPolicy) error {
 		}
 	}
 	a.seq++
-	g.adm.seq, g.adm.at = a.seq, time.Now()
+	g.adm.seq = a.seq
 	a.st.admitted++
 	return nil
 }
