@@ -109,3 +109,25 @@ func TestOwnership(t *testing.T) {
 	must(s.Ctl(root, abt, "seal"))
 	must(s.CloseSegment(root, "aseg"))
 }
+
+// TestLastErrorUsersBounded: the per-uid error texts are bounded in
+// number (a user with many subordinate uids fails once with each).
+func TestLastErrorUsersBounded(t *testing.T) {
+	s, _ := newService(t, "")
+	const users = 3000
+	for uid := uint32(10000); uid < 10000+users; uid++ {
+		s.EngineCtl(&engine.Caller{UID: uid, GID: uid}, "close")
+	}
+	kept := 0
+	for uid := uint32(10000); uid < 10000+users; uid++ {
+		if len(s.LastError(&engine.Caller{UID: uid, GID: uid})) > 0 {
+			kept++
+		}
+	}
+	if kept == 0 || kept > 1024 {
+		t.Fatalf("%d of %d uids keep an error text, want between 1 and 1024", kept, users)
+	}
+	if e := string(s.LastError(&engine.Caller{UID: 10000 + users - 1})); !strings.Contains(e, "uid 12999") {
+		t.Fatalf("the last failing uid's /error = %q, want its own refusal", e)
+	}
+}

@@ -269,6 +269,12 @@ func (s *Service) record(sc scope, err error) error {
 		s.mu.Lock()
 		s.mu.lastErr = text
 		if !s.privileged(sc.caller) {
+			if _, ok := s.mu.userErr[sc.caller.UID]; !ok && len(s.mu.userErr) >= maxErrorUsers {
+				for uid := range s.mu.userErr { // forget one at random
+					delete(s.mu.userErr, uid)
+					break
+				}
+			}
 			s.mu.userErr[sc.caller.UID] = text
 		}
 		s.mu.Unlock()
@@ -286,6 +292,11 @@ func label(op, name string, err error) error {
 	}
 	return &engine.Error{Op: op, Name: name, Kind: engine.KindOf(err), Err: err}
 }
+
+// maxErrorUsers bounds the uids whose own last error is kept (each up to
+// maxErrorText): a user with a range of subordinate uids (user
+// namespaces) could otherwise grow the table by one text per uid.
+const maxErrorUsers = 1024
 
 // LastError is /error as c reads it: the last failed operation not tied
 // to a batch, with a newline, or empty. A privileged c (owner.go) reads
