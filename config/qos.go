@@ -29,6 +29,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	json "github.com/go-json-experiment/json"
@@ -417,8 +418,13 @@ func (q *QoS) UsesDelay() bool {
 // errors that name the key.
 func strictJSON(data []byte, v any) error {
 	t := bytes.TrimSpace(data)
-	if len(t) == 0 || t[0] != '{' {
-		return fmt.Errorf("want a JSON object, got %.20q", t)
+	if len(t) == 0 {
+		return errors.New("want a JSON object, got an empty document")
+	}
+	if t[0] != '{' {
+		// Never quote the bytes: the file may be one that is not meant to
+		// be shown (a mistyped path to a secret).
+		return fmt.Errorf("want a JSON object: the first non-blank byte, at offset %d, is not '{'", bytes.IndexFunc(data, func(r rune) bool { return !unicode.IsSpace(r) }))
 	}
 	err := json.Unmarshal(data, v, json.RejectUnknownMembers(true))
 	if err == nil {

@@ -7,7 +7,8 @@
 //     reach these nodes, whatever size Getattr reports.
 //   - Write returns the action's error (bash's echo reports only that);
 //     Flush reports a docFile handle's sticky error or an incomplete
-//     document but never acts; Release only drops the handle.
+//     document but never acts; Release drops the handle and whatever it
+//     buffered (its bytes go back to the mount-wide budget).
 
 package fusefs
 
@@ -139,8 +140,9 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 type docHandle struct{ w *control.DocWriter }
 
 var (
-	_ fs.FileWriter  = (*docHandle)(nil)
-	_ fs.FileFlusher = (*docHandle)(nil)
+	_ fs.FileWriter   = (*docHandle)(nil)
+	_ fs.FileFlusher  = (*docHandle)(nil)
+	_ fs.FileReleaser = (*docHandle)(nil)
 )
 
 func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -151,6 +153,13 @@ func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 }
 
 func (h *docHandle) Flush(ctx context.Context) syscall.Errno { return errno(h.w.Flush()) }
+
+// Release gives an unfinished document's buffer back to the mount's
+// budget of buffered document bytes.
+func (h *docHandle) Release(ctx context.Context) syscall.Errno {
+	h.w.Close()
+	return 0
+}
 
 // cmdFile is a write-only file where each write is one action, for the
 // caller of the write.
