@@ -222,6 +222,7 @@ type fakeGDS struct {
 	failDeregister    atomic.Bool
 	failClose         atomic.Bool
 	deregs            atomic.Int64
+	registers         atomic.Int64
 	lastFD            atomic.Int64 // the fd of the last OpenFile
 	probes            atomic.Int64
 	callMu            sync.Mutex
@@ -249,6 +250,7 @@ func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	return &fakeGDSFile{g: g, fd: fd}, nil
 }
 func (g *fakeGDS) RegisterBuffer(dev int, ptr, n uint64) error {
+	g.registers.Add(1)
 	if g.uncertainRegister.Load() {
 		return fmt.Errorf("fake: cuFileBufRegister timed out: %w", engine.ErrUncertain)
 	}

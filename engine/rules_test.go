@@ -571,3 +571,65 @@ func TestRuleProgressStartsParkedAttempt(t *testing.T) {
 		t.Fatalf("task %+v", ts)
 	}
 }
+
+// TestRuleDeviceRegistersOnFirstGDSUse: device memory is registered with
+// cuFile on its first GDS use, once: not at RegisterDevice, not again on
+// later transfers.
+func TestRuleDeviceRegistersOnFirstGDSUse(t *testing.T) {
+	r := newFailoverRig(t, nil)
+	if n := r.gds.registers.Load(); n != 0 {
+		t.Fatalf("%d cuFile registrations before any transfer", n)
+	}
+	for range 3 {
+		if tr := gdsRead(t, r); tr != engine.TransportGDS {
+			t.Fatalf("transport %v, want gds", tr)
+		}
+	}
+	if n := r.gds.registers.Load(); n != 1 {
+		t.Fatalf("%d cuFile registrations after three transfers, want 1", n)
+	}
+}
+
+// TestRuleStagedChunkFD: a staging chunk uses the O_DIRECT fd when the
+// unit's offset and length satisfy the file's DIO alignment, the buffered
+// fd otherwise (read back from the kernel by the spy transport).
+func TestRuleStagedChunkFD(t *testing.T) {
+	needIOUring(t)
+	dir, ok := filesystems(t)["ext4"]
+	if !ok {
+		t.Skip("no ext4 directory: the O_DIRECT path is not available")
+	}
+	cfg := config.DefaultEngine()
+	cfg.StagingChunkCount, cfg.StagingChunkSize, cfg.StagingLanes = 4, 64<<10, 1
+	spy := &spyTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}
+	e := newEngineOver(t, cfg, spy, newFakeGPU(1))
+	path, orig := randomFile(t, dir, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	for _, c := range []struct {
+		off, n uint64
+		direct bool
+	}{
+		{0, 128 << 10, true},
+		{100, 4096, false},
+	} {
+		spy.take()
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), TargetOffset: c.off, Length: c.n}}, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		ops := spy.take()
+		if len(ops) == 0 {
+			t.Fatalf("offset %d: no op reached the ring", c.off)
+		}
+		for _, op := range ops {
+			if op.direct != c.direct {
+				t.Fatalf("offset %d length %d: ops %+v, want O_DIRECT %v", c.off, c.n, ops, c.direct)
+			}
+		}
+		got := make([]byte, c.n)
+		d.ReadAt(got, 0)
+		if !bytes.Equal(got, orig[c.off:c.off+c.n]) {
+			t.Fatalf("offset %d: bytes differ", c.off)
+		}
+	}
+}
