@@ -633,3 +633,46 @@ func TestRuleStagedChunkFD(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleDefaultContractApplies: a submission without a policy is held
+// to the global default contract (it cannot bypass a configured default
+// budget), and an intent's budget is charged to the intent alone, not
+// also to its tenant's default.
+func TestRuleDefaultContractApplies(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.QoS = mustQoS(t, `{"qos":{"defaults":{"max_inflight_requests":1},"tenants":[{"name":"a","defaults":{"max_inflight_requests":1},"intents":{"get":{"max_inflight_requests":1}}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	release := e.HoldWindowForTest(64, 0) // nothing dispatches: admitted groups stay charged
+	var bs []*engine.Batch
+	defer func() {
+		release()
+		for _, b := range bs {
+			b.CancelAll()
+			waitState(t, b)
+			b.Free()
+		}
+	}()
+	submit := func(pol *engine.QoSPolicy, off uint64) error {
+		b, _ := e.AllocateBatch(1)
+		bs = append(bs, b)
+		_, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, off), nil, engine.SubmitOptions{QoS: pol})
+		return err
+	}
+	if err := submit(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, submit(nil, 4096), engine.KindExhausted) // the default's one request is taken
+	if err := submit(resolve(t, e, "a", "get", nil), 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := submit(resolve(t, e, "a", "", nil), 12288); err != nil {
+		t.Fatalf("tenant a's default after its intent took its own budget: %v", err)
+	}
+	for _, u := range e.QoSUsage() {
+		if u.Owners != 1 {
+			t.Fatalf("usage %+v: want one owner charged to each contract", e.QoSUsage())
+		}
+	}
+}
