@@ -392,25 +392,6 @@ func TestRuleStagingReserves(t *testing.T) {
 	}
 }
 
-// TestRuleBatchCapacity: a batch's capacity is positive and at most
-// max_batch_requests.
-func TestRuleBatchCapacity(t *testing.T) {
-	e := newEngine(t, func(c *config.Engine) { c.MaxBatchRequests = 8 })
-	for _, n := range []int{0, -1, 9} {
-		if b, err := e.AllocateBatch(n); err == nil {
-			b.Free()
-			t.Fatalf("capacity %d accepted", n)
-		} else {
-			wantKind(t, err, engine.KindInvalid)
-		}
-	}
-	b, err := e.AllocateBatch(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Free()
-}
-
 // TestRuleWaitTimeoutKeepsWork: a wait that times out neither cancels nor
 // releases the work it waited for: the running task keeps its loan and
 // completes, the queued one (fenced behind it: same memory) still runs.
