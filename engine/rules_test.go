@@ -80,7 +80,7 @@ func TestRuleMergeCappedAtMaxTransfer(t *testing.T) {
 func TestRuleExpiredDeadlineEndsRetry(t *testing.T) {
 	r := newFailoverRig(t, func(c *config.Engine) { c.EnableAutoFailoverOnPoll = false })
 	r.gds.failReads.Store(1)
-	const timeout = time.Second
+	const timeout = 2 * time.Second // room for the cuFile attempt to fail and park first
 	b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Address: r.dev.BaseAddress(), Length: 64 << 10}}, nil, timeout)
 	start := time.Now()
 	if err != nil {
