@@ -657,3 +657,29 @@ func TestRuleDefaultContractApplies(t *testing.T) {
 		}
 	}
 }
+
+// TestRuleGDSBatchDepth: at most gds_batch_depth cuFile calls of one job
+// are in flight at once (a 64 MiB WRITE is four 16 MiB calls).
+func TestRuleGDSBatchDepth(t *testing.T) {
+	gpu, gds := newFakeGPU(1), &fakeGDS{}
+	e := gpuEngine(t, gpu, gds, func(c *config.Engine) { c.GDSBatchDepth = 2 })
+	const n = 64 << 20
+	path, _ := randomFile(t, t.TempDir(), "f", n)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, n)
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = byte(i * 7)
+	}
+	d.WriteAt(out, 0)
+	gds.callDelay.Store(int64(20 * time.Millisecond))
+	if _, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if m, w := gds.maxCalls.Load(), gds.writes.Load(); m > 2 || w != 4 {
+		t.Fatalf("peak cuFile calls in flight %d of %d writes, want at most 2 of 4", m, w)
+	}
+	if back, _ := os.ReadFile(path); !bytes.Equal(back, out) {
+		t.Fatal("the file differs from the device bytes")
+	}
+}
