@@ -227,10 +227,10 @@ type fakeGDS struct {
 	// calls and maxCalls count the calls in flight and their peak.
 	callDelay       atomic.Int64
 	calls, maxCalls atomic.Int64
-	lastFD            atomic.Int64 // the fd of the last OpenFile
-	probes            atomic.Int64
-	callMu            sync.Mutex
-	callSizes         []uint64 // every cuFile read/write's length, in call order
+	lastFD          atomic.Int64 // the fd of the last OpenFile
+	probes          atomic.Int64
+	callMu          sync.Mutex
+	callSizes       []uint64 // every cuFile read/write's length, in call order
 }
 
 func (g *fakeGDS) sizes() []uint64 {
