@@ -81,6 +81,7 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	for _, c := range []struct{ key, val, want string }{
 		{"a", `{"v":2,"name":"a","epoch":"1","addr":"h:1"}`, "version 2"},
+		{"a", `{"name":"a","epoch":"1","addr":"h:1"}`, "version 0: this engine reads version 1"},
 		{"a", `{"v":1,"name":"b","epoch":"1","addr":"h:1"}`, `name "b" under the key of "a"`},
 		{"a", `{"v":1,"name":"a","epoch":"xyz","addr":"h:1"}`, `epoch "xyz": want hex digits`},
 		{"a", `{"v":1,"name":"a","epoch":"11112222333344445","addr":"h:1"}`, "want 1 to 16 hex digits"},
