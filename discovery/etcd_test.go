@@ -15,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 )
 
 type etcdServer struct {
@@ -86,7 +88,15 @@ func (s *etcdServer) endpoint() string { return s.client.String() }
 // earlier is fine).
 func (s *etcdServer) newClient(t *testing.T) *clientv3.Client {
 	t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.endpoint()}, DialTimeout: 5 * time.Second})
+	// gRPC's reconnect backoff grows to seconds while etcd is down; capped
+	// here so a client finds a restarted etcd long before the TTL of the
+	// leases that etcd restored.
+	reconnect := grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           grpcbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+		MinConnectTimeout: time.Second,
+	})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{s.endpoint()}, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{reconnect}})
 	if err != nil {
 		t.Fatalf("etcd client: %v", err)
 	}

@@ -11,7 +11,9 @@
 //     only a coarser step.
 //   - A name whose epoch differs from the last epoch this watcher saw for
 //     it, live or departed, is reported as Restarted with that old record
-//     as Prev: whatever was cached for the old epoch is stale.
+//     as Prev: whatever was cached for the old epoch is stale. To know,
+//     the watcher keeps the last record of every name that left (one
+//     entry per name, however often it comes and goes).
 //   - A record that does not decode counts as absent (and is logged).
 //   - Events reach each subscription in the order the view changed; a
 //     subscription's queue is unbounded, so a slow reader never stalls
