@@ -439,8 +439,11 @@ func TestLeaseLostRegistersAgain(t *testing.T) {
 	if ev := nextEvent(t, sub); ev.Kind != Joined || ev.Record.Name != "a" || ev.Record.Epoch != 1 {
 		t.Fatalf("got %v, want a joined again with epoch 1", ev)
 	}
-	if a.reg.Lease() == old {
-		t.Fatal("registered again on the revoked lease")
+	// The event can arrive before acquire returns and records the lease.
+	eventually(t, 5*time.Second, "a new lease", func() bool { return a.reg.Lease() != old })
+	resp, err := obs.cli.Get(context.Background(), engineKey(prefix, "a"))
+	if err != nil || len(resp.Kvs) != 1 || clientv3.LeaseID(resp.Kvs[0].Lease) != a.reg.Lease() {
+		t.Fatalf("a's key %v (%v), want it on the registrar's lease %x", resp.Kvs, err, int64(a.reg.Lease()))
 	}
 	select {
 	case <-a.reg.Done():
