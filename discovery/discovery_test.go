@@ -534,3 +534,43 @@ func TestEtcdRestartRegistersAgain(t *testing.T) {
 	default:
 	}
 }
+
+// TestUnreadableRecords: what does not decode is absent from the view
+// (and holds its name); a valid record in its place joins.
+func TestUnreadableRecords(t *testing.T) {
+	s := startEtcd(t)
+	noLeak(t)
+	cli := s.newClient(t)
+	ctx := context.Background()
+	for key, val := range map[string]string{
+		"z":       `{"v":2,"name":"z","epoch":"1","addr":"h:1"}`,
+		"y":       `not json`,
+		"x":       `{"v":1,"name":"other","epoch":"1","addr":"h:1"}`,
+		"nested/": `{"v":1,"name":"nested","epoch":"1","addr":"h:1"}`,
+	} {
+		if _, err := cli.Put(ctx, engineKey(prefix, key), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := startEngine(t, s, rec("a", 1))
+	if got := names(a.w.Records()); got != "a@0000000000000001" {
+		t.Fatalf("view %s, want a alone", got)
+	}
+	sub, _ := a.w.Subscribe()
+	defer sub.Close()
+	if _, err := cli.Put(ctx, engineKey(prefix, "y"), `{"v":1,"name":"y"}`); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := rec("z", 5).encode()
+	if _, err := cli.Put(ctx, engineKey(prefix, "z"), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := nextEvent(t, sub); ev.Kind != Joined || ev.Record.Name != "z" || ev.Record.Epoch != 5 {
+		t.Fatalf("got %v, want z joined (y's record is still invalid)", ev)
+	}
+	_, err := Register(ctx, cli, cfg(), rec("y", 3))
+	var held *HeldError
+	if !errors.As(err, &held) || held.Bad == nil || !strings.Contains(err.Error(), `name "y" is held by an unreadable record`) {
+		t.Fatalf("register over an unreadable record: %v", err)
+	}
+}

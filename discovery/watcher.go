@@ -396,13 +396,11 @@ func (w *Watcher) publishLocked(evs []Event) {
 	}
 }
 
-// nameOf returns the engine name of a key under the prefix.
+// nameOf returns the engine name of a key under the prefix. A key that
+// is no engine's (empty or nested name) never decodes, since a record's
+// name must equal it and names hold no '/'.
 func (w *Watcher) nameOf(key []byte) (string, bool) {
-	name, ok := strings.CutPrefix(string(key), w.key)
-	if !ok || name == "" || strings.Contains(name, "/") {
-		return "", false
-	}
-	return name, true
+	return strings.CutPrefix(string(key), w.key)
 }
 
 // decode reads a stored record, logging (once per version of the key)
