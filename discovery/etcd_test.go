@@ -8,6 +8,8 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -22,6 +24,7 @@ import (
 type etcdServer struct {
 	t      *testing.T
 	dir    string
+	log    string  // etcd's log file
 	client url.URL // port 0 until the first start picked one
 	e      *embed.Etcd
 }
@@ -33,9 +36,16 @@ type etcdServer struct {
 // stored peer URL must match what it is started with.
 func startEtcd(t *testing.T) *etcdServer {
 	t.Helper()
-	s := &etcdServer{t: t, dir: t.TempDir(), client: url.URL{Scheme: "http", Host: "127.0.0.1:0"}}
+	s := &etcdServer{t: t, dir: t.TempDir(), log: filepath.Join(t.TempDir(), "etcd.log"), client: url.URL{Scheme: "http", Host: "127.0.0.1:0"}}
 	s.start()
-	t.Cleanup(s.stop)
+	t.Cleanup(func() {
+		s.stop()
+		// etcd logs its own shutdown as errors: show its log only when
+		// the test failed.
+		if b, err := os.ReadFile(s.log); t.Failed() && err == nil {
+			t.Logf("etcd's log:\n%s", b)
+		}
+	})
 	return s
 }
 
@@ -53,7 +63,8 @@ func (s *etcdServer) start() {
 	cfg.ListenPeerUrls = []url.URL{peer}
 	cfg.AdvertisePeerUrls = []url.URL{peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
+	cfg.LogLevel = "warn"
+	cfg.LogOutputs = []string{s.log}
 	// Fast ticks: a 1s lease is honoured (etcd's minimum TTL is 1.5
 	// election timeouts) and a restarted member leads at once.
 	cfg.TickMs = 10
