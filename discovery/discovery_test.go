@@ -274,11 +274,21 @@ func TestRestartWithNewEpoch(t *testing.T) {
 	if !errors.As(err, &held) || held.Holder.Epoch != 0x22 {
 		t.Fatalf("register over a killed but unexpired epoch: %v, want held by 22", err)
 	}
-	var reg *Registrar
-	eventually(t, ttl+3*time.Second, "register after the old lease expired", func() bool {
-		reg, err = Register(ctx, cli, cfg(), third)
-		return err == nil
-	})
+	// WaitFree returns when the old lease expired, not before.
+	wctx, cancel := context.WithTimeout(ctx, ttl+3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := WaitFree(wctx, cli, prefix, "a"); err != nil {
+		t.Fatalf("wait for the name: %v", err)
+	}
+	if resp, err := cli.Get(ctx, engineKey(prefix, "a")); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("WaitFree returned after %v with the key still there: %v %v", time.Since(start), resp.Kvs, err)
+	}
+	t.Logf("name free %v after the kill", time.Since(start).Round(time.Millisecond))
+	reg, err := Register(ctx, cli, cfg(), third)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer reg.Close()
 	for {
 		ev = nextEvent(t, sub)

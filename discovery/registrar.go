@@ -371,3 +371,49 @@ func logger(l *slog.Logger) *slog.Logger {
 	}
 	return l
 }
+
+// WaitFree returns once no record holds name under prefix (at once if
+// none does), so that a restarted engine can wait out its previous
+// incarnation's lease after a HeldError; or ctx's error.
+func WaitFree(ctx context.Context, cli *clientv3.Client, prefix, name string) error {
+	if err := checkPrefix(prefix); err != nil {
+		return err
+	}
+	if err := checkName("name", name); err != nil {
+		return invalid("wait", name, "%v", err)
+	}
+	key := engineKey(prefix, name)
+	for {
+		resp, err := cli.Get(ctx, key)
+		if err != nil {
+			return &engine.Error{Op: "wait", Name: name, Kind: engine.KindUnavailable, Err: fmt.Errorf("get %s: %w", key, err)}
+		}
+		if len(resp.Kvs) == 0 {
+			return nil
+		}
+		if waitDeleted(ctx, cli, key, resp.Header.Revision+1) {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// The watch broke (compacted, no leader): look again.
+	}
+}
+
+// waitDeleted watches key from rev and reports whether it saw it deleted.
+func waitDeleted(ctx context.Context, cli *clientv3.Client, key string, rev int64) bool {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for wr := range cli.Watch(wctx, key, clientv3.WithRev(rev)) {
+		if wr.Err() != nil {
+			return false
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return true
+			}
+		}
+	}
+	return false
+}
