@@ -7,8 +7,10 @@
 // etcd when the lease expires, within the lease TTL. The key is created
 // only if absent, so two live engines never share a name: the second
 // gets an error wrapping a *HeldError that names the holder's epoch and
-// address. If the lease ends while the engine lives (it expired during a
-// partition, etcd restarted), the Registrar registers again by itself.
+// address; WaitFree waits until such a name is free (a restarted engine
+// waiting out its previous incarnation's lease). If the lease ends while
+// the engine lives (it expired during a partition, etcd restarted), the
+// Registrar registers again by itself.
 //
 // A Watcher keeps a view of every record under the prefix (a Get, then a
 // Watch from the next revision; a new Get when the watch breaks, such as
