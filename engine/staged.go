@@ -250,7 +250,8 @@ func (l *lane) fill() bool {
 				}
 			}
 			op := FileOp{Write: g.op == OpWrite, File: l.fileFor(s.c, u), Offset: u.off,
-				Iov: []IOVec{{Base: s.c.addr(), Len: u.n}}, Buf: s.c.fixed, Token: uint64(i)}
+				Iov: []IOVec{{Base: s.c.addr(), Len: u.n}}, Buf: s.c.fixed, Token: uint64(i),
+				Offload: g.ent != nil && g.ent.blocking} // storewait.go
 			if err := l.q.Prepare(&op); err != nil {
 				l.x.resolve(k, 0, unitErr(g, u, KindIO, err))
 				return true
