@@ -35,7 +35,8 @@ type group struct {
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
-	adm      groupAdm // admission.go; guarded by admission.mu
+	allowed  []*Region // SubmitOptions.Regions: nil allows every region
+	adm      groupAdm  // admission.go; guarded by admission.mu
 
 	ops     []FileOp
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
@@ -146,6 +147,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	g := newGroup(len(reqs))
 	g.b, g.op, g.seg, g.ent = b, op, seg, ent
 	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1
+	g.allowed = opts.Regions
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
@@ -245,7 +247,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 		if r.Length > uint64(e.cfg.MaxTransferBytes) {
 			return detail(KindTooLarge, "length %d exceeds max_transfer_bytes (%d)", r.Length, uint64(e.cfg.MaxTransferBytes))
 		}
-		reg, err := e.resolve(r.Address, r.Length)
+		reg, err := e.resolveFor(g.allowed, r.Address, r.Length)
 		if err != nil {
 			return err
 		}
@@ -297,7 +299,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 				iov[j] = IOVec{Base: scratch.Addr(), Len: el.Padding}
 				continue
 			}
-			reg, err := e.resolve(el.Address, el.Length)
+			reg, err := e.resolveFor(g.allowed, el.Address, el.Length)
 			if err != nil {
 				return fmt.Errorf("elements[%d]: %w", j, err)
 			}
