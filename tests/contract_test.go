@@ -672,11 +672,17 @@ func testAllowedRoots(t *testing.T, m *mount) {
 		}
 	}
 	T, S := m.scratchDirs(t)
+	// A directory of its own outside every root, so that parallel runs
+	// never share (or remove) each other's.
+	outside, err := os.MkdirTemp("/var/tmp", "orbitefs-e2e-outside-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
 	m.ok(t, fmt.Sprintf(`echo x > "$T/f"; echo x > "$S/f"; echo x > "%[1]s/f"
 ln -s /etc/passwd "$T/pw"; ln -s /etc "$T/etc"; ln -s "%[1]s/f" "$T/tocwd"; ln -s f "$T/tof"; ln -s "$T/f" "$T/tofabs"
-mkdir -p /var/tmp/orbitefs-e2e-outside; echo x > /var/tmp/orbitefs-e2e-outside/f
-mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
-	t.Cleanup(func() { m.sh(t, `rm -rf /var/tmp/orbitefs-e2e-outside`) })
+echo x > "%[2]s/f"
+mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd, outside))
 
 	ok("file under /tmp", "file://"+T+"/f")
 	ok("file under /dev/shm", "file://"+S+"/f")
@@ -694,7 +700,7 @@ mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
 	refused(".. out of /tmp", "file:///tmp/../etc/passwd", "Permission denied")
 	refused(".. out of the scratch dir", "file://"+T+"/../../../etc/passwd", "Permission denied")
 	refused("relative .. out of the working directory", "file://../../../etc/passwd", "Permission denied")
-	refused("/var/tmp outside the working directory", "file:///var/tmp/orbitefs-e2e-outside/f", "Permission denied")
+	refused("/var/tmp outside the working directory", "file://"+outside+"/f", "Permission denied")
 	refused("missing file", "file://"+T+"/missing", "No such file or directory")
 	refused("directory", "file://"+T+"/dir", "Invalid argument")
 	refused("FIFO", "file://"+T+"/fifo", "Invalid argument")
