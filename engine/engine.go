@@ -42,6 +42,8 @@ type Engine struct {
 	file     FileTransport // nil in a build without a file backend
 	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
 	gds      gdsState      // cuFile; zero when no GDS backend
+	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
+	hostCopy *hostCopyExec // host copy lanes for in-memory files (hostcopy.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -138,6 +140,8 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 			}
 		}
 	}
+	e.staged = newStagedExec(e)
+	e.hostCopy = newHostCopyExec(e)
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -249,6 +253,8 @@ func (e *Engine) Close(timeout time.Duration) error {
 		}
 		r.free()
 	}
+	e.staged.close()
+	e.hostCopy.close()
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {

@@ -116,8 +116,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 		b.e.st.failovers.Add(1)
 		b.e.log.Info("transport failover", "batch", b.id, "task", p.g.first+p.i, "to", next.transport(), "after", p.err)
 		g, i := p.g, p.i
-		x := newOffRing(g, next, uint64(b.e.cfg.StagingChunkSize), false, func(j int) bool { return j == i })
-		go b.e.runStaged(x)
+		b.e.runOffRing(g, func(j int) bool { return j == i })
 	}
 	if done > 0 {
 		b.changedLocked()

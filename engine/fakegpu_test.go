@@ -123,6 +123,9 @@ func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
 		if s.f.hang != nil {
 			<-s.f.hang
 		}
+		if d := s.f.slowCopy.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		copy(hostBytes(uintptr(dst), n), hostBytes(src, n))
 		s.f.copies.Add(1)
 	}

@@ -28,8 +28,10 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 type pieceKind uint8
@@ -73,6 +75,16 @@ type offRing struct {
 	route route
 	units []unit
 	next  atomic.Int64
+	// avail: units below it may be handed out. A job whose tasks wait for
+	// producer events releases them task by task (gate); skip marks a
+	// task whose producer failed, whose units are resolved by the gate
+	// and never handed out.
+	avail atomic.Int64
+	skip  []atomic.Bool
+	// broken: a unit of the task failed or came back short, so its
+	// units not yet started are failed without I/O (bytes past a gap
+	// would not count, and a WRITE would change the file for nothing).
+	broken []atomic.Bool
 
 	ready    []sync.Once // per task: its producer event consumed once
 	readyErr []error
@@ -107,6 +119,9 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 					q := p
 					q.rel, q.n = 0, n
 					q.addr += at
+					if q.host != nil {
+						q.host = q.host[at : at+n]
+					}
 					x.units = append(x.units, unit{task: i, off: g.ops[i].Offset + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
 				}
 			}
@@ -121,6 +136,9 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 	}
 	x.res = make([]unitResult, len(x.units))
 	x.ready, x.readyErr = make([]sync.Once, g.n), make([]error, g.n)
+	x.skip = make([]atomic.Bool, g.n)
+	x.broken = make([]atomic.Bool, g.n)
+	x.avail.Store(int64(len(x.units)))
 	return x
 }
 
@@ -169,13 +187,85 @@ func clip(ps []piece, at, n uint64) []piece {
 	return out
 }
 
-// take hands out the next unit, in file order, or -1.
+// take hands out the next unit, in file order, or -1 when none is
+// ready (all handed out, or the next waits for its producer event).
 func (x *offRing) take() int {
-	k := int(x.next.Add(1) - 1)
-	if k >= len(x.units) {
-		return -1
+	for {
+		k := x.next.Load()
+		if k >= int64(len(x.units)) || k >= x.avail.Load() {
+			return -1
+		}
+		if !x.next.CompareAndSwap(k, k+1) {
+			continue
+		}
+		if x.skip[x.units[k].task].Load() {
+			continue
+		}
+		return int(k)
 	}
-	return k
+}
+
+// errBroken fails a unit whose task already failed.
+var errBroken = errors.New("not started: an earlier part of the request failed")
+
+// startable returns why unit k must not start (its task already broke,
+// or the deadline passed), or nil.
+func (x *offRing) startable(k int) error {
+	u := &x.units[k]
+	switch {
+	case x.broken[u.task].Load():
+		return unitErr(x.g, u, KindIO, errBroken)
+	case time.Now().After(x.g.deadline):
+		return unitErr(x.g, u, KindTimeout, errors.New("deadline passed before these bytes started"))
+	}
+	return nil
+}
+
+// exhausted reports whether every unit has been handed out.
+func (x *offRing) exhausted() bool { return x.next.Load() >= int64(len(x.units)) }
+
+// hasProducers reports whether some live task waits for a producer event.
+func (x *offRing) hasProducers() bool {
+	if x.g.producers == nil {
+		return false
+	}
+	for i := range x.g.n {
+		if x.g.producers[i] != nil && x.left[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// gate releases the job's units task by task, each after its task's
+// producer event completed (bounded by deadline + quiesce_grace), so an
+// executor's lanes never block on a producer and other jobs keep moving.
+// A task whose producer failed has its units resolved here with that
+// error; nothing of it is touched. release is called after each step.
+func (x *offRing) gate(release func()) {
+	x.avail.Store(0)
+	go func() {
+		for i := range x.g.n {
+			end := len(x.units)
+			if i+1 < x.g.n {
+				end = x.first[i+1]
+			}
+			if x.first[i] == end {
+				continue
+			}
+			err := x.waitProducer(x.first[i])
+			if err != nil {
+				x.skip[i].Store(true)
+			}
+			x.avail.Store(int64(end))
+			if err != nil {
+				for k := x.first[i]; k < end; k++ {
+					x.resolve(k, 0, err)
+				}
+			}
+			release()
+		}
+	}()
 }
 
 // markSubmitted records that a WRITE unit reached the kernel.
@@ -196,6 +286,9 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	}
 	r.done, r.got, r.err = true, got, err
 	i := x.units[k].task
+	if err != nil || got < x.units[k].n {
+		x.broken[i].Store(true)
+	}
 	x.left[i]--
 	if x.left[i] > 0 {
 		x.mu.Unlock()
@@ -307,24 +400,42 @@ func (w *worker) startOffRingLocked(g *group) {
 		g.finishLocked(true)
 		return
 	}
-	// One job per route, so cuFile and staging units of one group run at
-	// once; a host-only request in such a group goes through staging.
-	e := b.e
-	var gds, staged bool
+	// One job per executor, so cuFile and staging units of one group run
+	// at once.
+	b.e.runOffRing(g, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
+}
+
+// runOffRing hands each executor its share of g's live requests as one
+// job. live must not change meanwhile (the caller holds b.mu).
+func (e *Engine) runOffRing(g *group, live func(i int) bool) {
+	// A host request left on the ring route rides with its group: through
+	// staging when the group touches device memory, else on the host copy
+	// lanes (its task reports the route that moved it).
+	device := false
 	for i := 0; i < g.n; i++ {
-		if b.mu.tasks[g.first+i].state == TaskRunning {
-			gds = gds || g.routes[i] == routeGDS
-			staged = staged || g.routes[i] != routeGDS
+		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
+	}
+	for i := 0; i < g.n; i++ {
+		if g.routes[i] == routeRing && !device {
+			g.routes[i] = routeHostCopy
 		}
 	}
-	running := func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning }
-	if gds {
-		x := newOffRing(g, routeGDS, gdsSlice, true, func(i int) bool { return running(i) && g.routes[i] == routeGDS })
-		go e.runGDS(x)
-	}
-	if staged {
-		x := newOffRing(g, routeStaged, uint64(e.cfg.StagingChunkSize), false, func(i int) bool { return running(i) && g.routes[i] != routeGDS })
-		go e.runStaged(x)
+	var seen []route
+	for i := 0; i < g.n; i++ {
+		if !live(i) {
+			continue
+		}
+		rt, ex := e.executor(g.routes[i])
+		if slices.Contains(seen, rt) {
+			continue
+		}
+		seen = append(seen, rt)
+		size, byPiece := ex.cut()
+		x := newOffRing(g, rt, size, byPiece, func(j int) bool {
+			r, _ := e.executor(g.routes[j])
+			return live(j) && r == rt
+		})
+		ex.run(x)
 	}
 }
 

@@ -7,6 +7,9 @@
 //     staging chunks on io_uring rings (staged.go); the task reports
 //     transport io_uring.
 //   - routeGDS: device memory <-> file through cuFile (gdsexec.go).
+//   - routeHostCopy: a large single-range host request on a file in
+//     memory (tmpfs), copied in units by the host copy lanes
+//     (hostcopy.go); the task reports transport copy.
 //
 // Selection (spec "transport preference", with one documented narrowing):
 //   - transport gds: honoured when cuFile is usable and the request is
@@ -35,6 +38,9 @@ const (
 	routeGDS
 	routeMem  // between two regions of this engine (memgroup.go)
 	routeCopy // a memory-backed file, copied by the submitter (callercopy.go)
+	// routeHostCopy: a large host request on a memory-backed file, cut
+	// into units copied by the host copy lanes (hostcopy.go).
+	routeHostCopy
 )
 
 // transport is the kind a task on this route reports.
@@ -44,10 +50,21 @@ func (r route) transport() TransportKind {
 		return TransportGDS
 	case routeMem:
 		return TransportMemory
-	case routeCopy:
+	case routeCopy, routeHostCopy:
 		return TransportCopy
 	}
 	return TransportIOUring
+}
+
+// executor returns the executor that runs an off-ring job of route rt.
+func (e *Engine) executor(rt route) (route, executor) {
+	switch rt {
+	case routeGDS:
+		return routeGDS, gdsExec{e}
+	case routeHostCopy:
+		return routeHostCopy, e.hostCopy
+	}
+	return routeStaged, e.staged
 }
 
 // reqMemory summarizes what local memory a request touches.
@@ -71,6 +88,9 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, err
 		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
 	}
 	if !m.device {
+		if e.hostCopyEligible(ent, r, m) {
+			return routeHostCopy, nil
+		}
 		return routeRing, nil
 	}
 	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" {

@@ -29,7 +29,8 @@ type stagingPool struct {
 	count int
 
 	mu        sync.Mutex
-	free      []int // chunk indices
+	free      []int // chunk indices not held by a lane
+	inUse     int   // chunks serving a unit, or retained (dead)
 	highWater int
 	hits      uint64
 	fallbacks uint64
@@ -99,10 +100,6 @@ func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, e
 		p.free = p.free[:len(p.free)-1]
 		lo := uint64(i) * p.size
 		out = append(out, &chunk{b: p.slab.Bytes()[lo : lo+p.size : lo+p.size], fixed: p.buf, idx: i})
-		p.hits++
-	}
-	if used := p.count - len(p.free); used > p.highWater {
-		p.highWater = used
 	}
 	p.mu.Unlock()
 	if len(out) > 0 || !fallback {
@@ -146,10 +143,26 @@ func (e *Engine) uncharge(n uint64) {
 	e.adm.bytesFreed()
 }
 
+// leased counts a chunk taking a unit; returned counts it free again.
+// A chunk whose slot died is never returned: it stays in use for good.
+func (p *stagingPool) leased() {
+	p.mu.Lock()
+	p.hits++
+	p.inUse++
+	p.highWater = max(p.highWater, p.inUse)
+	p.mu.Unlock()
+}
+
+func (p *stagingPool) returned() {
+	p.mu.Lock()
+	p.inUse--
+	p.mu.Unlock()
+}
+
 func (p *stagingPool) stats() StagingStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return StagingStats{ChunkSize: p.size, Chunks: p.count, Allocated: true, InUse: p.count - len(p.free),
+	return StagingStats{ChunkSize: p.size, Chunks: p.count, Allocated: true, InUse: p.inUse,
 		HighWater: p.highWater, Leases: p.hits, Fallbacks: p.fallbacks, PageableBytes: p.pageable}
 }
 

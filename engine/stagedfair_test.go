@@ -1,0 +1,55 @@
+package engine_test
+
+// stagedfair_test.go: the staged executor is one engine-wide service
+// whose lanes serve every batch's units in turn.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// TestStagedFairAcrossBatches: one large READ into the device holds the
+// only lane for hundreds of units; small READs from other batches,
+// submitted after it started, complete while it is still running. With
+// units served in job order the small ones waited for the whole load
+// (one 4 GiB load starved 63 clients' KV groups on the GPU machine).
+func TestStagedFairAcrossBatches(t *testing.T) {
+	const smalls = 6
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) {
+		c.StagingChunkCount, c.StagingLanes = 2, 1
+	})
+	dir := t.TempDir()
+	bigPath, _ := randomFile(t, dir, "big", 16<<20) // 256 units of 64 KiB
+	big := openSeg(t, e, bigPath, engine.PermRead)
+	path, orig := randomFile(t, dir, "small", 64<<10)
+	small := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 16<<20+smalls<<20)
+	gpu.slowCopy.Store(int64(2 * time.Millisecond)) // the big READ lasts >= 512 ms
+	b, err := e.SubmitAsync(engine.OpRead, big, []engine.Request{{Address: d.BaseAddress(), Length: 16 << 20}}, nil, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the large READ to move bytes", func() bool { return gpu.copies.Load() > 0 })
+	concurrently(t, smalls, func(i int) error {
+		return oneBatch(e, submission{engine.OpRead, small, engine.Request{Address: d.BaseAddress() + 16<<20 + uint64(i)<<20, Length: 64 << 10}})
+	})
+	if st := b.Status(); st != engine.StateOpen {
+		ts, _ := b.TaskStatus(0)
+		t.Fatalf("the large READ was %v (%d of %d bytes) before the small ones completed: they waited for it", st, ts.Transferred, 16<<20)
+	}
+	gpu.slowCopy.Store(0)
+	if st, err := b.Wait(30 * time.Second); err != nil || st != engine.StateCompleted {
+		t.Fatalf("large READ: %v %v", st, err)
+	}
+	got := make([]byte, 64<<10)
+	for i := range smalls {
+		d.ReadAt(got, 16<<20+int64(i)<<20)
+		if string(got) != string(orig) {
+			t.Fatalf("small READ %d: bytes differ from the file", i)
+		}
+	}
+}
