@@ -192,10 +192,12 @@ type fakeGDS struct {
 	// this fake's life) equals it.
 	failReadNth atomic.Int64
 	failWrites  atomic.Int64
-	writes      atomic.Int64
-	reads       atomic.Int64
-	opened      atomic.Int64
-	closed      atomic.Int64
+	// hang, when set, blocks every cuFile read until it is closed.
+	hang   chan struct{}
+	writes atomic.Int64
+	reads  atomic.Int64
+	opened atomic.Int64
+	closed atomic.Int64
 }
 
 func (g *fakeGDS) Probe() error { return nil }
@@ -220,6 +222,9 @@ type fakeGDSFile struct {
 
 func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 	nth := f.g.reads.Add(1)
+	if f.g.hang != nil {
+		<-f.g.hang
+	}
 	if f.g.failReads.Add(-1) >= 0 || nth == f.g.failReadNth.Load() {
 		return -1, errors.New("fake: cuFileRead: CU_FILE_IO_ERROR")
 	}
