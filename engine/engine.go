@@ -43,7 +43,8 @@ type Engine struct {
 	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
 	gds      gdsState      // cuFile; zero when no GDS backend
 	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
-	hostCopy *hostCopyExec // host copy lanes for in-memory files (hostcopy.go)
+	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
+	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -141,7 +142,8 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 		}
 	}
 	e.staged = newStagedExec(e)
-	e.hostCopy = newHostCopyExec(e)
+	e.hostCopy = newHostCopyExec()
+	e.gdsExec = newGDSExec(e)
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -255,6 +257,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	}
 	e.staged.close()
 	e.hostCopy.close()
+	e.gdsExec.close()
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {

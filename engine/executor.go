@@ -32,10 +32,3 @@ type executor interface {
 
 // cut for the staged executor: one staging chunk per unit.
 func (s *stagedExec) cut() (uint64, bool) { return uint64(s.e.cfg.StagingChunkSize), false }
-
-// gdsExec is the cuFile executor (gdsexec.go).
-type gdsExec struct{ e *Engine }
-
-func (x gdsExec) cut() (uint64, bool) { return gdsSlice, true }
-func (x gdsExec) run(j *offRing)      { go x.e.runGDS(j) }
-func (x gdsExec) close()              {}

@@ -108,7 +108,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 		n--
 		next, ok := p.g.nextRoute(p.i)
 		if !retry || !ok || !time.Now().Before(p.g.deadline) || b.e.isClosed() {
-			b.publishOffRingLocked(p.g, p.i, p.transferred, p.err, p.effect, true)
+			b.endTaskLocked(p.g, p.i, outcome{p.transferred, p.err, p.effect, true})
 			continue
 		}
 		t.failovers++

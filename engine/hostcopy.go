@@ -20,7 +20,8 @@
 //   - A unit starts only before its deadline and while its task has not
 //     failed (offRing.startable); a WRITE unit is marked submitted
 //     before its first pwrite.
-//   - Lanes start on the first job and stop at Engine.Close.
+//   - Lanes start on the first job and stop at Engine.Close
+//     (lanepool.go).
 
 package engine
 
@@ -29,7 +30,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -39,22 +39,12 @@ import (
 // cores), small enough that a 256 MiB request spreads over every lane.
 const hostCopyUnit = 4 << 20
 
-// hostCopyExec is the engine-wide host copy executor.
-type hostCopyExec struct {
-	e    *Engine
-	done chan struct{}
-	work chan struct{} // a token per wake-up; lanes drain the queue
+// hostCopyExec is the engine-wide host copy executor: one lane per core,
+// up to 16.
+type hostCopyExec struct{ *lanePool }
 
-	mu      sync.Mutex
-	q       fairQueue
-	started bool
-	closed  bool
-	wg      sync.WaitGroup
-}
-
-func newHostCopyExec(e *Engine) *hostCopyExec {
-	n := min(runtime.GOMAXPROCS(0), 16)
-	return &hostCopyExec{e: e, done: make(chan struct{}), work: make(chan struct{}, n)}
+func newHostCopyExec() hostCopyExec {
+	return hostCopyExec{newLanePool(min(runtime.GOMAXPROCS(0), 16), copyUnit)}
 }
 
 // hostCopyEligible reports whether request r (host memory only) goes to
@@ -67,66 +57,7 @@ func (e *Engine) hostCopyEligible(ent *segEntry, r *Request, m reqMemory) bool {
 		r.Length > hostCopyUnit && !e.cfg.RuntimeQueue.Enabled
 }
 
-func (h *hostCopyExec) cut() (uint64, bool) { return hostCopyUnit, true }
-
-// run queues a dispatched job.
-func (h *hostCopyExec) run(x *offRing) {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		go x.failRest(errorf(KindUnavailable, x.g.op.String(), x.g.b.name(), "the engine is closing"))
-		return
-	}
-	h.q.push(x)
-	if !h.started {
-		h.started = true
-		for range cap(h.work) {
-			h.wg.Add(1)
-			go h.lane()
-		}
-	}
-	h.mu.Unlock()
-	for range min(len(x.units), cap(h.work)) {
-		select {
-		case h.work <- struct{}{}:
-		default:
-		}
-	}
-}
-
-func (h *hostCopyExec) take() (*offRing, int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.q.take()
-}
-
-// lane copies units until the engine closes.
-func (h *hostCopyExec) lane() {
-	defer h.wg.Done()
-	for {
-		for x, k := h.take(); k >= 0; x, k = h.take() {
-			copyUnit(x, k)
-		}
-		select {
-		case <-h.work:
-		case <-h.done:
-			return
-		}
-	}
-}
-
-// close stops the lanes; every batch has drained, so none is copying.
-func (h *hostCopyExec) close() {
-	h.mu.Lock()
-	if h.closed {
-		h.mu.Unlock()
-		return
-	}
-	h.closed = true
-	close(h.done)
-	h.mu.Unlock()
-	h.wg.Wait()
-}
+func (hostCopyExec) cut() (uint64, bool) { return hostCopyUnit, true }
 
 // copyUnit moves unit k of job x with pread/pwrite on the buffered fd.
 func copyUnit(x *offRing, k int) {

@@ -343,11 +343,6 @@ func (x *offRing) failRest(err error) {
 	}
 }
 
-// lanes is how many lanes a job runs on.
-func (x *offRing) lanes(limit int) int {
-	return max(1, min(limit, len(x.units)))
-}
-
 // finishOffRing publishes one off-ring task's outcome (or parks a failed
 // attempt that may fail over, failover.go) and finishes the group after
 // its last task.
@@ -358,7 +353,7 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 		if err != nil && b.retryableLocked(g, i, t, transferred, effect, drained) {
 			b.parkLocked(parked{g: g, i: i, transferred: transferred, err: err, effect: effect})
 		} else {
-			b.publishOffRingLocked(g, i, transferred, err, effect, drained)
+			b.endTaskLocked(g, i, outcome{transferred, err, effect, drained})
 		}
 		b.changedLocked()
 	}

@@ -60,7 +60,7 @@ func (r route) transport() TransportKind {
 func (e *Engine) executor(rt route) (route, executor) {
 	switch rt {
 	case routeGDS:
-		return routeGDS, gdsExec{e}
+		return routeGDS, e.gdsExec
 	case routeHostCopy:
 		return routeHostCopy, e.hostCopy
 	}
