@@ -108,6 +108,7 @@ type Engine struct {
 		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
 		callerCopies     counter
+		hostCopyUnits    counter
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
@@ -301,7 +302,8 @@ type Stats struct {
 	FastPathHandoffs   uint64        `json:"fast_path_handoffs"`
 	SubmitThrough      uint64        `json:"submit_through"`
 	WorkersStarted     uint64        `json:"workers_started"`
-	CallerCopies       uint64        `json:"caller_copies"` // groups the submitter copied (callercopy.go)
+	CallerCopies       uint64        `json:"caller_copies"`   // groups the submitter copied (callercopy.go)
+	HostCopyUnits      uint64        `json:"host_copy_units"` // units the host copy lanes copied (hostcopy.go)
 	WorkersRunning     int64         `json:"workers_running"`
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
@@ -354,6 +356,7 @@ func (e *Engine) Stats() Stats {
 	s.SubmitThrough = e.st.submitThrough.Load()
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.CallerCopies = e.st.callerCopies.Load()
+	s.HostCopyUnits = e.st.hostCopyUnits.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
 	s.Failovers = e.st.failovers.Load()
@@ -364,6 +367,7 @@ func (e *Engine) Stats() Stats {
 	s.GDS = e.gdsStats()
 	if p := e.gpu.staging.Load(); p != nil {
 		st := p.stats()
+		st.Lanes = e.staged.laneCount()
 		s.Staging = &st
 	}
 	s.RuntimeQueue, s.QoS = e.adm.stats()

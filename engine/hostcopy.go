@@ -109,5 +109,6 @@ func copyUnit(x *offRing, k int) {
 		}
 		got += uint64(n)
 	}
+	g.b.e.st.hostCopyUnits.Add(1)
 	x.resolve(k, got, nil)
 }

@@ -228,6 +228,13 @@ func (s *stagedExec) start() {
 	s.mu.Unlock()
 }
 
+// laneCount is how many lanes run.
+func (s *stagedExec) laneCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.lanes)
+}
+
 // take hands out the next unit in the fair order, or (nil, -1).
 func (s *stagedExec) take() (*offRing, int) {
 	s.mu.Lock()
@@ -266,8 +273,10 @@ func (l *lane) loop() {
 	grace := l.s.e.cfg.QuiesceGrace.D()
 	for {
 		l.retireCopies(time.Time{})
-		if l.q == nil && l.s.hasWork() && !l.acquireRing() {
-			if l.inCopy == 0 && !l.pause(2*time.Millisecond) {
+		if l.q == nil && l.s.hasWork() && !l.acquireRing() && l.inCopy == 0 {
+			// No ring free now: retry shortly (batch workers give theirs
+			// back between groups), unless the executor closes.
+			if !l.pause(2 * time.Millisecond) {
 				l.stop()
 				return
 			}

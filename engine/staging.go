@@ -52,9 +52,10 @@ type StagingStats struct {
 	ChunkSize     uint64 `json:"chunk_size"`
 	Chunks        int    `json:"chunks"`
 	Allocated     bool   `json:"allocated"`
-	InUse         int    `json:"in_use"`
+	Lanes         int    `json:"lanes"`  // staging lanes running
+	InUse         int    `json:"in_use"` // chunks serving a unit, or retained
 	HighWater     int    `json:"high_water"`
-	Leases        uint64 `json:"leases"`
+	Leases        uint64 `json:"leases"` // units staged
 	Fallbacks     uint64 `json:"pageable_fallbacks"`
 	PageableBytes uint64 `json:"pageable_bytes"`
 }

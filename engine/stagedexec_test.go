@@ -1,6 +1,6 @@
 package engine_test
 
-// stagedfair_test.go: the staged executor is one engine-wide service
+// stagedexec_test.go: the staged executor is one engine-wide service
 // whose lanes serve every batch's units in turn.
 
 import (
@@ -51,5 +51,33 @@ func TestStagedFairAcrossBatches(t *testing.T) {
 		if string(got) != string(orig) {
 			t.Fatalf("small READ %d: bytes differ from the file", i)
 		}
+	}
+}
+
+// TestStagedMixedGroup: a group with a device request and a host-only
+// request: the host request rides with the group through staging and
+// completes. It had no pieces (only off-ring routes recorded them), so it
+// got no unit and its task never ended.
+func TestStagedMixedGroup(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, nil)
+	path, orig := randomFile(t, t.TempDir(), "f", 256<<10)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 128<<10)
+	h := register(t, e, 128<<10)
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{
+		{Address: d.BaseAddress(), Length: 128 << 10},
+		{Address: h.BaseAddress(), TargetOffset: 128 << 10, Length: 128 << 10},
+	}, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Wait(15 * time.Second); err != nil || st != engine.StateCompleted {
+		t.Fatalf("mixed group: %v %v", st, err)
+	}
+	got := make([]byte, 128<<10)
+	d.ReadAt(got, 0)
+	if string(got) != string(orig[:128<<10]) || string(regionBytes(t, h)) != string(orig[128<<10:]) {
+		t.Fatal("bytes differ from the file")
 	}
 }
