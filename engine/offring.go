@@ -1,18 +1,22 @@
-// offring.go owns the execution of groups that leave the batch worker's
-// ring: requests that touch device memory, run through pinned staging
-// (staged.go) or cuFile (gdsexec.go).
+// offring.go owns the jobs of groups that leave the batch worker's ring:
+// requests that touch device memory (pinned staging, staged.go; cuFile,
+// gdsexec.go) and large requests on in-memory files (hostcopy.go).
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
-// dispatch. At dispatch it marks every task running and hands the group
-// to an offRing job, which splits each request's file extent into units
-// and runs them on several lanes at once (one io_uring ring, a set of
-// staging chunks and a CUDA stream per lane; or one cuFile call per lane
-// for GDS), so the disk, the copy engine and every core overlap.
+// dispatch. At dispatch it marks every task running and hands each
+// executor (executor.go) its share of the group as one job: each
+// request's file extent cut into units. The executors run units of every
+// batch's jobs on lanes they own engine-wide, taken from their fair queue
+// (fairqueue.go), so the disk, the copy engine and every core overlap.
 //
 // Invariants:
 //   - A unit resolves exactly once (resolve); a task reports once, when
-//     its last unit resolves, through Batch.finishOffRing.
+//     its last unit resolves, through Batch.finishOffRing and task.go's
+//     endTaskLocked (the path every executor's outcome takes).
+//   - A unit starts only before its deadline and while no earlier unit
+//     of its task failed (startable); units of a task waiting for its
+//     producer event are released only after it (gate).
 //   - A task's transferred bytes are its consecutive fully successful
 //     units from the start, plus the returned prefix of the first short
 //     one; a gap stops the count even if later units succeeded.
@@ -21,7 +25,8 @@
 //   - A lane that cannot prove its units drained (no CQE past deadline +
 //     quiesce_grace, an uncertain device copy) marks the job undrained
 //     before resolving them: the group then ends unquiesced and keeps its
-//     loans and charges, and the lane keeps its ring and chunks forever.
+//     loans and charges, and the lane keeps what the unit used (its
+//     chunk, its ring) forever.
 
 package engine
 

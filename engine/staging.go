@@ -5,12 +5,16 @@
 //
 // Invariants:
 //   - The slab is allocated on the first staged transfer, never at New.
-//   - A chunk is out (leased) from get until put; a lane that cannot
-//     prove its I/O and copies drained never puts its chunks back, so
-//     memory the kernel or the GPU may still touch is never reused.
-//   - When no chunk is free, a lane falls back to one aligned pageable
-//     buffer charged against max_inflight_bytes; with that charge refused
-//     too, the job fails with ResourceExhausted before any I/O.
+//   - The staging lanes (staged.go) take every chunk when they start and
+//     hold them for the engine's life; at Engine.Close they put back the
+//     chunks of live slots. A dead slot's chunk (the kernel or the GPU
+//     may still touch it) is never put back, and the slab then stays.
+//   - in_use counts chunks serving a unit plus dead ones; leases counts
+//     units staged.
+//   - A lane whose chunks all died falls back to one aligned pageable
+//     buffer charged against max_inflight_bytes, returned when the lane
+//     goes idle; with that charge refused, the unit fails
+//     ResourceExhausted before any I/O.
 
 package engine
 
@@ -90,9 +94,9 @@ func (e *Engine) staging() (*stagingPool, error) {
 	return g.staging.Load(), g.stagingErr
 }
 
-// get leases up to want chunks without waiting. When the pool is empty
-// it returns one pageable fallback charged against max_inflight_bytes,
-// or, without fallback, nothing (nil, nil).
+// getChunks leases up to want chunks without waiting. When the pool is
+// empty it returns one pageable fallback charged against
+// max_inflight_bytes, or, without fallback, nothing (nil, nil).
 func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, error) {
 	p.mu.Lock()
 	var out []*chunk
