@@ -5,7 +5,9 @@
 # (`orbitefs bench file --impl pread`) on the same file, bs, queue depth
 # and runtime, in alternating rounds (engine fio psync pread, engine ...),
 # and print the medians and the engine/fio ratios as a Markdown table.
-# docs/performance.md records its output.
+# docs/performance.md records its output. The two tmpfs target figures
+# (4 KiB random vs fio io_uring, 4 MiB sequential vs the pread loop) come
+# from dev-compare.sh, which runs only the pair being compared.
 #
 # usage: bench/fio-compare.sh [-n ROUNDS] [-t SECONDS] [-f FILE] [-s BYTES]
 #                             [-q QD] [-j JOBS] [-B] [-o OUTDIR] [WORKLOAD...]

@@ -2,14 +2,14 @@
 // one file per model layer, each an array of fixed-size KV groups; a
 // batch swaps a random set of groups of one layer in (file -> memory) or
 // out (memory -> file), as an inference server paging a KV-cache tier
-// does (shared/spec/001: per-layer files, fixed-buffer group reads).
+// does (per-layer files, fixed-buffer group reads).
 //
 // Design. Each of Concurrency clients owns BatchGroups slots of
 // GroupBytes in one registered region (cpu, pinned or cuda:N) and loops:
 // draw a layer and BatchGroups distinct group indices, submit them as one
 // group of requests, wait for its terminal state, free the batch. A batch
 // is a write (swap-out) with probability WritePct/100. The same loop with
-// N clients is the concurrency-scaling measurement (issue 11).
+// N clients is the concurrency-scaling measurement (docs/performance.md).
 //
 // Invariants:
 //   - Files are never created or extended here (PrepareKVFiles does that

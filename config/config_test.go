@@ -80,9 +80,9 @@ func TestDefaultsValidate(t *testing.T) {
 	if string(got) != string(want) {
 		t.Fatalf("default.toml and DefaultEngine differ:\n%s\n%s", got, want)
 	}
-	wd, _ := os.Getwd()
-	if d.Mount.AllowedRoots[0] != wd || d.Engine.AllowedRoots[0] != wd {
-		t.Fatalf("\".\" root not resolved to the working directory: %v", d.Mount.AllowedRoots)
+	// The default roots are named: none depends on the working directory.
+	if got := strings.Join(d.Mount.AllowedRoots, " "); got != "/tmp /dev/shm" || strings.Join(d.Engine.AllowedRoots, " ") != got {
+		t.Fatalf("default roots %v, engine %v; want [/tmp /dev/shm]", d.Mount.AllowedRoots, d.Engine.AllowedRoots)
 	}
 }
 
@@ -128,14 +128,15 @@ func TestLoadFile(t *testing.T) {
 		os.WriteFile(p, []byte(s), 0o644)
 		return p
 	}
-	d, err := Load(write("[engine]\nmax_file_segments = 7\n[engine.io_uring]\nqueue_depth = 64\n[mount]\nallowed_roots = [\"/srv\"]\n"))
+	root := t.TempDir()
+	d, err := Load(write("[engine]\nmax_file_segments = 7\n[engine.io_uring]\nqueue_depth = 64\n[mount]\nallowed_roots = [\"" + root + "\"]\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d.Engine.MaxFileSegments != 7 || d.Engine.IOUring.QueueDepth != 64 || d.Engine.MaxBatchRequests != 4096 {
 		t.Fatalf("override not applied over defaults: %+v", d.Engine)
 	}
-	if len(d.Mount.AllowedRoots) != 1 || d.Mount.AllowedRoots[0] != "/srv" {
+	if len(d.Mount.AllowedRoots) != 1 || d.Mount.AllowedRoots[0] != root {
 		t.Fatalf("roots %v", d.Mount.AllowedRoots)
 	}
 	for _, c := range []struct{ text, want string }{
@@ -155,6 +156,47 @@ func TestLoadFile(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.toml")); err == nil {
 		t.Error("missing file accepted")
+	}
+}
+
+// TestLoadSubTableOnly: a file may name only a sub-table, as the headings
+// of docs/config.md do ([engine.runtime_queue] with no [engine]); TOML
+// defines the parent table implicitly. A parent that is not a table is
+// still refused.
+func TestLoadSubTableOnly(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	for _, c := range []struct {
+		text  string
+		check func(*Daemon) bool
+		err   string
+	}{
+		{text: "[engine.runtime_queue]\nenabled = true\nmax_dispatch_owners = 8\n",
+			check: func(d *Daemon) bool {
+				return d.Engine.RuntimeQueue.Enabled && d.Engine.RuntimeQueue.MaxDispatchOwners == 8 && d.Engine.MaxBatchRequests == 4096
+			}},
+		{text: "[engine.io_uring]\nqueue_depth = 64\n[mount]\nlog_level = \"debug\"\n",
+			check: func(d *Daemon) bool { return d.Engine.IOUring.QueueDepth == 64 && d.Mount.LogLevel == "debug" }},
+		{text: "engine.runtime_queue.enabled = true\n",
+			check: func(d *Daemon) bool { return d.Engine.RuntimeQueue.Enabled }},
+		{text: "engine = { max_file_segments = 7 }\n",
+			check: func(d *Daemon) bool { return d.Engine.MaxFileSegments == 7 }},
+		{text: "[[engine]]\nmax_file_segments = 7\n", err: "engine: want a table [engine]"},
+		{text: "[engine]\nruntime_queue = 1\n", err: "engine.runtime_queue: want a table [engine.runtime_queue]"},
+	} {
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Load(p)
+		switch {
+		case c.err != "":
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%q: error %v, want it to mention %q", c.text, err, c.err)
+			}
+		case err != nil:
+			t.Errorf("%q: %v", c.text, err)
+		case !c.check(d):
+			t.Errorf("%q: not applied: %+v", c.text, d)
+		}
 	}
 }
 
@@ -221,5 +263,47 @@ func TestRegisteredLimit(t *testing.T) {
 	e.MaxRegisteredBytes = 8 << 20
 	if got := e.RegisteredLimit(); got != 8<<20 {
 		t.Errorf("explicit limit %d", got)
+	}
+}
+
+// TestAllowedRoots: a root is an absolute path to an existing directory,
+// and one that resolves to / needs mount.allow_filesystem_root.
+func TestAllowedRoots(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	os.WriteFile(file, nil, 0o644)
+	slash := filepath.Join(dir, "slash")
+	os.Symlink("/", slash)
+	cases := []struct {
+		name, toml string
+		want       string // "" accepted
+	}{
+		{"directory", `allowed_roots = ["` + dir + `"]`, ""},
+		{"relative", `allowed_roots = ["data"]`, `mount.allowed_roots "data" is not an absolute path: name the directory (a relative root would depend on the daemon's working directory)`},
+		{"dot", `allowed_roots = ["."]`, `mount.allowed_roots "." is not an absolute path`},
+		{"missing", `allowed_roots = ["` + dir + `/nope"]`, `mount.allowed_roots "` + dir + `/nope" does not exist: create the directory or remove it from the list`},
+		{"regular file", `allowed_roots = ["` + file + `"]`, `mount.allowed_roots "` + file + `" is not a directory: a root must be a directory`},
+		{"slash", `allowed_roots = ["/"]`, `mount.allowed_roots "/" resolves to /, which lets segments open any file on the host: set mount.allow_filesystem_root = true to allow it`},
+		{"slash through ..", `allowed_roots = ["/tmp/.."]`, `mount.allowed_roots "/" resolves to /`},
+		{"symlink to slash", `allowed_roots = ["` + slash + `"]`, `mount.allowed_roots "` + slash + `" resolves to /`},
+		{"slash, allowed", "allowed_roots = [\"/\"]\nallow_filesystem_root = true", ""},
+		{"link to slash, allowed", "allowed_roots = [\"" + slash + "\"]\nallow_filesystem_root = true", ""},
+		{"every problem", `allowed_roots = ["/", "` + file + `"]`, `resolves to /`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Parse("[mount]\n" + c.toml + "\n")
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+	// Every bad root is reported, not just the first.
+	_, err := Parse("[mount]\nallowed_roots = [\"/\", \"" + file + "\"]\n")
+	if err == nil || !strings.Contains(err.Error(), "resolves to /") || !strings.Contains(err.Error(), "is not a directory") {
+		t.Fatalf("two bad roots: %v, want both reported", err)
 	}
 }

@@ -5,7 +5,9 @@
 //   - Load starts from the embedded default.toml, so a key left out keeps
 //     its documented default and an empty file is a valid config.
 //   - Unknown keys are errors (a typo never silently falls back to a default).
-//   - Relative allowed roots resolve against the working directory at load.
+//   - Allowed roots never depend on the working directory: every entry
+//     is an absolute path to an existing directory, and a root that
+//     resolves to / needs mount.allow_filesystem_root = true.
 
 package config
 
@@ -35,6 +37,10 @@ type Daemon struct {
 type Mount struct {
 	// AllowedRoots confines file segments (see Engine.AllowedRoots).
 	AllowedRoots []string `toml:"allowed_roots"`
+	// AllowFilesystemRoot accepts an allowed root that resolves to /
+	// (every file the caller may open); without it such a root is an
+	// error.
+	AllowFilesystemRoot bool `toml:"allow_filesystem_root"`
 	// AllowOther lets users other than the mount owner use the mount.
 	AllowOther bool `toml:"allow_other"`
 	// DefaultBatchCapacity is what /ctl/batches/clone reserves.
@@ -55,7 +61,7 @@ type Mount struct {
 }
 
 // Load parses the embedded defaults, then the file at path (if path is
-// not empty) on top, resolves relative roots, and validates. A file with
+// not empty) on top, cleans the allowed roots, and validates. A file with
 // problems yields one error listing all of them: unknown keys, values that
 // do not decode, and values out of bounds.
 func Load(path string) (*Daemon, error) {
@@ -122,13 +128,40 @@ func resolveRoots(roots []string) ([]string, error) {
 		if r == "" {
 			return nil, errors.New("invalid config: mount.allowed_roots: empty entry")
 		}
-		abs, err := filepath.Abs(r)
-		if err != nil {
-			return nil, fmt.Errorf("invalid config: mount.allowed_roots %q: %w", r, err)
+		if !filepath.IsAbs(r) {
+			return nil, fmt.Errorf("invalid config: mount.allowed_roots %q is not an absolute path: name the directory (a relative root would depend on the daemon's working directory)", r)
 		}
-		out = append(out, filepath.Clean(abs))
+		out = append(out, filepath.Clean(r))
 	}
 	return out, nil
+}
+
+// checkRoots reports each allowed root that is missing, not a directory,
+// or (without allow_filesystem_root) the filesystem root itself, also
+// through symlinks ("/..", a link to /).
+func (m Mount) checkRoots(p *problems) {
+	for _, r := range m.AllowedRoots {
+		fi, err := os.Stat(r)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			p.addf("mount.allowed_roots %q does not exist: create the directory or remove it from the list", r)
+			continue
+		case err != nil:
+			p.addf("mount.allowed_roots %q: %v", r, err)
+			continue
+		case !fi.IsDir():
+			p.addf("mount.allowed_roots %q is not a directory: a root must be a directory", r)
+			continue
+		}
+		real, err := filepath.EvalSymlinks(r)
+		if err != nil {
+			p.addf("mount.allowed_roots %q: %v", r, err)
+			continue
+		}
+		if real == "/" && !m.AllowFilesystemRoot {
+			p.addf("mount.allowed_roots %q resolves to /, which lets segments open any file on the host: set mount.allow_filesystem_root = true to allow it", r)
+		}
+	}
 }
 
 // Validate checks both sections and reports every problem at once.
@@ -138,6 +171,7 @@ func (d *Daemon) Validate() error {
 	if len(m.AllowedRoots) == 0 {
 		p.addf("mount.allowed_roots is empty: no file could be opened")
 	}
+	m.checkRoots(&p)
 	p.between("mount.default_batch_capacity", m.DefaultBatchCapacity, 1, d.Engine.MaxBatchRequests)
 	if m.MaxDocumentBytes < 64 || m.MaxDocumentBytes > 64<<20 {
 		p.addf("mount.max_document_bytes (%d) must be in [64, 64MiB]", m.MaxDocumentBytes)

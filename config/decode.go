@@ -55,8 +55,11 @@ func decodeTable(md *toml.MetaData, tab map[string]toml.Primitive, v reflect.Val
 		}
 		f := v.Field(i)
 		if f.Kind() == reflect.Struct && !reflect.PointerTo(f.Type()).Implements(tomlUnmarshaler) {
+			// A table defined only by its sub-tables ([engine.runtime_queue]
+			// and no [engine]) is implicit: md.Type says "" for it, but it
+			// decodes as a table all the same.
 			var sub map[string]toml.Primitive
-			if md.Type(at...) != "Hash" || md.PrimitiveDecode(prim, &sub) != nil {
+			if typ := md.Type(at...); (typ != "Hash" && typ != "") || md.PrimitiveDecode(prim, &sub) != nil {
 				*p = append(*p, fmt.Sprintf("%s: want a table [%s]", path, path))
 				continue
 			}

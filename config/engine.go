@@ -124,6 +124,12 @@ type RuntimeQueue struct {
 	MLULocalThreshold    float64  `toml:"mlu_local_threshold" json:"mlu_local_threshold"`
 	StagingOwnerReserve  int      `toml:"staging_owner_reserve" json:"staging_owner_reserve"`
 	StagingByteReserve   Size     `toml:"staging_byte_reserve" json:"staging_byte_reserve"`
+
+	// PriorityAging bounds how long priority can hold a waiter back: one
+	// that has waited this long since its submission goes before every
+	// waiter that has not (oldest first); 0 disables aging (strict
+	// priority, which can starve). Not in the spec.
+	PriorityAging Duration `toml:"priority_aging" json:"priority_aging"`
 }
 
 // DefaultEngine returns the spec's defaults. Where the spec names a key
@@ -168,6 +174,7 @@ func DefaultEngine() Engine {
 			MaxOutstandingBytes:  1 << 30,
 			MaxDispatchOwners:    64,
 			MaxDispatchBytes:     64 << 20,
+			PriorityAging:        Duration(time.Second),
 		},
 	}
 }
@@ -274,6 +281,9 @@ func (c *Engine) validate(p *problems, pre string) {
 	}
 	if q.PromotionSlack < 0 {
 		p.addf("%sruntime_queue.promotion_slack (%s) must be >= 0", pre, q.PromotionSlack)
+	}
+	if q.PriorityAging < 0 {
+		p.addf("%sruntime_queue.priority_aging (%s) must be >= 0", pre, q.PriorityAging)
 	}
 	if q.MLULocalThreshold < 0 {
 		p.addf("%sruntime_queue.mlu_local_threshold (%g) must be >= 0", pre, q.MLULocalThreshold)

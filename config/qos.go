@@ -11,8 +11,11 @@
 //   - ParseQoSJSON returns (nil, nil) for a disabled document (missing or
 //     null "qos", {} or a version-only object), a *QoS that passes
 //     Validate, or an error wrapping ErrInvalidQoS; never a partial result.
-//   - Names are stored normalized (trimmed, lowercased); Validate refuses
-//     blank, over-long and duplicate normalized names.
+//   - Names are stored normalized (QoSName: ASCII whitespace trimmed,
+//     ASCII letters lowercased, everything else exact); Validate refuses
+//     blank, over-long, control-character and duplicate normalized names.
+//   - A priority is exactly one of the documented words or digits (ASCII
+//     case-insensitive, nothing around it).
 //   - A nil field inherits; an empty (non-nil) action list replaces the
 //     inherited one.
 
@@ -26,6 +29,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	json "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
@@ -67,9 +71,12 @@ func (p Priority) String() string {
 	return fmt.Sprintf("priority(%d)", uint8(p))
 }
 
-// ParsePriority reads 0/1/2 or high/medium/low (case-insensitive).
+// ParsePriority reads exactly 0/1/2 or high/medium/low, the words in any
+// ASCII case. Nothing is trimmed and no Unicode folding applies: " high",
+// "high\n" and "H\u0130GH" are refused, as a priority is a JSON value,
+// never a line a shell wrote.
 func ParsePriority(s string) (Priority, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
+	switch asciiLower(s) {
 	case "0", "high":
 		return PriorityHigh, nil
 	case "1", "medium":
@@ -78,6 +85,18 @@ func ParsePriority(s string) (Priority, error) {
 		return PriorityLow, nil
 	}
 	return 0, fmt.Errorf("priority %q: want 0/1/2 or high/medium/low", s)
+}
+
+// asciiLower lowercases A-Z only: strings.ToLower also maps non-ASCII
+// letters onto ASCII ones (U+212A KELVIN SIGN to 'k', U+0130 to 'i').
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // UnmarshalJSON accepts 0, 1, 2 or a name.
@@ -100,7 +119,7 @@ func (p *Priority) UnmarshalJSON(b []byte) error {
 // MarshalJSON writes the name.
 func (p Priority) MarshalJSON() ([]byte, error) { return []byte(strconv.Quote(p.String())), nil }
 
-// QoS degraded actions the engine executes; the others TENT names are
+// QoS degraded actions the engine executes; the others the format names are
 // refused.
 const (
 	ActionDelay  = "delay"
@@ -109,10 +128,19 @@ const (
 
 var unsupportedActions = map[string]bool{"fallback_transport": true, "local_recompute": true, "compress": true}
 
+// DefaultMaxPriority is the most urgent priority a request may ask for
+// under a contract that does not set max_priority: asking for more than
+// the default priority needs the contract's permission.
+const DefaultMaxPriority = PriorityMedium
+
 // QoSFields is one contract layer. A nil field inherits from the layer
 // below; an effective nil cap means no cap and 0 is a hard zero.
 type QoSFields struct {
-	Priority               *Priority `json:"priority,omitempty"`
+	Priority *Priority `json:"priority,omitempty"`
+	// MaxPriority is the most urgent priority a request may ask for
+	// (nil: DefaultMaxPriority). It limits the request's own priority
+	// only; a contract's Priority replaces the request's.
+	MaxPriority            *Priority `json:"max_priority,omitempty"`
 	MaxInflightBytes       *Size     `json:"max_inflight_bytes,omitempty"`
 	MaxInflightRequests    *uint64   `json:"max_inflight_requests,omitempty"`
 	AllowedDegradedActions *[]string `json:"allowed_degraded_actions,omitempty"`
@@ -122,6 +150,9 @@ type QoSFields struct {
 func (f QoSFields) Overlay(o QoSFields) QoSFields {
 	if o.Priority != nil {
 		f.Priority = o.Priority
+	}
+	if o.MaxPriority != nil {
+		f.MaxPriority = o.MaxPriority
 	}
 	if o.MaxInflightBytes != nil {
 		f.MaxInflightBytes = o.MaxInflightBytes
@@ -162,8 +193,27 @@ type QoS struct {
 	Tenants  []QoSTenant `json:"tenants,omitempty"`
 }
 
-// NormalizeQoSName trims and lowercases a tenant or intent name.
-func NormalizeQoSName(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
+// QoSName normalizes a tenant or intent name: ASCII whitespace trimmed,
+// ASCII letters lowercased; every other character is kept exactly (no
+// Unicode case folding: U+212A KELVIN SIGN is not 'k'). It refuses
+// invalid UTF-8, control characters (C0, DEL, C1) and line or paragraph
+// separators anywhere in the name, and names over MaxQoSNameBytes. A
+// blank name normalizes to "" (the caller decides what blank means).
+func QoSName(s string) (string, error) {
+	n := asciiLower(strings.Trim(s, " \t\n\v\f\r"))
+	switch {
+	case !utf8.ValidString(n):
+		return "", fmt.Errorf("name %q is not valid UTF-8", s)
+	case len(n) > MaxQoSNameBytes:
+		return "", fmt.Errorf("name %.20q... is %d bytes, more than %d", n, len(n), MaxQoSNameBytes)
+	}
+	for _, r := range n {
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r <= 0x9f) || r == 0x2028 || r == 0x2029 {
+			return "", fmt.Errorf("name %q contains control character %U", s, r)
+		}
+	}
+	return n, nil
+}
 
 // qosWire is the document as written: every key optional, so a
 // version-only or empty object can be told from a real one.
@@ -214,7 +264,7 @@ func parseQoSSection(v jsontext.Value) (*QoS, error) {
 		return nil, qosErr("qos.version %d: only version 1 is accepted", *w.Version)
 	}
 	if w.Defaults == nil && w.Tenants == nil {
-		return nil, nil // {} or version-only: TENT's disabled resolver
+		return nil, nil // {} or version-only: QoS disabled
 	}
 	q := &QoS{Version: 1, Tenants: w.Tenants}
 	if w.Defaults != nil {
@@ -238,11 +288,19 @@ func prefixed(err error) string {
 func (q *QoS) normalize() error {
 	for i := range q.Tenants {
 		t := &q.Tenants[i]
-		t.Name = NormalizeQoSName(t.Name)
+		at := fmt.Sprintf("qos.tenants[%d]", i)
+		n, err := QoSName(t.Name)
+		if err != nil {
+			return qosErr("%s.name: %v", at, err)
+		}
+		t.Name = n
 		if len(t.Intents) > 0 {
 			in := make(map[string]QoSFields, len(t.Intents))
 			for k, f := range t.Intents {
-				n := NormalizeQoSName(k)
+				n, err := QoSName(k)
+				if err != nil {
+					return qosErr("%s (%q).intents: %v", at, t.Name, err)
+				}
 				if _, dup := in[n]; dup {
 					return qosErr("qos.tenants[%d] (%q): duplicate intent %q after normalization", i, t.Name, n)
 				}
@@ -297,10 +355,13 @@ func checkQoSName(at, n string) error {
 	switch {
 	case n == "":
 		return qosErr("%s: empty name", at)
-	case len(n) > MaxQoSNameBytes:
-		return qosErr("%s %.20q...: %d bytes, more than %d", at, n, len(n), MaxQoSNameBytes)
-	case n != NormalizeQoSName(n):
-		return qosErr("%s %q: not normalized (trimmed, lowercase)", at, n)
+	}
+	norm, err := QoSName(n)
+	switch {
+	case err != nil:
+		return qosErr("%s: %v", at, err)
+	case norm != n:
+		return qosErr("%s %q: not normalized (trimmed, ASCII lowercase)", at, n)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 const specQoSDoc = `{
@@ -182,4 +183,102 @@ func FuzzParseQoSJSON(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Names are exact apart from ASCII trimming and ASCII case: no control
+// characters, no Unicode folding (U+212A KELVIN SIGN stays distinct from
+// 'k'), valid UTF-8 only.
+func TestQoSNames(t *testing.T) {
+	q, err := ParseQoSJSON([]byte(`{"qos":{"tenants":[{"name":" KEY\t"},{"name":"\u212aEY"},{"name":"caf\u00c9","intents":{" Get ":{}}}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{q.Tenants[0].Name, q.Tenants[1].Name, q.Tenants[2].Name}; !reflect.DeepEqual(got, []string{"key", "\u212aey", "caf\u00c9"}) {
+		t.Errorf("names %q: want ASCII folded only", got)
+	}
+	if _, ok := q.Tenants[2].Intents["get"]; !ok {
+		t.Errorf("intents %v: want \"get\"", q.Tenants[2].Intents)
+	}
+	for _, c := range []struct{ doc, want string }{
+		{`{"qos":{"tenants":[{"name":"a\u0000b"}]}}`, `qos.tenants[0].name: name "a\x00b" contains control character U+0000`},
+		{`{"qos":{"tenants":[{"name":"a\u0085"}]}}`, "control character U+0085"},
+		{`{"qos":{"tenants":[{"name":"a\u2028b"}]}}`, "control character U+2028"},
+		{`{"qos":{"tenants":[{"name":"a","intents":{"x\u001fy":{}}}]}}`, `qos.tenants[0] ("a").intents: name "x\x1fy" contains control character U+001F`},
+	} {
+		_, err := ParseQoSJSON([]byte(c.doc))
+		if err == nil || !errors.Is(err, ErrInvalidQoS) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an ErrInvalidQoS containing %q", c.doc, err, c.want)
+		}
+	}
+	// A programmatic config is checked as strictly.
+	for name, want := range map[string]string{"a\x00": "control character U+0000", "a\xff": "not valid UTF-8"} {
+		bad := &QoS{Version: 1, Tenants: []QoSTenant{{Name: name}}}
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate of name %q: %v, want %q", name, err, want)
+		}
+	}
+}
+
+// A priority is exactly one of the documented values, the words in any
+// ASCII case; nothing around it, no Unicode folding.
+func TestQoSPriorityWords(t *testing.T) {
+	for s, want := range map[string]Priority{"0": PriorityHigh, "high": PriorityHigh, "HiGh": PriorityHigh, "1": PriorityMedium, "MEDIUM": PriorityMedium, "2": PriorityLow, "low": PriorityLow} {
+		if p, err := ParsePriority(s); err != nil || p != want {
+			t.Errorf("ParsePriority(%q) = %v, %v; want %v", s, p, err, want)
+		}
+	}
+	for _, s := range []string{" HiGh\n", "high\n", " low", "H\u0130GH", "hi\u0261h", "", "00", "high\x00", "3"} {
+		if p, err := ParsePriority(s); err == nil {
+			t.Errorf("ParsePriority(%q) = %v, want an error", s, p)
+		}
+	}
+	if _, err := ParseQoSJSON([]byte(`{"qos":{"defaults":{"priority":" HiGh\n"}}}`)); err == nil || !strings.Contains(err.Error(), `priority " HiGh\n"`) {
+		t.Errorf("priority \" HiGh\\n\" in a document: %v", err)
+	}
+}
+
+// max_priority parses like priority and overlays like every field.
+func TestQoSMaxPriorityField(t *testing.T) {
+	q, err := ParseQoSJSON([]byte(`{"qos":{"defaults":{"max_priority":"high"},"tenants":[{"name":"t","defaults":{"max_priority":2}}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *q.Defaults.MaxPriority != PriorityHigh {
+		t.Errorf("defaults max_priority %v", *q.Defaults.MaxPriority)
+	}
+	if got := q.Defaults.Overlay(q.Tenants[0].Defaults); *got.MaxPriority != PriorityLow {
+		t.Errorf("tenant overlay max_priority %v, want low", *got.MaxPriority)
+	}
+	if got := q.Defaults.Overlay(QoSFields{}); *got.MaxPriority != PriorityHigh {
+		t.Errorf("unset max_priority did not inherit: %v", *got.MaxPriority)
+	}
+	if _, err := ParseQoSJSON([]byte(`{"qos":{"defaults":{"max_priority":"top"}}}`)); err == nil || !strings.Contains(err.Error(), `priority "top"`) {
+		t.Errorf("bad max_priority: %v", err)
+	}
+}
+
+func TestPriorityAgingConfig(t *testing.T) {
+	if d := DefaultEngine().RuntimeQueue.PriorityAging; d != Duration(time.Second) {
+		t.Errorf("default priority_aging %v, want 1s", d)
+	}
+	e := DefaultEngine()
+	e.RuntimeQueue.PriorityAging = Duration(-time.Millisecond)
+	if err := e.Validate(); err == nil || !strings.Contains(err.Error(), "engine.runtime_queue.priority_aging (-1ms) must be >= 0") {
+		t.Errorf("negative priority_aging: %v", err)
+	}
+	e.RuntimeQueue.PriorityAging = 0
+	if err := e.Validate(); err != nil {
+		t.Errorf("priority_aging 0 (off): %v", err)
+	}
+	d, err := Parse("[engine]\n[engine.runtime_queue]\npriority_aging = \"250ms\"\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Engine.RuntimeQueue.PriorityAging != Duration(250*time.Millisecond) {
+		t.Errorf("toml priority_aging: %v", d.Engine.RuntimeQueue.PriorityAging)
+	}
+	ej, err := EngineFromJSON([]byte(`{"runtime_queue":{"priority_aging":"2s"}}`))
+	if err != nil || ej.RuntimeQueue.PriorityAging != Duration(2*time.Second) {
+		t.Errorf("engine json priority_aging: %v %v", ej.RuntimeQueue.PriorityAging, err)
+	}
 }

@@ -4,7 +4,7 @@
 // A size is a bare integer (bytes) or a string with a unit, so that
 // "bytes": 1048576 and "bytes": "1MiB" mean the same thing everywhere: in
 // mount documents, the TOML config and bench flags, all through ParseSize.
-// KB/MB/GB/TB multiply by 1024, as the spec's QoS format (and TENT) do:
+// KB/MB/GB/TB multiply by 1024, as the QoS contract format does:
 // there is no decimal unit, so a value never silently means two things.
 //
 // A duration is a Go duration string ("250ms", "5s"). JSON documents also

@@ -16,6 +16,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -32,6 +33,7 @@ type Batch struct {
 	created time.Time
 	b       *engine.Batch
 	idle    *time.Timer // reclaims the batch if it stays unused (idle.go); nil for a txn's
+	owner   owner
 
 	mu struct {
 		sync.Mutex
@@ -46,6 +48,19 @@ type Batch struct {
 
 // Seq is the object's unique sequence number (inode numbering).
 func (bt *Batch) Seq() uint64 { return bt.seq }
+
+// Owner is the uid and gid of the allocating caller; ok is false when
+// the daemon allocated it for itself.
+func (bt *Batch) Owner() (uid, gid uint32, ok bool) { return ownerIDs(bt.owner) }
+
+// mine refuses c acting on bt unless it owns it (owner.go). Its error
+// is recorded.
+func (s *Service) mine(c *engine.Caller, bt *Batch, op string) error {
+	if s.owns(c, bt.owner) {
+		return nil
+	}
+	return s.fail(bt.scope(op), s.notYours(c, bt.name(), bt.owner))
+}
 
 // Created is the allocation time.
 func (bt *Batch) Created() time.Time { return bt.created }
@@ -62,12 +77,72 @@ func (bt *Batch) setErr(text string) {
 	bt.mu.Unlock()
 }
 
-// Error is /ctl/batches/<N>/error: the last error of this batch's
-// control operations, with a newline, or empty.
+// maxFailureLines bounds the failed submissions the error file lists;
+// status lists them all.
+const maxFailureLines = 16
+
+// Error is /ctl/batches/<N>/error, one line per failure, oldest first:
+// the last failed control operation on the batch, and each submission
+// that ended failed (when, which request failed first and why, how many
+// of its tasks failed). Transfers fail after the write that submitted
+// them returned, so without these lines a failed batch would have an
+// empty error file.
 func (bt *Batch) Error() []byte {
 	bt.mu.Lock()
-	defer bt.mu.Unlock()
-	return textLine(bt.mu.lastErr)
+	last := bt.mu.lastErr
+	bt.mu.Unlock()
+	lines := failureLines(bt.b.Submissions(), bt.b.TaskStatuses())
+	if last != "" {
+		lines = append(lines, last)
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	sort.Strings(lines) // each starts with its fixed-width UTC time
+	var out []byte
+	for _, l := range lines {
+		out = append(append(out, l...), '\n')
+	}
+	return out
+}
+
+// failureLines renders each finished, failed submission as an error
+// line: "TIME OP batches/N: KIND: submissions[i] requests[j] (task k):
+// DETAIL (F of T tasks failed)". Past maxFailureLines one line counts
+// the rest.
+func failureLines(reports []engine.Report, tasks []engine.TaskStatus) []string {
+	var lines []string
+	more, lastMore := 0, time.Time{}
+	for i, r := range reports {
+		if !r.Done || r.Err == nil {
+			continue
+		}
+		if len(lines) == maxFailureLines {
+			more++
+			if r.FailedAt.After(lastMore) {
+				lastMore = r.FailedAt
+			}
+			continue
+		}
+		failed := 0
+		for j := r.Tasks.First; j < r.Tasks.First+r.Tasks.Count && j < len(tasks); j++ {
+			if tasks[j].State == engine.TaskFailed {
+				failed++
+			}
+		}
+		what := r.Err.Error()
+		var ee *engine.Error
+		if errors.As(r.Err, &ee) && ee.Err != nil {
+			what = fmt.Sprintf("%s %s: %s: submissions[%d] %s", ee.Op, ee.Name, ee.Kind, i, ee.Err)
+		}
+		lines = append(lines, fmt.Sprintf("%s %s (%d of %d tasks failed)",
+			r.FailedAt.UTC().Format(errorTimeLayout), what, failed, r.Tasks.Count))
+	}
+	if more > 0 {
+		lines = append(lines, fmt.Sprintf("%s and %d more failed submissions, the last at this time: see status",
+			lastMore.UTC().Format(errorTimeLayout), more))
+	}
+	return lines
 }
 
 // Batch returns the live batch with id, or nil.
@@ -95,35 +170,41 @@ func (s *Service) live(bt *Batch, op string) error {
 	freed := bt.mu.freed
 	bt.mu.Unlock()
 	if freed || s.Batch(bt.ID) != bt {
+		// The batch's own error file is gone with it: the text goes to
+		// /error.
+		sc := bt.scope(op)
+		sc.batch = nil
 		if bt.wasReclaimed() {
-			return s.fail(bt.scope(op), s.errReclaimed(bt))
+			return s.fail(sc, s.errReclaimed(bt))
 		}
-		return s.fail(bt.scope(op), notFound("batch %d was freed", bt.ID))
+		return s.fail(sc, notFound("batch %d was freed", bt.ID))
 	}
 	return nil
 }
 
-// Clone allocates a batch with the default capacity (/ctl/batches/clone).
-func (s *Service) Clone() (*Batch, error) {
+// Clone allocates a batch with the default capacity for c, who owns it
+// (/ctl/batches/clone).
+func (s *Service) Clone(c *engine.Caller) (*Batch, error) {
 	sc := scope{op: "allocate", name: "batches"}
 	if s.closing.Load() {
 		return nil, s.fail(sc, errClosing())
 	}
-	bt, err := s.allocate(s.opts.DefaultBatchCapacity, true)
+	bt, err := s.allocate(c, s.opts.DefaultBatchCapacity, true)
 	if err != nil {
 		return nil, s.fail(sc, err)
 	}
 	return bt, nil
 }
 
-// allocate allocates an engine batch and publishes it in the table;
-// with idle, its idle timer runs (idle.go). Its error is not recorded.
-func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
+// allocate allocates an engine batch owned by c and publishes it in the
+// table; with idle, its idle timer runs (idle.go). Its error is not
+// recorded.
+func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, error) {
 	b, err := s.e.AllocateBatch(capacity)
 	if err != nil {
 		return nil, err
 	}
-	bt := &Batch{ID: b.ID(), seq: s.nextSeq(), created: time.Now(), b: b}
+	bt := &Batch{ID: b.ID(), seq: s.nextSeq(), created: time.Now(), b: b, owner: c}
 	bt.mu.targets = make(map[int]string, 1)
 	if idle {
 		bt.idle = time.AfterFunc(s.opts.IdleBatchTimeout, func() { s.reclaimIdle(bt) })
@@ -138,21 +219,26 @@ func (s *Service) allocate(capacity int, idle bool) (*Batch, error) {
 }
 
 // SubmitWriter returns the handle state for one open of the batch's
-// submit file.
-func (s *Service) SubmitWriter(bt *Batch) *DocWriter {
+// submit file by c.
+func (s *Service) SubmitWriter(c *engine.Caller, bt *Batch) *DocWriter {
 	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes),
-		commit: func(doc []byte) error { return s.Submit(bt, doc) },
+		commit: func(doc []byte) error { return s.Submit(c, bt, doc) },
 		fail:   func(err error) error { return s.fail(bt.scope("submit"), err) }}
 }
 
-// Submit parses a submission, resolves its names and submits it as one
-// group. Nothing is appended unless every request is valid.
-func (s *Service) Submit(bt *Batch, doc []byte) error {
+// Submit parses a submission by c, resolves its names and submits it as
+// one group. Nothing is appended unless every request is valid and the
+// batch and everything it names are c's (owner.go).
+func (s *Service) Submit(c *engine.Caller, bt *Batch, doc []byte) error {
 	sc := bt.scope("submit")
 	if s.closing.Load() {
 		return s.fail(sc, errClosing())
 	}
+	if err := s.mine(c, bt, "submit"); err != nil {
+		return err
+	}
 	if !bt.beginSubmit() {
+		sc.batch = nil // its error file went with it: /error
 		return s.fail(sc, s.errReclaimed(bt))
 	}
 	accepted := false
@@ -160,7 +246,7 @@ func (s *Service) Submit(bt *Batch, doc []byte) error {
 	if err := s.live(bt, "submit"); err != nil {
 		return err
 	}
-	p, err := s.prepare(doc)
+	p, err := s.prepare(c, doc)
 	if err != nil {
 		return s.fail(sc, err)
 	}
@@ -180,14 +266,14 @@ type prepared struct {
 	opts engine.SubmitOptions
 }
 
-// prepare parses doc and resolves its names (submit and txn share it).
-// Its error is not recorded.
-func (s *Service) prepare(doc []byte) (prepared, error) {
+// prepare parses doc and resolves its names for c (submit and txn
+// share it). Its error is not recorded.
+func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	sub, err := ParseSubmission(doc, s.opts.MaxDocumentBytes)
 	if err != nil {
 		return prepared{}, err
 	}
-	seg, reqs, err := s.resolve(sub)
+	seg, reqs, err := s.resolve(c, sub)
 	if err != nil {
 		return prepared{}, err
 	}
@@ -214,19 +300,24 @@ func (s *Service) submitPrepared(bt *Batch, p prepared) error {
 	return nil
 }
 
-// resolve turns names into the engine's target and requests.
-func (s *Service) resolve(sub *Submission) (*Segment, []engine.Request, error) {
+// resolve turns names into the engine's target and requests, refusing
+// a segment or memory that is not c's.
+func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine.Request, error) {
 	seg := s.Segment(sub.Target)
 	if seg == nil {
 		return nil, nil, notFound("target %q: no such segment; open it through segments/open", sub.Target)
 	}
+	if !s.owns(c, seg.owner) {
+		return nil, nil, s.notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
+	}
+	rv := resolver{s: s, c: c, priv: s.privileged(c)}
 	reqs := make([]engine.Request, len(sub.Requests))
 	for i := range sub.Requests {
 		r := &sub.Requests[i]
 		t, _ := ParseTransport(r.Transport) // validated
 		er := engine.Request{Transport: t, TargetOffset: uint64(r.TargetOffset)}
 		if len(r.Elements) == 0 {
-			addr, err := s.localAddress(r.Memory, r.Offset, r.Address, uint64(*r.Length))
+			addr, err := rv.localAddress(r.Memory, r.Offset, r.Address, uint64(*r.Length))
 			if err != nil {
 				return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
 			}
@@ -239,7 +330,7 @@ func (s *Service) resolve(sub *Submission) (*Segment, []engine.Request, error) {
 					er.Elements[j] = engine.Pad(uint64(*el.Padding))
 					continue
 				}
-				addr, err := s.localAddress(el.Memory, el.Offset, el.Address, uint64(*el.Length))
+				addr, err := rv.localAddress(el.Memory, el.Offset, el.Address, uint64(*el.Length))
 				if err != nil {
 					return nil, nil, fmt.Errorf("requests[%d].elements[%d]: %w", i, j, err)
 				}
@@ -251,15 +342,28 @@ func (s *Service) resolve(sub *Submission) (*Segment, []engine.Request, error) {
 	return seg, reqs, nil
 }
 
-// localAddress resolves memory+offset against the memory table (raw
-// addresses are checked by the engine).
-func (s *Service) localAddress(memory *string, offset *config.Size, address *Address, length uint64) (uint64, error) {
+// resolver resolves one submission's memory references for caller c.
+type resolver struct {
+	s    *Service
+	c    *engine.Caller
+	priv bool
+	own  []*Memory // c's registrations, loaded at the first raw address
+	read bool      // own is loaded
+}
+
+// localAddress resolves memory+offset against the memory table for c.
+// A raw address is checked by the engine, and, for an unprivileged c,
+// must lie in one of c's own registrations.
+func (rv *resolver) localAddress(memory *string, offset *config.Size, address *Address, length uint64) (uint64, error) {
 	if memory == nil {
-		return uint64(*address), nil
+		return uint64(*address), rv.ownAddress(uint64(*address), length)
 	}
-	m := s.Memory(*memory)
+	m := rv.s.Memory(*memory)
 	if m == nil {
 		return 0, notFound("memory %q: no such memory region; register it through memory/register", *memory)
+	}
+	if !rv.priv && (m.owner == nil || m.owner.UID != rv.c.UID) {
+		return 0, rv.s.notYours(rv.c, fmt.Sprintf("memory %q", *memory), m.owner)
 	}
 	var off uint64
 	if offset != nil {
@@ -275,8 +379,11 @@ func (s *Service) localAddress(memory *string, offset *config.Size, address *Add
 	return m.region.BaseAddress() + off, nil
 }
 
-// Ctl runs one ctl command (see ctl.go).
-func (s *Service) Ctl(bt *Batch, text string) error {
+// Ctl runs one ctl command (see ctl.go) for caller, who must own bt.
+func (s *Service) Ctl(caller *engine.Caller, bt *Batch, text string) error {
+	if err := s.mine(caller, bt, "ctl"); err != nil {
+		return err
+	}
 	c, err := ParseCtl(text)
 	if err != nil {
 		return s.fail(bt.scope("ctl"), err)
@@ -306,12 +413,16 @@ func (s *Service) Ctl(bt *Batch, text string) error {
 	return nil
 }
 
-// FreeBatch frees the batch with id (rmdir): KindBusy while work is
-// queued or running, KindNotFound when there is no such batch.
-func (s *Service) FreeBatch(id uint64) error {
+// FreeBatch frees the batch with id for c (rmdir): KindBusy while work
+// is queued or running, KindNotFound when there is no such batch,
+// KindPermission when it is not c's.
+func (s *Service) FreeBatch(c *engine.Caller, id uint64) error {
 	bt := s.Batch(id)
 	if bt == nil {
 		return s.fail(scope{op: "free", name: fmt.Sprintf("batches/%d", id), logKey: "batch", logName: id}, notFound("no batch %d", id))
+	}
+	if err := s.mine(c, bt, "free"); err != nil {
+		return err
 	}
 	return s.free(bt)
 }
@@ -438,4 +549,28 @@ func (s *Service) Task(bt *Batch, i int) ([]byte, error) {
 		return nil, s.fail(bt.scope("status"), err)
 	}
 	return marshal(RenderTask(t)), nil
+}
+
+// ownAddress refuses an unprivileged c a raw range [addr, addr+length)
+// that is not inside one of its own registrations: another user's
+// memory is reached by address as well as by name.
+func (rv *resolver) ownAddress(addr, length uint64) error {
+	if rv.priv {
+		return nil
+	}
+	if !rv.read {
+		for _, m := range rv.s.Memories() {
+			if m.owner != nil && m.owner.UID == rv.c.UID {
+				rv.own = append(rv.own, m)
+			}
+		}
+		rv.read = true
+	}
+	for _, m := range rv.own {
+		base := m.region.BaseAddress()
+		if addr >= base && length <= m.Len() && addr-base <= m.Len()-length {
+			return nil
+		}
+	}
+	return detail(engine.KindPermission, "address 0x%x + length %d is not inside a memory region of uid %d; name the memory instead", addr, length, rv.c.UID)
 }

@@ -17,6 +17,8 @@ package control
 import (
 	"strings"
 	"time"
+
+	"github.com/orbitefs/orbitefs/engine"
 )
 
 // EngineVerb is an /ctl/engine command.
@@ -63,9 +65,13 @@ func ParseEngineCtl(text string) (EngineCtl, error) {
 	return c, nil
 }
 
-// EngineCtl runs one /ctl/engine command.
-func (s *Service) EngineCtl(text string) error {
+// EngineCtl runs one /ctl/engine command for caller, which must be
+// privileged (owner.go): the engine is everyone's.
+func (s *Service) EngineCtl(caller *engine.Caller, text string) error {
 	sc := scope{op: "engine ctl", name: "engine"}
+	if !s.privileged(caller) {
+		return s.fail(sc, detail(engine.KindPermission, "ctl/engine is for the daemon's user (uid %d) and root, not uid %d", s.euid, caller.UID))
+	}
 	c, err := ParseEngineCtl(text)
 	if err != nil {
 		return s.fail(sc, err)

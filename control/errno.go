@@ -30,8 +30,8 @@ type ErrnoRow struct {
 	Meaning string
 }
 
-// kindTable maps each engine kind to its errno. design.md's table, plus
-// the two kinds it leaves open: KindClosed (ESHUTDOWN, so a script can
+// kindTable maps each engine kind to its errno. Two rows are choices of
+// this mount rather than obvious errnos: KindClosed (ESHUTDOWN, so a script can
 // tell "the daemon is going away" from a failed transfer) and KindUnknown
 // (EIO; the whole error chain is logged).
 var kindTable = []ErrnoRow{
@@ -39,7 +39,7 @@ var kindTable = []ErrnoRow{
 	{engine.KindRange, syscall.ERANGE, "ERANGE", "range beyond the current file size or the memory region"},
 	{engine.KindNotFound, syscall.ENOENT, "ENOENT", "no such segment, memory, batch or task"},
 	{engine.KindExists, syscall.EEXIST, "EEXIST", "name already taken"},
-	{engine.KindPermission, syscall.EACCES, "EACCES", "permission denied: segment permission, file outside mount.allowed_roots, file mode"},
+	{engine.KindPermission, syscall.EACCES, "EACCES", "permission denied: segment permission, file outside mount.allowed_roots, file mode, a QoS priority above its contract's max_priority, txn opened other than read-write"},
 	{engine.KindExhausted, syscall.EAGAIN, "EAGAIN", "resource exhausted: engine limits, batch capacity, in-flight caps"},
 	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled, txn document before the previous status was read"},
 	{engine.KindUnavailable, syscall.EOPNOTSUPP, "EOPNOTSUPP", "unavailable: transport or memory location not built (gds, pinned, cuda:N) or not supported by the kernel"},

@@ -74,6 +74,9 @@ func (s *Service) reclaimIdle(bt *Batch) {
 		bt.mu.Unlock()
 		return
 	}
+	// Every later operation on the batch answers ENOENT, and its own
+	// error file went with it: /error says why.
+	s.record(scope{op: "reclaim", name: bt.name()}, s.errReclaimed(bt))
 	s.log.Info("idle batch reclaimed", "op", "reclaim", "batch", bt.ID,
 		"idle", time.Since(bt.created).Round(time.Millisecond), "timeout", s.opts.IdleBatchTimeout)
 }

@@ -20,19 +20,19 @@ func TestIdleReclaim(t *testing.T) {
 	if err := os.WriteFile(path, make([]byte, 4096), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Register([]byte(`{"name":"buf","location":"cpu","bytes":4096}`)); err != nil {
+	if err := s.Register(nil, []byte(`{"name":"buf","location":"cpu","bytes":4096}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.OpenSegment([]byte(`{"name":"f","uri":"file://` + path + `","permission":"read"}`)); err != nil {
+	if err := s.OpenSegment(nil, []byte(`{"name":"f","uri":"file://`+path+`","permission":"read"}`)); err != nil {
 		t.Fatal(err)
 	}
-	used, _ := s.Clone()
-	idle, _ := s.Clone()
-	refused, _ := s.Clone()
-	if err := s.Submit(used, []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`)); err != nil {
+	used, _ := s.Clone(nil)
+	idle, _ := s.Clone(nil)
+	refused, _ := s.Clone(nil)
+	if err := s.Submit(nil, used, []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Submit(refused, []byte(`{"op":"frob"}`)); err == nil {
+	if err := s.Submit(nil, refused, []byte(`{"op":"frob"}`)); err == nil {
 		t.Fatal("a bad submission was accepted")
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -47,6 +47,6 @@ func TestIdleReclaim(t *testing.T) {
 	}
 	_, err := s.State(idle)
 	wantErrno(t, "state of a reclaimed batch", err, syscall.ENOENT, "reclaimed")
-	err = s.Submit(idle, []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`))
+	err = s.Submit(nil, idle, []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`))
 	wantErrno(t, "submit to a reclaimed batch", err, syscall.ENOENT, "mount.idle_batch_timeout")
 }

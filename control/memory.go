@@ -26,7 +26,12 @@ type Memory struct {
 	seq      uint64
 	created  time.Time
 	region   *engine.Region
+	owner    owner
 }
+
+// Owner is the uid and gid of the registering caller; ok is false when
+// the daemon registered it for itself.
+func (m *Memory) Owner() (uid, gid uint32, ok bool) { return ownerIDs(m.owner) }
 
 // Seq is the object's unique sequence number (inode numbering).
 func (m *Memory) Seq() uint64 { return m.seq }
@@ -62,18 +67,20 @@ func (s *Service) Memories() []*Memory {
 	return out
 }
 
-// RegisterWriter returns the handle state for one open of /memory/register.
-func (s *Service) RegisterWriter() *DocWriter {
+// RegisterWriter returns the handle state for one open of
+// /memory/register by c.
+func (s *Service) RegisterWriter(c *engine.Caller) *DocWriter {
 	sc := scope{op: "register", name: "memory"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: s.Register,
+	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: func(doc []byte) error { return s.Register(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
-// Register parses a register document and registers the memory. Errors:
+// Register parses a register document and registers the memory for c,
+// who owns it (owner.go); an shm file is opened with c's rights. Errors:
 // KindInvalid (document, name), KindTooLarge, KindExists (name taken),
 // KindUnavailable (pinned, cuda:N without a usable GPU, saying why), the
 // engine's kinds for the mapping.
-func (s *Service) Register(doc []byte) error {
+func (s *Service) Register(c *engine.Caller, doc []byte) error {
 	sc := scope{op: "register", name: "memory"}
 	if s.closing.Load() {
 		return s.fail(sc, errClosing())
@@ -101,7 +108,7 @@ func (s *Service) Register(doc []byte) error {
 	dev, onDevice := loc.Device()
 	switch {
 	case spec.Shm != "":
-		r, err = s.e.RegisterSharedFile(spec.Shm, uint64(spec.Bytes))
+		r, err = s.e.RegisterSharedFileAs(c, spec.Shm, uint64(spec.Bytes))
 	case loc == engine.LocationPinned:
 		r, err = s.e.RegisterPinned(uint64(spec.Bytes))
 	case onDevice && spec.CUDAIPCHandle != "":
@@ -118,20 +125,24 @@ func (s *Service) Register(doc []byte) error {
 		s.mu.Unlock()
 		return s.fail(sc, err)
 	}
-	m := &Memory{Name: spec.Name, Location: spec.Location, seq: s.nextSeq(), created: time.Now(), region: r}
+	m := &Memory{Name: spec.Name, Location: spec.Location, seq: s.nextSeq(), created: time.Now(), region: r, owner: c}
 	s.mu.memory[spec.Name] = m
 	s.mu.Unlock()
 	s.log.Info("memory registered", "op", "register", "region", m.Name, "bytes", r.Len(), "shm", spec.Shm)
 	return nil
 }
 
-// Unregister removes the registration called name (rmdir). KindNotFound
-// when there is none, KindBusy while a transfer holds it.
-func (s *Service) Unregister(name string) error {
+// Unregister removes the registration called name for c (rmdir).
+// KindNotFound when there is none, KindPermission when it is not c's,
+// KindBusy while a transfer holds it.
+func (s *Service) Unregister(c *engine.Caller, name string) error {
 	sc := scope{op: "unregister", name: "memory/" + name, logKey: "region", logName: name}
 	m := s.Memory(name)
 	if m == nil {
 		return s.fail(sc, notFound("no memory %q", name))
+	}
+	if !s.owns(c, m.owner) {
+		return s.fail(sc, s.notYours(c, "memory "+name, m.owner))
 	}
 	if err := s.e.Unregister(m.region); err != nil {
 		return s.fail(sc, err)

@@ -28,7 +28,12 @@ type Segment struct {
 	seg     *engine.Segment    // a file segment, or
 	mem     *engine.MemSegment // a memory segment
 	memory  string             // the memory name of a memory segment
+	owner   owner
 }
+
+// Owner is the uid and gid of the opening caller; ok is false when the
+// daemon opened it for itself.
+func (g *Segment) Owner() (uid, gid uint32, ok bool) { return ownerIDs(g.owner) }
 
 // target is what submissions to this segment address.
 func (g *Segment) target() engine.Target {
@@ -69,17 +74,20 @@ func (s *Service) Segments() []*Segment {
 	return out
 }
 
-// OpenWriter returns the handle state for one open of /segments/open.
-func (s *Service) OpenWriter() *DocWriter {
+// OpenWriter returns the handle state for one open of /segments/open by
+// c.
+func (s *Service) OpenWriter(c *engine.Caller) *DocWriter {
 	sc := scope{op: "open", name: "segments"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: s.OpenSegment,
+	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
-// OpenSegment parses an open document and opens the segment. Errors:
-// KindInvalid, KindTooLarge, KindExists, and the engine's open kinds
-// (KindNotFound, KindPermission outside the allowed roots, ...).
-func (s *Service) OpenSegment(doc []byte) error {
+// OpenSegment parses an open document and opens the segment for c, who
+// owns it (owner.go): a file with c's rights, a memory only if it is
+// c's. Errors: KindInvalid, KindTooLarge, KindExists, and the engine's
+// open kinds (KindNotFound, KindPermission outside the allowed roots or
+// the caller's rights, ...).
+func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
 	sc := scope{op: "open", name: "segments"}
 	if s.closing.Load() {
 		return s.fail(sc, errClosing())
@@ -102,16 +110,18 @@ func (s *Service) OpenSegment(doc []byte) error {
 	s.mu.segments[spec.Name] = nil
 	s.mu.Unlock()
 
-	g := &Segment{Name: spec.Name, URI: spec.URI, created: time.Now()}
+	g := &Segment{Name: spec.Name, URI: spec.URI, created: time.Now(), owner: c}
 	if mem, ok := strings.CutPrefix(spec.URI, "mem://"); ok {
 		g.memory = mem
 		if m := s.Memory(mem); m == nil {
 			err = notFound("uri %s: no memory %q; register it through memory/register", spec.URI, mem)
+		} else if !s.owns(c, m.owner) {
+			err = s.notYours(c, "uri "+spec.URI+": memory "+mem, m.owner)
 		} else {
 			g.mem, err = s.e.OpenMemorySegment(spec.URI, m.region, perm)
 		}
 	} else {
-		g.seg, err = s.e.OpenFileSegment(spec.URI, perm)
+		g.seg, err = s.e.OpenFileSegmentAs(c, spec.URI, perm)
 		if err == nil {
 			err = s.checkNotOwnDevice(g.seg)
 		}
@@ -150,14 +160,18 @@ func (s *Service) checkNotOwnDevice(seg *engine.Segment) error {
 	return detail(engine.KindPermission, "%s is on the orbitefs mount itself (device %s); the daemon never does I/O on its own mount", info.Path, own)
 }
 
-// CloseSegment closes the segment called name (rmdir), draining admitted
-// transfers for at most mount.close_timeout: KindTimeout when they do
-// not finish (the segment stays, closed to new work; retry later).
-func (s *Service) CloseSegment(name string) error {
+// CloseSegment closes the segment called name for c (rmdir), draining
+// admitted transfers for at most mount.close_timeout: KindTimeout when
+// they do not finish (the segment stays, closed to new work; retry
+// later), KindPermission when it is not c's.
+func (s *Service) CloseSegment(c *engine.Caller, name string) error {
 	sc := scope{op: "close", name: "segments/" + name, logKey: "segment", logName: name}
 	g := s.Segment(name)
 	if g == nil {
 		return s.fail(sc, notFound("no segment %q", name))
+	}
+	if !s.owns(c, g.owner) {
+		return s.fail(sc, s.notYours(c, "segment "+name, g.owner))
 	}
 	var err error
 	if g.mem != nil {

@@ -28,6 +28,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,7 @@ type Service struct {
 	opts    Options
 	log     *slog.Logger
 	started time.Time
+	euid    uint32 // the daemon's effective uid: privileged (owner.go)
 	seq     atomic.Uint64
 	closing atomic.Bool
 
@@ -115,7 +117,7 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now()}
+	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid())}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -169,6 +171,23 @@ type scope struct {
 
 // fail records err for sc and returns it labelled with sc's op and name.
 func (s *Service) fail(sc scope, err error) error {
+	err = s.record(sc, err)
+	level := slog.LevelInfo
+	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO || k == engine.KindUnquiesced {
+		level = slog.LevelError
+	}
+	attrs := []any{"op", sc.op, "err", err}
+	if sc.logKey != "" {
+		attrs = append(attrs, sc.logKey, sc.logName)
+	}
+	s.log.Log(context.Background(), level, "control operation failed", attrs...)
+	return err
+}
+
+// record labels err with sc's operation and object and writes it, with
+// the time, to sc's error file (the batch's, or /error); it returns the
+// labelled error.
+func (s *Service) record(sc scope, err error) error {
 	err = label(sc.op, sc.name, err)
 	// The error files keep their text until the next failure; the time
 	// says whether it is older than what the reader just did.
@@ -180,15 +199,6 @@ func (s *Service) fail(sc scope, err error) error {
 		s.mu.lastErr = text
 		s.mu.Unlock()
 	}
-	level := slog.LevelInfo
-	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO || k == engine.KindUnquiesced {
-		level = slog.LevelError
-	}
-	attrs := []any{"op", sc.op, "err", err}
-	if sc.logKey != "" {
-		attrs = append(attrs, sc.logKey, sc.logName)
-	}
-	s.log.Log(context.Background(), level, "control operation failed", attrs...)
 	return err
 }
 

@@ -64,20 +64,20 @@ func TestServiceWalkthrough(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Register([]byte(`{"name":"buf","location":"cpu","bytes":"1MiB"}`)); err != nil {
+	if err := s.Register(nil, []byte(`{"name":"buf","location":"cpu","bytes":"1MiB"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.OpenSegment([]byte(`{"name":"cache","uri":"file://` + path + `","permission":"read_write"}`)); err != nil {
+	if err := s.OpenSegment(nil, []byte(`{"name":"cache","uri":"file://`+path+`","permission":"read_write"}`)); err != nil {
 		t.Fatal(err)
 	}
-	bt, err := s.Clone()
+	bt, err := s.Clone(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Submit(bt, []byte(`{"op":"read","target":"cache","requests":[{"memory":"buf","offset":0,"target_offset":0,"length":1048576}]}`)); err != nil {
+	if err := s.Submit(nil, bt, []byte(`{"op":"read","target":"cache","requests":[{"memory":"buf","offset":0,"target_offset":0,"length":1048576}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Ctl(bt, "seal\n"); err != nil {
+	if err := s.Ctl(nil, bt, "seal\n"); err != nil {
 		t.Fatal(err)
 	}
 	word, err := s.Wait(context.Background(), bt)
@@ -102,7 +102,7 @@ func TestServiceWalkthrough(t *testing.T) {
 		st.Submissions[0].CompletedBytes != 1<<20 || st.Tasks.Completed != 1 {
 		t.Fatalf("status: %s", b)
 	}
-	if err := s.FreeBatch(bt.ID); err != nil {
+	if err := s.FreeBatch(nil, bt.ID); err != nil {
 		t.Fatal(err)
 	}
 	if s.Batch(bt.ID) != nil || len(s.Batches()) != 0 {
@@ -111,10 +111,10 @@ func TestServiceWalkthrough(t *testing.T) {
 	if _, err := s.State(bt); control.Errno(err) != syscall.ENOENT {
 		t.Errorf("state after free: %v", err)
 	}
-	if err := s.Unregister("buf"); err != nil {
+	if err := s.Unregister(nil, "buf"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.CloseSegment("cache"); err != nil {
+	if err := s.CloseSegment(nil, "cache"); err != nil {
 		t.Fatal(err)
 	}
 	if len(s.Memories()) != 0 || len(s.Segments()) != 0 {
@@ -132,9 +132,9 @@ func TestServiceErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must(s.Register([]byte(`{"name":"buf","location":"cpu","bytes":4096}`)))
-	must(s.OpenSegment([]byte(`{"name":"ro","uri":"file://` + path + `","permission":"read"}`)))
-	bt, err := s.Clone()
+	must(s.Register(nil, []byte(`{"name":"buf","location":"cpu","bytes":4096}`)))
+	must(s.OpenSegment(nil, []byte(`{"name":"ro","uri":"file://`+path+`","permission":"read"}`)))
+	bt, err := s.Clone(nil)
 	must(err)
 
 	// Creator errors go to /error.
@@ -144,25 +144,25 @@ func TestServiceErrors(t *testing.T) {
 		want syscall.Errno
 		text string
 	}{
-		{"duplicate memory", func() error { return s.Register([]byte(`{"name":"buf","location":"cpu","bytes":1}`)) }, syscall.EEXIST, `memory "buf" already exists`},
-		{"pinned", func() error { return s.Register([]byte(`{"name":"p","location":"pinned","bytes":1}`)) }, syscall.EOPNOTSUPP, "no GPU backend"},
+		{"duplicate memory", func() error { return s.Register(nil, []byte(`{"name":"buf","location":"cpu","bytes":1}`)) }, syscall.EEXIST, `memory "buf" already exists`},
+		{"pinned", func() error { return s.Register(nil, []byte(`{"name":"p","location":"pinned","bytes":1}`)) }, syscall.EOPNOTSUPP, "no GPU backend"},
 		{"shm inside the mount", func() error {
-			return s.Register([]byte(`{"name":"m","location":"cpu","bytes":1,"shm":"/mnt/ofs/memory/buf/data"}`))
+			return s.Register(nil, []byte(`{"name":"m","location":"cpu","bytes":1,"shm":"/mnt/ofs/memory/buf/data"}`))
 		}, syscall.EACCES, "leads into the orbitefs mount"},
 		{"segment outside roots", func() error {
-			return s.OpenSegment([]byte(`{"name":"pw","uri":"file:///etc/passwd","permission":"read"}`))
+			return s.OpenSegment(nil, []byte(`{"name":"pw","uri":"file:///etc/passwd","permission":"read"}`))
 		}, syscall.EACCES, "not beneath an allowed root"},
 		{"segment inside the mount", func() error {
-			return s.OpenSegment([]byte(`{"name":"me","uri":"file:///mnt/ofs/version","permission":"read"}`))
+			return s.OpenSegment(nil, []byte(`{"name":"me","uri":"file:///mnt/ofs/version","permission":"read"}`))
 		}, syscall.EACCES, "leads into the orbitefs mount"},
 		{"missing file", func() error {
-			return s.OpenSegment([]byte(`{"name":"nf","uri":"file://` + dir + `/nope","permission":"read"}`))
+			return s.OpenSegment(nil, []byte(`{"name":"nf","uri":"file://`+dir+`/nope","permission":"read"}`))
 		}, syscall.ENOENT, "no such file"},
 		{"duplicate segment", func() error {
-			return s.OpenSegment([]byte(`{"name":"ro","uri":"file://` + path + `","permission":"read"}`))
+			return s.OpenSegment(nil, []byte(`{"name":"ro","uri":"file://`+path+`","permission":"read"}`))
 		}, syscall.EEXIST, "already exists"},
-		{"unregister unknown", func() error { return s.Unregister("nope") }, syscall.ENOENT, `no memory "nope"`},
-		{"close unknown", func() error { return s.CloseSegment("nope") }, syscall.ENOENT, `no segment "nope"`},
+		{"unregister unknown", func() error { return s.Unregister(nil, "nope") }, syscall.ENOENT, `no memory "nope"`},
+		{"close unknown", func() error { return s.CloseSegment(nil, "nope") }, syscall.ENOENT, `no segment "nope"`},
 	} {
 		err := c.do()
 		wantErrno(t, c.what, err, c.want, c.text)
@@ -177,7 +177,7 @@ func TestServiceErrors(t *testing.T) {
 
 	// Batch errors go to the batch's error text, never to /error.
 	lastRoot := string(s.LastError())
-	sub := func(doc string) error { return s.Submit(bt, []byte(doc)) }
+	sub := func(doc string) error { return s.Submit(nil, bt, []byte(doc)) }
 	for _, c := range []struct {
 		what string
 		do   func() error
@@ -204,8 +204,8 @@ func TestServiceErrors(t *testing.T) {
 		{"over capacity", func() error {
 			return sub(`{"op":"read","target":"ro","requests":[` + strings.Repeat(`{"memory":"buf","length":1},`, 8) + `{"memory":"buf","length":1}]}`)
 		}, syscall.EAGAIN, "do not fit"},
-		{"bad ctl", func() error { return s.Ctl(bt, "sael") }, syscall.EINVAL, `unknown ctl command "sael"`},
-		{"cancel unknown task", func() error { return s.Ctl(bt, "cancel 5") }, syscall.ENOENT, "task 5"},
+		{"bad ctl", func() error { return s.Ctl(nil, bt, "sael") }, syscall.EINVAL, `unknown ctl command "sael"`},
+		{"cancel unknown task", func() error { return s.Ctl(nil, bt, "cancel 5") }, syscall.ENOENT, "task 5"},
 	} {
 		err := c.do()
 		wantErrno(t, c.what, err, c.want, c.text)
@@ -223,7 +223,7 @@ func TestServiceErrors(t *testing.T) {
 		t.Errorf("rejected submissions appended %d tasks", n)
 	}
 	// progress is accepted and changes nothing.
-	if err := s.Ctl(bt, "progress"); err != nil {
+	if err := s.Ctl(nil, bt, "progress"); err != nil {
 		t.Errorf("progress: %v", err)
 	}
 }
@@ -236,7 +236,7 @@ func TestServiceRegisterRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = s.Register([]byte(`{"name":"x","location":"cpu","bytes":4096}`))
+			errs[i] = s.Register(nil, []byte(`{"name":"x","location":"cpu","bytes":4096}`))
 		}()
 	}
 	wg.Wait()
@@ -259,11 +259,11 @@ func TestServiceWaitInterruptAndShutdown(t *testing.T) {
 	s, dir := newService(t, "")
 	path := filepath.Join(dir, "f")
 	os.WriteFile(path, make([]byte, 4096), 0o644)
-	if err := s.OpenSegment([]byte(`{"name":"f","uri":"file://` + path + `","permission":"read"}`)); err != nil {
+	if err := s.OpenSegment(nil, []byte(`{"name":"f","uri":"file://`+path+`","permission":"read"}`)); err != nil {
 		t.Fatal(err)
 	}
-	bt, _ := s.Clone()
-	if err := s.Ctl(bt, "seal"); err != nil {
+	bt, _ := s.Clone(nil)
+	if err := s.Ctl(nil, bt, "seal"); err != nil {
 		t.Fatal(err)
 	}
 	// A sealed empty batch is terminal at once.
@@ -287,9 +287,9 @@ func TestServiceWaitInterruptAndShutdown(t *testing.T) {
 	if err := s.Shutdown(time.Second); err != nil {
 		t.Fatalf("shutdown: %v", err)
 	}
-	_, err := s.Clone()
+	_, err := s.Clone(nil)
 	wantErrno(t, "clone after shutdown", err, syscall.ESHUTDOWN, "shutting down")
-	err = s.Register([]byte(`{"name":"late","location":"cpu","bytes":1}`))
+	err = s.Register(nil, []byte(`{"name":"late","location":"cpu","bytes":1}`))
 	wantErrno(t, "register after shutdown", err, syscall.ESHUTDOWN, "shutting down")
 	if err := s.Shutdown(time.Second); err != nil {
 		t.Errorf("second shutdown: %v", err)
@@ -308,13 +308,13 @@ func TestServiceRefusesOwnDevice(t *testing.T) {
 	own := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	s, e := serviceOver(t, dir, func(o *control.Options) { o.OwnDevice = func() string { return own } })
 	doc := fmt.Sprintf(`{"name":"seg","uri":"file://%s/f","permission":"read"}`, dir)
-	wantErrno(t, "open on the own device", s.OpenSegment([]byte(doc)), syscall.EACCES, "on the orbitefs mount itself")
+	wantErrno(t, "open on the own device", s.OpenSegment(nil, []byte(doc)), syscall.EACCES, "on the orbitefs mount itself")
 	if st := e.Stats(); st.Segments != 0 {
 		t.Fatalf("the refused segment stayed open in the engine: %d", st.Segments)
 	}
 	// Another device is fine.
 	s2, _ := serviceOver(t, dir, func(o *control.Options) { o.OwnDevice = func() string { return "0:999999" } })
-	if err := s2.OpenSegment([]byte(doc)); err != nil {
+	if err := s2.OpenSegment(nil, []byte(doc)); err != nil {
 		t.Fatalf("open on another device: %v", err)
 	}
 }

@@ -71,7 +71,8 @@ var txnScope = scope{op: "txn", name: "batches/txn"}
 // Txn is one open descriptor of /ctl/batches/txn. Safe for concurrent
 // use; the caller must Close it exactly once (Release).
 type Txn struct {
-	s *Service
+	s      *Service
+	caller *engine.Caller // who opened it: owns its batches
 
 	mu     sync.Mutex
 	doc    *Document
@@ -85,9 +86,22 @@ type Txn struct {
 	closed bool
 }
 
-// NewTxn returns the state of one open of the transaction file.
-func (s *Service) NewTxn() *Txn {
-	return &Txn{s: s, doc: NewDocument(s.opts.MaxDocumentBytes), base: -1}
+// NewTxn returns the state of one open of the transaction file by c.
+func (s *Service) NewTxn(c *engine.Caller) *Txn {
+	return &Txn{s: s, caller: c, doc: NewDocument(s.opts.MaxDocumentBytes), base: -1}
+}
+
+// RefuseTxnOpen is the failure of an open of the transaction file that
+// is not read-write (readOnly: O_RDONLY, else O_WRONLY): the status is
+// read on the descriptor the submission was written to, so such an open
+// could never complete a transaction. Recorded in /error; EACCES.
+func (s *Service) RefuseTxnOpen(readOnly bool) error {
+	how := "write-only (echo > txn)"
+	if readOnly {
+		how = "read-only (cat txn)"
+	}
+	return s.fail(scope{op: "open", name: txnScope.name}, detail(engine.KindPermission,
+		"opened %s: a transaction is written and read on one descriptor; open it read-write (exec 3<>txn)", how))
 }
 
 // Append marks the handle as opened with O_APPEND: the kernel places
@@ -148,12 +162,12 @@ func (t *Txn) runLocked(doc []byte) error {
 	if s.closing.Load() {
 		return t.failLocked(errClosing())
 	}
-	p, err := s.prepare(doc)
+	p, err := s.prepare(t.caller, doc)
 	if err != nil {
 		return t.failLocked(err)
 	}
 	capacity := min(max(len(p.reqs), 1), s.e.Config().MaxBatchRequests)
-	bt, err := s.allocate(capacity, false)
+	bt, err := s.allocate(t.caller, capacity, false)
 	if err != nil {
 		return t.failLocked(err)
 	}

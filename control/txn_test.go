@@ -26,10 +26,10 @@ func txnService(t testing.TB, dir string) (*control.Service, *engine.Engine, []b
 	if err := os.WriteFile(path, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Register([]byte(`{"name":"buf","location":"cpu","bytes":"1MiB"}`)); err != nil {
+	if err := s.Register(nil, []byte(`{"name":"buf","location":"cpu","bytes":"1MiB"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.OpenSegment([]byte(`{"name":"cache","uri":"file://` + path + `","permission":"read_write"}`)); err != nil {
+	if err := s.OpenSegment(nil, []byte(`{"name":"cache","uri":"file://`+path+`","permission":"read_write"}`)); err != nil {
 		t.Fatal(err)
 	}
 	return s, e, data
@@ -56,7 +56,7 @@ func txnStatus(t testing.TB, x *control.Txn, off int64) control.StatusJSON {
 // document split over writes runs on the write completing it.
 func TestTxnLifecycle(t *testing.T) {
 	s, e, data := txnService(t, t.TempDir())
-	x := s.NewTxn()
+	x := s.NewTxn(nil)
 	if err := x.Write([]byte(txnDoc[:20]), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestTxnLifecycle(t *testing.T) {
 // offsets the kernel gives them.
 func TestTxnAppend(t *testing.T) {
 	s, _, _ := txnService(t, t.TempDir())
-	x := s.NewTxn()
+	x := s.NewTxn(nil)
 	x.Append()
 	if err := x.Write([]byte(txnDoc[:30]), 0); err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestTxnAppend(t *testing.T) {
 // before the first was read; each changes nothing and leaves no batch.
 func TestTxnRefusals(t *testing.T) {
 	s, e, _ := txnService(t, t.TempDir())
-	x := s.NewTxn()
+	x := s.NewTxn(nil)
 	_, err := x.Read(context.Background(), make([]byte, 100), 0)
 	wantErrno(t, "read before write", err, syscall.EINVAL, "read before write")
 	for _, c := range []struct {
@@ -133,7 +133,7 @@ func TestTxnRefusals(t *testing.T) {
 		{`{"op":"read","target":"cache","requests":[{"memory":"buf","target_offset":1048575,"length":2}]}`, syscall.ERANGE, "beyond"},
 		{`{"op":"read","target":"cache","requests":[{"memory":"buf","length":1}],"x":1}`, syscall.EINVAL, `unknown field "x"`},
 	} {
-		x := s.NewTxn()
+		x := s.NewTxn(nil)
 		wantErrno(t, c.doc, x.Write([]byte(c.doc), 0), c.want, c.text)
 		if got := string(s.LastError()); !bytes.Contains([]byte(got), []byte(c.text)) {
 			t.Errorf("%s: /error = %q", c.doc, got)
@@ -160,7 +160,7 @@ func TestTxnRefusals(t *testing.T) {
 		t.Errorf("%d engine batches after close", n)
 	}
 	// An incomplete document is reported by flush, every time.
-	y := s.NewTxn()
+	y := s.NewTxn(nil)
 	y.Write([]byte(`{"op":`), 0)
 	wantErrno(t, "flush of half a document", y.Flush(), syscall.EINVAL, "incomplete")
 	wantErrno(t, "flush again", y.Flush(), syscall.EINVAL, "incomplete")
@@ -176,7 +176,7 @@ func BenchmarkTxn(b *testing.B) {
 	}
 	defer os.RemoveAll(dir)
 	s, _, _ := txnService(b, dir)
-	x := s.NewTxn()
+	x := s.NewTxn(nil)
 	defer x.Close()
 	doc, buf := []byte(txnDoc), make([]byte, 64<<10)
 	var off int64
@@ -212,7 +212,7 @@ func serviceOverTB(t testing.TB, dir string) (*control.Service, *engine.Engine) 
 // handle (a dup'd descriptor) neither race nor leak a batch.
 func TestTxnConcurrentHandleUse(t *testing.T) {
 	s, e, _ := txnService(t, t.TempDir())
-	x := s.NewTxn()
+	x := s.NewTxn(nil)
 	done := make(chan struct{})
 	for g := 0; g < 3; g++ {
 		go func() {

@@ -29,9 +29,10 @@
 //   - Window and outstanding totals never exceed their limits (the peaks
 //     in QueueStats prove it); contract usage never exceeds a cap.
 //   - Waiters for one resource are served in dispatch order (runqueue.go):
-//     a waiter takes capacity only when no better-ordered waiter for the
-//     same resource is waiting, so freed capacity goes where FIFO or EDF
-//     says, across batches.
+//     a waiter takes capacity only when no better-ordered waiter that
+//     competes with it for that capacity is waiting, so freed capacity
+//     goes where the order says, across batches, and a waiter on a full
+//     contract never holds back one whose contract has room.
 //   - Lock order: Batch.mu, then admission.mu. admission.mu is never held
 //     while taking any other lock; pokes are nonblocking sends.
 
@@ -66,7 +67,8 @@ type SubmitOptions struct {
 // groupAdm is a group's admission record. Guarded by admission.mu.
 type groupAdm struct {
 	pol     *QoSPolicy
-	seq     uint64 // admission order (FIFO)
+	seq     uint64    // admission order (FIFO)
+	at      time.Time // admission time (priority aging counts from it)
 	owners  uint64
 	bytes   uint64
 	maxOwn  uint64 // largest single owner
@@ -160,8 +162,16 @@ func (a *admission) admit(g *group, pol *QoSPolicy) error {
 	name := g.b.name()
 	g.adm.owners = uint64(g.n)
 	g.adm.bytes = g.charge
-	for i := 0; i < g.n; i++ {
-		g.adm.maxOwn = max(g.adm.maxOwn, opBytes(&g.ops[i]))
+	if g.mem != nil {
+		// A memory group's physical owners may merge several requests.
+		g.adm.owners = uint64(len(g.mem.owners))
+		for _, o := range g.mem.owners {
+			g.adm.maxOwn = max(g.adm.maxOwn, o.n)
+		}
+	} else {
+		for i := 0; i < g.n; i++ {
+			g.adm.maxOwn = max(g.adm.maxOwn, opBytes(&g.ops[i]))
+		}
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -213,7 +223,7 @@ func (a *admission) admit(g *group, pol *QoSPolicy) error {
 		}
 	}
 	a.seq++
-	g.adm.seq = a.seq
+	g.adm.seq, g.adm.at = a.seq, time.Now()
 	a.st.admitted++
 	return nil
 }

@@ -236,6 +236,7 @@ func TestRuntimeQueueFIFOvsEDF(t *testing.T) {
 				c.RuntimeQueue.Enabled = true
 				c.RuntimeQueue.MaxDispatchOwners = 1
 				c.RuntimeQueue.DeadlineAware = edf
+				c.RuntimeQueue.PriorityAging = 0 // the order without aging (fairness_test.go has it)
 			})
 			seg, reg := smallTarget(t, e, 16<<10)
 			var mu sync.Mutex
@@ -388,6 +389,7 @@ func TestRuntimeQueuePriorityAndPromotion(t *testing.T) {
 				cfg.RuntimeQueue.Enabled = true
 				cfg.RuntimeQueue.MaxDispatchOwners = 1
 				cfg.RuntimeQueue.PromotionSlack = config.Duration(c.slack)
+				cfg.RuntimeQueue.PriorityAging = 0 // strict priority (fairness_test.go ages)
 			})
 			seg, reg := smallTarget(t, e, 16<<10)
 			var mu sync.Mutex

@@ -98,6 +98,9 @@ type Report struct {
 	// ones that completed after the first failure.
 	RemoteEffect RemoteEffect `json:"-"`
 	Err          error        `json:"-"`
+	// FailedAt is when the group finished with Err; zero while it runs
+	// or when it succeeded.
+	FailedAt time.Time `json:"-"`
 }
 
 // Batch is an asynchronous batch. Safe for concurrent use.

@@ -53,6 +53,11 @@ type Engine struct {
 	probeOnce sync.Once
 	probeErr  error
 
+	// closeDrained, nil outside tests, runs in CloseFileSegment after the
+	// close has closed the entry to new work and before it waits for the
+	// entry's users: a test holds concurrent closes there.
+	closeDrained func()
+
 	segMu   sync.Mutex // serializes segment opens
 	closeMu sync.Mutex // serializes Close
 

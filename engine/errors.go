@@ -1,5 +1,5 @@
 // errors.go owns the engine's error kinds: one Kind per row of the errno
-// table in design.md, and the single Error type every engine call returns.
+// table (README, "Errors"), and the single Error type every engine call returns.
 //
 // Invariants:
 //   - Every error leaving the engine's public API is an *Error (or wraps one),

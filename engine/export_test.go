@@ -10,3 +10,8 @@ func (b *Batch) ParkedAttempts() int {
 	defer b.mu.Unlock()
 	return len(b.mu.parked)
 }
+
+// HoldCloses installs f as the hook every CloseFileSegment runs after
+// closing the entry to new work and before waiting for its users. Set
+// before the engine is used concurrently.
+func (e *Engine) HoldCloses(f func()) { e.closeDrained = f }

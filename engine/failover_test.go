@@ -6,6 +6,10 @@ package engine_test
 
 import (
 	"bytes"
+	"crypto/rand"
+	"errors"
+	"os"
+	"sync/atomic"
 	"testing"
 
 	"github.com/orbitefs/orbitefs/config"
@@ -261,5 +265,51 @@ func TestFailoverWithHook(t *testing.T) {
 	rep := <-done
 	if rep.Err != nil || rep.CompletedBytes != 64<<10 {
 		t.Fatalf("report %+v", rep)
+	}
+}
+
+// onceFailedEvent reports an error the first time it is polled, then
+// completion: a producer whose first check fails, so the GDS attempt is
+// rejected before any cuFile call.
+type onceFailedEvent struct{ polls atomic.Int64 }
+
+func (p *onceFailedEvent) Done() (bool, error) {
+	if p.polls.Add(1) == 1 {
+		return false, errors.New("fake: CUDA_ERROR_NOT_READY")
+	}
+	return true, nil
+}
+func (p *onceFailedEvent) Wait() error  { _, err := p.Done(); return err }
+func (p *onceFailedEvent) Close() error { return nil }
+
+// TestFailoverWriteCleanRejection: a WRITE whose GDS attempt was rejected
+// before anything reached cuFile (remote effect none, no byte moved)
+// advances to io_uring staging, and the file gets the device's bytes.
+func TestFailoverWriteCleanRejection(t *testing.T) {
+	r := newFailoverRig(t, nil)
+	out := make([]byte, 64<<10)
+	rand.Read(out)
+	if _, err := r.dev.WriteAt(out, 0); err != nil {
+		t.Fatal(err)
+	}
+	ev := &onceFailedEvent{}
+	b, err := r.e.SubmitAsync(engine.OpWrite, r.seg, []engine.Request{{Address: r.dev.BaseAddress(), Length: 64 << 10, Producer: ev}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		ts, _ := b.TaskStatus(0)
+		t.Fatalf("state %v %v, task %+v: want the staging attempt to complete", st, err, ts)
+	}
+	ts, _ := b.TaskStatus(0)
+	if ts.Transport != engine.TransportIOUring || ts.FailoverCount != 1 || ts.Transferred != 64<<10 || ts.RemoteEffect == engine.EffectUnknown {
+		t.Fatalf("task %+v: want io_uring after one failover, all bytes", ts)
+	}
+	if r.gds.writes.Load() != 0 {
+		t.Fatalf("%d cuFile writes: the rejection came before any", r.gds.writes.Load())
+	}
+	if back, _ := os.ReadFile(r.path); !bytes.Equal(back[:64<<10], out) {
+		t.Fatal("the file lacks the device's bytes")
 	}
 }

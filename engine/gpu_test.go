@@ -646,3 +646,62 @@ func TestFencedRingGroupsShareFewRings(t *testing.T) {
 		}
 	}
 }
+
+// TestDeviceGroupDeadlineInfeasible: with EDF and a positive
+// mlu_local_threshold, device-memory owners face the deadline prediction
+// too, on the rate measured for their path (staged here, then GDS): once
+// the path has a rate, an owner predicted not to fit is dropped with
+// ErrDeadlineInfeasible before any I/O.
+func TestDeviceGroupDeadlineInfeasible(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		gds  *fakeGDS
+		path string
+	}{
+		{"staged", nil, "staged_gpu"},
+		{"gds", &fakeGDS{}, "gds"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			gpu := newFakeGPU(1)
+			e := gpuEngine(t, gpu, c.gds, func(cfg *config.Engine) {
+				cfg.RuntimeQueue.Enabled = true
+				cfg.RuntimeQueue.DeadlineAware = true
+				cfg.RuntimeQueue.MLULocalThreshold = 1e-9 // any known rate and a finite deadline
+			})
+			const size = 4 << 20
+			path, _ := randomFile(t, t.TempDir(), "f", size)
+			seg := openSeg(t, e, path, engine.PermRead)
+			d := deviceRegion(t, e, 0, size)
+			reqs := []engine.Request{{Address: d.BaseAddress(), Length: 1 << 20}, {Address: d.BaseAddress() + 1<<20, TargetOffset: 1 << 20, Length: 1 << 20}}
+			for tries := 0; ; tries++ {
+				if _, err := e.SubmitAndWait(engine.OpRead, seg, reqs, 20*time.Second); err != nil {
+					t.Fatalf("with no estimate yet: %v", err)
+				}
+				known := false
+				for _, bw := range e.Stats().RuntimeQueue.Bandwidth {
+					known = known || (bw.Path == c.path && bw.BytesPerSecond > 0)
+				}
+				if known {
+					break
+				}
+				if tries == 100 {
+					t.Fatalf("no %s estimate after %d transfers: %+v", c.path, tries, e.Stats().RuntimeQueue.Bandwidth)
+				}
+			}
+			copies, reads := gpu.copies.Load(), int64(0)
+			if c.gds != nil {
+				reads = c.gds.reads.Load()
+			}
+			rep, err := e.SubmitAndWait(engine.OpRead, seg, reqs, 20*time.Second)
+			if !errors.Is(err, engine.ErrDeadlineInfeasible) || engine.KindOf(err) != engine.KindTimeout || rep.CompletedRequests != 0 {
+				t.Fatalf("infeasible: %v (report %+v)", err, rep)
+			}
+			if d := e.Stats().RuntimeQueue.DeadlineInfeasibleDrops; d != 2 {
+				t.Fatalf("drops %d, want 2", d)
+			}
+			if gpu.copies.Load() != copies || (c.gds != nil && c.gds.reads.Load() != reads) {
+				t.Fatal("a dropped owner moved bytes")
+			}
+		})
+	}
+}

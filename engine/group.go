@@ -87,7 +87,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, err
 	}
 	if ms, ok := target.(*MemSegment); ok && ms != nil {
-		return e.prepareMem(b, op, ms, reqs, note, opts.Timeout) // memgroup.go
+		return e.prepareMem(b, op, ms, reqs, note, opts) // memgroup.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
@@ -457,6 +457,9 @@ func (g *group) finishLocked(drained bool) {
 		g.release()
 	}
 	r := g.reportLocked()
+	if r.Err != nil {
+		r.FailedAt = time.Now() // only failures pay for the clock
+	}
 	g.inline.final = r
 	g.final = &g.inline.final
 	if b.mu.onDone != nil {
@@ -492,7 +495,8 @@ func (g *group) reportLocked() Report {
 				// cause: a caller must learn that memory and fds are held.
 				kind = KindUnquiesced
 			}
-			r.Err = &Error{Op: g.op.String(), Name: b.name(), Kind: kind, Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, t.err)}
+			op, name := g.op.String(), b.name()
+			r.Err = &Error{Op: op, Name: name, Kind: kind, Err: fmt.Errorf("requests[%d] (task %d): %w", i, g.first+i, quoted(t.err, op, name, kind))}
 			if g.lastSubmitted >= i {
 				r.AffectedRequests = g.lastSubmitted - i + 1
 			}

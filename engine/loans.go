@@ -46,6 +46,11 @@ type loanTable struct {
 	// shard lock skips bigMu when it is 0 (a large grant, which needs
 	// every shard, cannot be adding one meanwhile).
 	bigN atomic.Int64
+
+	// granting, nil outside tests, runs in take between the conflict
+	// check and the insert, with take's locks held: a test holds one
+	// grant there to show that an overlapping grant cannot pass it.
+	granting func()
 }
 
 type loanShard struct {
@@ -126,6 +131,9 @@ func (t *loanTable) take(lo, hi uint64, g *group) (closed bool, held loan, ok bo
 	}
 	if l, busy := t.conflict(lo, hi, g, bigHeld); busy {
 		return false, l, false
+	}
+	if t.granting != nil {
+		t.granting()
 	}
 	l := loan{lo: lo, hi: hi, owner: g}
 	first, n, big := span(lo, hi)

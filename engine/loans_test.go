@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestLoanShards: overlapping loans meet whatever their sizes and shard
@@ -97,5 +98,53 @@ func TestLoanTableConcurrent(t *testing.T) {
 	wg.Wait()
 	if n, _ := lt.closeIfIdle(false); n != 0 {
 		t.Fatalf("%d owners hold loans after every drop", n)
+	}
+}
+
+// TestLoanCheckThenInsert holds one grant between its conflict check and
+// its insert (the granting hook) while an overlapping grant runs: the
+// second must wait for the first and then see it. Were the check and the
+// insert not under one hold of the covering locks, the second would be
+// granted while the first is held, and both would own the bytes.
+func TestLoanCheckThenInsert(t *testing.T) {
+	const page = 1 << loanShift
+	cases := []struct {
+		name     string
+		alo, ahi uint64
+		blo, bhi uint64
+	}{
+		{"same page", 0, 100, 50, 60},
+		{"spans meet in one shard", 0, 3 * page, 2*page + 8, 2*page + 16},
+		{"small over a large one", 0, 1 << 30, 5000 * page, 5000*page + 8},
+		{"large over a small one", 5000 * page, 5000*page + 8, 0, 1 << 30},
+		{"two large ones", 0, 64 * page, 63 * page, 200 * page},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var lt loanTable
+			a, b := &group{}, &group{}
+			bDone := make(chan bool, 1)
+			var passedA bool // b's grant finished while a was held
+			lt.granting = func() {
+				lt.granting = nil // b runs unhooked
+				go func() {
+					_, _, ok := lt.take(c.blo, c.bhi, b)
+					bDone <- ok
+				}()
+				// A correct table blocks b on a's locks; give a broken
+				// one ample time to let b through.
+				select {
+				case okB := <-bDone:
+					passedA = true
+					bDone <- okB
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+			_, _, okA := lt.take(c.alo, c.ahi, a)
+			okB := <-bDone
+			if passedA || !okA || okB {
+				t.Fatalf("a granted %v, b granted %v, b finished while a was between check and insert: %v; want only a, b waiting for it", okA, okB, passedA)
+			}
+		})
 	}
 }

@@ -83,7 +83,7 @@ func (g *group) ownerIndex(i int) int {
 }
 
 // prepareMem validates a submission to a memory segment and admits it.
-func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, note *Notification, timeout time.Duration) (*group, error) {
+func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, note *Notification, opts SubmitOptions) (*group, error) {
 	const verb = "submit"
 	if op != OpRead && op != OpWrite {
 		return nil, errorf(KindInvalid, verb, b.name(), "op %d: want read or write", op)
@@ -111,11 +111,20 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	if err := e.fileReady(); err != nil {
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindUnavailable, Err: fmt.Errorf("memory segments: %w", err.(*Error).Err)}
 	}
+	pol, err := e.checkPolicy(opts.QoS)
+	if err != nil {
+		return nil, wrap(KindInvalid, verb, b.name(), err)
+	}
+	timeout := opts.Timeout
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultTimeout.D()
 	}
+	deadline := time.Now().Add(timeout)
+	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
+		deadline = opts.Deadline // with_deadline only shortens
+	}
 	n := len(reqs)
-	g := &group{b: b, n: n, op: op, deadline: time.Now().Add(timeout), routes: make([]route, n), policy: make([]reqPolicy, n),
+	g := &group{b: b, n: n, op: op, deadline: deadline, routes: make([]route, n), policy: make([]reqPolicy, n),
 		offRing: true, lastSubmitted: -1,
 		mem: &memTarget{seg: ms, ownerOf: make([]int, n), local: make([]*Region, n), addrs: make([]uint64, n)}}
 	for i := range reqs {
@@ -125,9 +134,14 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	}
 	g.planOwners(e, reqs)
 	g.computeBounds()
-	// Memory-segment copies take the engine-wide charge only: QoS and
-	// the runtime queue govern file transfers (docs/engine.md).
-	if err := e.admitCharge(verb, g, nil); err != nil {
+	// Memory-segment copies are admitted as file transfers are: the
+	// engine-wide charge, then the policy's contract and the runtime
+	// queue, counting physical owners (admission.go).
+	if err := e.admitCharge(verb, g, pol); err != nil {
+		return nil, err
+	}
+	if err := e.adm.admit(g, pol); err != nil {
+		g.unadmit()
 		return nil, err
 	}
 	if !ms.admit() {

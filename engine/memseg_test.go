@@ -6,6 +6,8 @@ package engine_test
 import (
 	"bytes"
 	"crypto/rand"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,4 +241,117 @@ func TestMemSegmentNeedsFileTransport(t *testing.T) {
 	ms := openMem(t, e, remote, engine.PermRead)
 	_, err := e.SubmitAndWait(engine.OpRead, ms, []engine.Request{{Address: local.BaseAddress(), Length: 4096}}, ioTimeout)
 	wantKind(t, err, engine.KindUnavailable)
+}
+
+// TestMemSegmentSubmitOptions: a memory-segment submission honours its
+// options as a file submission does: a deadline already past fails every
+// task with KindTimeout and moves no byte; a policy from another engine
+// is refused (ErrForeignQoS) with no task added; the policy's contract
+// caps apply, counting physical owners (a hard-zero cap refuses it, a
+// byte cap below one owner refuses it).
+func TestMemSegmentSubmitOptions(t *testing.T) {
+	needIOUring(t)
+	const qos = `{"qos":{"tenants":[{"name":"zero","defaults":{"max_inflight_requests":0}},{"name":"small","defaults":{"max_inflight_bytes":"4KiB"}}]}}`
+	e := newEngine(t, func(c *config.Engine) { c.QoS = mustQoS(t, qos) })
+	local, target := register(t, e, 8192), register(t, e, 8192)
+	want := fillRandom(t, target)
+	before := regionBytes(t, local)
+	ms := openMem(t, e, target, engine.PermReadWrite)
+	reqs := []engine.Request{{Address: local.BaseAddress(), Length: 4096}, {Address: local.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096}}
+
+	t.Run("deadline passed", func(t *testing.T) {
+		b, _ := e.AllocateBatch(2)
+		defer b.Free()
+		if _, err := b.SubmitWith(engine.OpRead, ms, reqs, nil, engine.SubmitOptions{Deadline: time.Now().Add(-time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		if st := waitState(t, b); st != engine.StateFailed {
+			t.Fatalf("state %v, want failed", st)
+		}
+		for _, ts := range b.TaskStatuses() {
+			wantKind(t, ts.Err, engine.KindTimeout)
+			if ts.Transferred != 0 {
+				t.Fatalf("task %+v moved bytes after its deadline", ts)
+			}
+		}
+		if !bytes.Equal(regionBytes(t, local), before) {
+			t.Fatal("a READ past its deadline changed local memory")
+		}
+	})
+	t.Run("foreign policy", func(t *testing.T) {
+		other := newEngine(t, func(c *config.Engine) { c.QoS = mustQoS(t, qos) })
+		b, _ := e.AllocateBatch(2)
+		defer b.Free()
+		_, err := b.SubmitWith(engine.OpRead, ms, reqs, nil, engine.SubmitOptions{QoS: resolve(t, other, "small", "", nil)})
+		wantKind(t, err, engine.KindInvalid)
+		if !errors.Is(err, engine.ErrForeignQoS) || b.TaskCount() != 0 {
+			t.Fatalf("foreign policy: %v (tasks %d), want ErrForeignQoS and no task", err, b.TaskCount())
+		}
+	})
+	t.Run("contract caps", func(t *testing.T) {
+		for _, c := range []struct{ tenant, want string }{
+			{"zero", "allows no requests"},
+			{"small", "exceed"}, // the two requests merge into one 8 KiB owner
+		} {
+			b, _ := e.AllocateBatch(2)
+			_, err := b.SubmitWith(engine.OpRead, ms, reqs, nil, engine.SubmitOptions{QoS: resolve(t, e, c.tenant, "", nil)})
+			wantKind(t, err, engine.KindExhausted)
+			if !strings.Contains(err.Error(), c.want) || b.TaskCount() != 0 {
+				t.Fatalf("tenant %s: %v (tasks %d)", c.tenant, err, b.TaskCount())
+			}
+			b.Free()
+		}
+	})
+	t.Run("within the deadline and caps", func(t *testing.T) {
+		b, _ := e.AllocateBatch(2)
+		defer b.Free()
+		one := reqs[:1]
+		if _, err := b.SubmitWith(engine.OpRead, ms, one, nil, engine.SubmitOptions{Deadline: time.Now().Add(ioTimeout), QoS: resolve(t, e, "small", "", nil)}); err != nil {
+			t.Fatal(err)
+		}
+		if st := waitState(t, b); st != engine.StateCompleted {
+			t.Fatalf("state %v", st)
+		}
+		if !bytes.Equal(regionBytes(t, local)[:4096], want[:4096]) {
+			t.Fatal("bytes differ")
+		}
+	})
+}
+
+// TestMemSegmentDelayContract: under a delay contract (charged at the
+// batch head) memory-segment submissions from several batches all run,
+// and the contract's usage returns to zero.
+func TestMemSegmentDelayContract(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.QoS = mustQoS(t, `{"qos":{"tenants":[{"name":"d","defaults":{"max_inflight_requests":1,"allowed_degraded_actions":["delay"]}}]}}`)
+	})
+	local, target := register(t, e, 1<<20), register(t, e, 1<<20)
+	want := fillRandom(t, target)
+	ms := openMem(t, e, target, engine.PermRead)
+	pol := resolve(t, e, "d", "", nil)
+	var bs []*engine.Batch
+	for i := range 8 {
+		off := uint64(i) * 128 << 10
+		b, _ := e.AllocateBatch(1)
+		if _, err := b.SubmitWith(engine.OpRead, ms, []engine.Request{{Address: local.BaseAddress() + off, TargetOffset: off, Length: 128 << 10}}, nil, engine.SubmitOptions{QoS: pol}); err != nil {
+			t.Fatal(err)
+		}
+		bs = append(bs, b)
+	}
+	for i, b := range bs {
+		if st := waitState(t, b); st != engine.StateCompleted {
+			t.Fatalf("batch %d: %v %+v", i, st, b.TaskStatuses())
+		}
+		b.Free()
+	}
+	if !bytes.Equal(regionBytes(t, local), want) {
+		t.Fatal("bytes differ")
+	}
+	for _, u := range e.QoSUsage() {
+		if u.Owners != 0 || u.Bytes != 0 {
+			t.Fatalf("contract usage %+v still charged", u)
+		}
+	}
 }

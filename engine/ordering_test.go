@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
 )
 
@@ -57,5 +58,58 @@ func TestFenceAcrossEntries(t *testing.T) {
 				t.Fatalf("%d of %d reads through another entry overtook the write before them", stale, pairs)
 			}
 		})
+	}
+}
+
+// TestFenceAcrossEntriesHeld is the deterministic form of the fence
+// above, on a file in memory: a WRITE through one entry is held in
+// flight (dispatched, its bytes not yet written) while a small READ of
+// the same bytes arrives through a hard link's entry. The READ is
+// eligible for the caller copy, so without a fence comparing the file
+// (not the entry) it would copy the old bytes inside Submit; with it,
+// it waits for the WRITE.
+func TestFenceAcrossEntriesHeld(t *testing.T) {
+	needIOUring(t)
+	dir, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
+	e := newEngine(t, nil, spy)
+	const n = 1 << 20 // above caller_fast_path_bytes: the WRITE takes the ring
+	path, _ := randomFile(t, dir, "f", n)
+	link := filepath.Join(dir, "hardlink")
+	if err := os.Link(path, link); err != nil {
+		t.Fatal(err)
+	}
+	rw := openSeg(t, e, path, engine.PermReadWrite)
+	reader := openSeg(t, e, link, engine.PermRead)
+	src, dst := register(t, e, n), register(t, e, 4096)
+	data := make([]byte, n)
+	rand.Read(data)
+	src.WriteAt(data, 0)
+	h := holdFirstWrite(spy)
+	b, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	go b.Submit(engine.OpWrite, rw, []engine.Request{{Address: src.BaseAddress(), Length: n}}, nil, ioTimeout)
+	<-h.held
+	if _, err := b.Submit(engine.OpRead, reader, []engine.Request{{Address: dst.BaseAddress(), TargetOffset: n - 4096, Length: 4096}}, nil, ioTimeout); err != nil {
+		close(h.release)
+		t.Fatal(err)
+	}
+	ts, _ := b.TaskStatus(1)
+	close(h.release)
+	if ts.State == engine.TaskCompleted {
+		t.Error("the READ through the hard link completed while the WRITE of its bytes was still held before the kernel")
+	}
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if !bytes.Equal(regionBytes(t, dst), data[n-4096:]) {
+		t.Fatal("the READ through the hard link overtook the WRITE before it")
 	}
 }

@@ -13,6 +13,10 @@
 //   - A QoSPolicy is immutable and bound to the engine that resolved it;
 //     Submit refuses a policy from another engine (ErrForeignQoS).
 //   - An intent's budget is not also charged to its tenant default.
+//   - A request's own priority never exceeds its contract's max_priority
+//     (default config.DefaultMaxPriority): ResolveQoS refuses it with
+//     KindPermission rather than lowering it behind the caller's back. A
+//     contract's priority replaces the request's and is not limited.
 
 package engine
 
@@ -42,8 +46,9 @@ type contract struct {
 	tenant   string // normalized; DefaultTenant for slot 0
 	intent   string // normalized; UnspecIntent for a tenant default
 	priority *Priority
-	maxBytes *uint64 // nil: no cap
-	maxReqs  *uint64 // nil: no cap
+	maxPrio  Priority // most urgent priority a request may ask for
+	maxBytes *uint64  // nil: no cap
+	maxReqs  *uint64  // nil: no cap
 	delay    bool
 }
 
@@ -52,6 +57,7 @@ type Contract struct {
 	Tenant              string   `json:"tenant"`
 	Intent              string   `json:"intent"`
 	Priority            *string  `json:"priority"`
+	MaxPriority         string   `json:"max_priority"`
 	MaxInflightBytes    *uint64  `json:"max_inflight_bytes"`
 	MaxInflightRequests *uint64  `json:"max_inflight_requests"`
 	Actions             []string `json:"allowed_degraded_actions"`
@@ -75,7 +81,10 @@ func compileQoS(q *config.QoS) *qosTable {
 	}
 	t := &qosTable{tenants: map[string]qosTenant{}}
 	add := func(tenant, intent string, f config.QoSFields) int {
-		c := contract{slot: len(t.contracts), tenant: tenant, intent: intent, priority: f.Priority, delay: f.Delay()}
+		c := contract{slot: len(t.contracts), tenant: tenant, intent: intent, priority: f.Priority, maxPrio: config.DefaultMaxPriority, delay: f.Delay()}
+		if f.MaxPriority != nil {
+			c.maxPrio = *f.MaxPriority
+		}
 		if f.MaxInflightBytes != nil {
 			v := uint64(*f.MaxInflightBytes)
 			c.maxBytes = &v
@@ -148,19 +157,25 @@ type Usage struct {
 	Waiting int    `json:"waiting"`
 }
 
-// ResolveQoS resolves ctx to a policy. Names are trimmed and lowercased;
-// blank ones mean default/unspec; unknown ones fall back to the tenant's
-// default, then the global default.
+// ResolveQoS resolves ctx to a policy. Names are normalized as
+// config.QoSName does (a control character or invalid UTF-8 is
+// KindInvalid); blank ones mean default/unspec; unknown ones fall back to
+// the tenant's default, then the global default. A requested priority
+// more urgent than the contract's max_priority is KindPermission.
 func (e *Engine) ResolveQoS(ctx QoSContext) (*QoSPolicy, error) {
-	tenant, intent := config.NormalizeQoSName(ctx.Tenant), config.NormalizeQoSName(ctx.Intent)
+	tenant, err := config.QoSName(ctx.Tenant)
+	if err != nil {
+		return nil, errorf(KindInvalid, "resolve", "qos", "tenant: %v", err)
+	}
+	intent, err := config.QoSName(ctx.Intent)
+	if err != nil {
+		return nil, errorf(KindInvalid, "resolve", "qos", "intent: %v", err)
+	}
 	if tenant == "" {
 		tenant = DefaultTenant
 	}
 	if intent == "" {
 		intent = UnspecIntent
-	}
-	if len(tenant) > config.MaxQoSNameBytes || len(intent) > config.MaxQoSNameBytes {
-		return nil, errorf(KindInvalid, "resolve", "qos", "tenant or intent longer than %d bytes", config.MaxQoSNameBytes)
 	}
 	p := &QoSPolicy{e: e, slot: -1, priority: config.PriorityMedium, tenant: tenant, intent: intent, matched: "disabled"}
 	if ctx.Priority != nil {
@@ -180,8 +195,12 @@ func (e *Engine) ResolveQoS(ctx QoSContext) (*QoSPolicy, error) {
 			p.slot, p.matched = s, tenant+"/"+intent
 		}
 	}
-	if c := t.contracts[p.slot]; c.priority != nil {
+	c := &t.contracts[p.slot]
+	switch {
+	case c.priority != nil:
 		p.priority = *c.priority
+	case ctx.Priority != nil && *ctx.Priority < c.maxPrio:
+		return nil, errorf(KindPermission, "resolve", "qos", "priority %s: qos contract %q allows requests at most priority %s (its max_priority)", *ctx.Priority, c.name(), c.maxPrio)
 	}
 	return p, nil
 }
@@ -197,7 +216,7 @@ func (p *QoSPolicy) Explain() Resolved {
 }
 
 func (c *contract) public() Contract {
-	out := Contract{Tenant: c.tenant, Intent: c.intent, MaxInflightBytes: c.maxBytes, MaxInflightRequests: c.maxReqs, Actions: []string{config.ActionReject}}
+	out := Contract{Tenant: c.tenant, Intent: c.intent, MaxPriority: c.maxPrio.String(), MaxInflightBytes: c.maxBytes, MaxInflightRequests: c.maxReqs, Actions: []string{config.ActionReject}}
 	if c.priority != nil {
 		s := c.priority.String()
 		out.Priority = &s

@@ -120,6 +120,12 @@ func (e *Engine) RegisterMemory(bytes uint64) (*Region, error) {
 // under /dev/shm) MAP_SHARED and registers it, so another process mapping
 // the same file shares the bytes. The file is never created or resized.
 func (e *Engine) RegisterSharedFile(path string, bytes uint64) (*Region, error) {
+	return e.RegisterSharedFileAs(nil, path, bytes)
+}
+
+// RegisterSharedFileAs is RegisterSharedFile on behalf of c: the kernel
+// must let c open the file for reading and writing (caller.go).
+func (e *Engine) RegisterSharedFileAs(c *Caller, path string, bytes uint64) (*Region, error) {
 	if err := e.checkOpen("register"); err != nil {
 		return nil, err
 	}
@@ -129,17 +135,17 @@ func (e *Engine) RegisterSharedFile(path string, bytes uint64) (*Region, error) 
 	if err := e.reserveRegistered(bytes); err != nil {
 		return nil, err
 	}
-	r, err := e.registerSharedFile(path, bytes)
+	r, err := e.registerSharedFile(c, path, bytes)
 	if err != nil {
 		e.releaseRegistered(bytes)
 	}
 	return r, err
 }
 
-func (e *Engine) registerSharedFile(path string, bytes uint64) (*Region, error) {
+func (e *Engine) registerSharedFile(c *Caller, path string, bytes uint64) (*Region, error) {
 	// The open is confined like a segment's: no symlink or ".." leads
-	// out of the allowed roots.
-	fd, err := e.openConfined(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK)
+	// out of the allowed roots, and c must be allowed to open the file.
+	fd, err := e.openConfined(c, path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK)
 	if err != nil {
 		return nil, &Error{Op: "register", Name: "memory", Kind: KindOf(err), Err: errors.Unwrap(err)}
 	}

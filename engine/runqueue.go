@@ -4,10 +4,23 @@
 // freed capacity, and the deadline-infeasible drop.
 //
 // Order (better first): an owner whose deadline is in the future but
-// strictly inside promotion_slack; then higher priority; then, with
-// deadline_aware, the earlier deadline (EDF); then admission order
-// (FIFO). Within a batch, groups dispatch FIFO regardless (the worker
-// only ever offers its head), so the order decides between batches.
+// strictly inside promotion_slack; then one that has waited at least
+// priority_aging since its submission (oldest first among those); then
+// higher priority; then, with deadline_aware, the earlier deadline (EDF);
+// then admission order (FIFO). Within a batch, groups dispatch FIFO
+// regardless (the worker only ever offers its head), so the order decides
+// between batches. Aging is what keeps a low priority from starving: a
+// waiter is passed for at most priority_aging by waiters that are not
+// older than it.
+//
+// Who competes with whom: the order only matters between waiters for the
+// same capacity, so a waiter holds back only those it competes with.
+// Every window waiter competes for the one dispatch window. At the batch
+// head, two waiters compete for a contract's capacity when both need
+// that same contract, and for the engine-wide max_inflight_bytes when
+// both need it and the better one is held back by nothing else (its own
+// contract has room): a waiter on a full contract never holds back a
+// waiter of another contract that has room.
 //
 // Invariants:
 //   - A gate that says "wait" has registered g as a waiter (with the
@@ -16,7 +29,9 @@
 //     removed g from the waiters for that resource.
 //   - A waiter never waits past its deadline: the worker bounds its sleep
 //     by the deadline, and a gate lets a group past its deadline through
-//     so dispatch fails it (KindTimeout), charging nothing.
+//     so dispatch fails it (KindTimeout), charging nothing. It also
+//     bounds the sleep by the moment the waiter ages or is promoted, the
+//     only times its place in the order changes without a poke.
 //   - Everything here runs under Batch.mu (the worker's), then
 //     admission.mu; a head that waits for engine-wide bytes also holds
 //     Engine.mu between the two, so its charges are taken all at once.
@@ -37,6 +52,13 @@ const (
 	waitBytes           // engine-wide max_inflight_bytes (and its contract) at the batch head
 )
 
+// need is what a group asks for at the gate that evaluates it.
+type need struct {
+	window bool // a dispatch window share
+	slot   bool // its contract's capacity (at the batch head)
+	bytes  bool // engine-wide max_inflight_bytes (at the batch head)
+}
+
 // better reports whether g goes before h at now.
 func (a *admission) better(g, h *group, now time.Time) bool {
 	if slack := a.rq.PromotionSlack.D(); slack > 0 {
@@ -46,6 +68,15 @@ func (a *admission) better(g, h *group, now time.Time) bool {
 		}
 		if pg && !g.deadline.Equal(h.deadline) {
 			return g.deadline.Before(h.deadline) // EDF within the promoted set
+		}
+	}
+	if age := a.rq.PriorityAging.D(); age > 0 {
+		ag, ah := aged(g, now, age), aged(h, now, age)
+		if ag != ah {
+			return ag
+		}
+		if ag {
+			return g.adm.seq < h.adm.seq // oldest first among the aged
 		}
 	}
 	if pg, ph := g.adm.pol.priority, h.adm.pol.priority; pg != ph {
@@ -62,25 +93,40 @@ func promoted(g *group, now time.Time, slack time.Duration) bool {
 	return left > 0 && left < slack
 }
 
-// first reports whether no other waiter for the same resource goes
-// before g. REQUIRES: a.mu.
-func (a *admission) first(g *group, kind waitKind, now time.Time) bool {
+func aged(g *group, now time.Time, age time.Duration) bool { return now.Sub(g.adm.at) >= age }
+
+// first reports whether no waiter that competes with g for what g needs
+// goes before g. REQUIRES: a.mu.
+func (a *admission) first(g *group, n need, now time.Time) bool {
 	for _, h := range a.waiters {
-		if h == g || h.adm.wait != kind {
-			continue
-		}
-		if kind == waitSlot && h.adm.pol.slot != g.adm.pol.slot {
-			continue
-		}
-		if a.better(h, g, now) {
+		if h != g && a.competes(h, g, n) && a.better(h, g, now) {
 			return false
 		}
 	}
 	return true
 }
 
+// competes reports whether waiter h waits for capacity that g, needing
+// n, would take from it (see the file comment). REQUIRES: a.mu.
+func (a *admission) competes(h, g *group, n need) bool {
+	if n.window {
+		return h.adm.wait == waitWindow
+	}
+	if h.adm.wait != waitSlot && h.adm.wait != waitBytes {
+		return false
+	}
+	hc := a.contract(h)
+	hSlot := h.adm.atHead && !h.adm.qosHeld
+	if n.slot && hSlot && hc == a.contract(g) {
+		return true
+	}
+	// h waits for the engine-wide bytes (waitBytes) and its own contract
+	// would let it go: only the bytes hold it back.
+	return n.bytes && h.adm.wait == waitBytes && (!hSlot || a.fits(hc, h.adm.owners, h.adm.bytes))
+}
+
 // waitFor registers g as a waiter. REQUIRES: a.mu, w's Batch.mu.
-func (a *admission) waitFor(g *group, kind waitKind, w *worker) {
+func (a *admission) waitFor(g *group, kind waitKind, w *worker, now time.Time) {
 	if g.adm.wait == waitNone {
 		a.waiters = append(a.waiters, g)
 		if kind != waitWindow {
@@ -89,8 +135,21 @@ func (a *admission) waitFor(g *group, kind waitKind, w *worker) {
 	}
 	g.adm.wait, g.adm.w = kind, w
 	w.admWait = true
-	if w.admUntil.IsZero() || g.deadline.Before(w.admUntil) {
-		w.admUntil = g.deadline
+	until := g.deadline
+	// The order changes without a poke when g ages or is promoted: wake
+	// then, or g could sleep behind a waiter that now waits behind it.
+	if age := a.rq.PriorityAging.D(); age > 0 {
+		if t := g.adm.at.Add(age); t.After(now) && t.Before(until) {
+			until = t
+		}
+	}
+	if slack := a.rq.PromotionSlack.D(); slack > 0 {
+		if t := g.deadline.Add(-slack); t.After(now) && t.Before(until) {
+			until = t
+		}
+	}
+	if w.admUntil.IsZero() || until.Before(w.admUntil) {
+		w.admUntil = until
 	}
 }
 
@@ -139,7 +198,7 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 		}
 		fits := (!needSlot || a.fits(c, g.adm.owners, g.adm.bytes)) &&
 			(!needBytes || e.inflightBytes.Load()+g.charge <= uint64(e.cfg.MaxInflightBytes))
-		fits = fits && a.first(g, kind, now)
+		fits = fits && a.first(g, need{slot: needSlot, bytes: needBytes}, now)
 		// The bytes are charged atomically (no engine-wide lock): a
 		// concurrent charge may have taken the room since the check.
 		if fits && needBytes {
@@ -153,7 +212,7 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 				u := a.slots[c.slot]
 				return false, errorf(KindExhausted, g.op.String(), w.b.name(), "qos contract %q filled after enqueue (%s; in use: %d requests, %d bytes); nothing was sent", c.name(), c.caps(), u.Owners, u.Bytes)
 			}
-			a.waitFor(g, kind, w)
+			a.waitFor(g, kind, w, now)
 			return false, nil
 		}
 		if needSlot {
@@ -163,16 +222,27 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 	}
 	if a.rq.Enabled && g.offRing && g.mem == nil {
 		// Device-memory groups run whole on their executors: they take
-		// the window for all their live owners at once.
+		// the window for all their live owners at once. First each owner
+		// faces the deadline prediction, as a ring owner does at its
+		// dispatch, counting the bytes of this group's owners before it.
 		var owners, bytes uint64
+		ahead := map[bwKey]uint64{}
 		for i := 0; i < g.n; i++ {
-			if w.b.mu.tasks[g.first+i].state == TaskPending {
-				owners++
-				bytes += w.b.mu.tasks[g.first+i].length
+			t := &w.b.mu.tasks[g.first+i]
+			if t.state != TaskPending {
+				continue
 			}
+			k := g.bwKey(i)
+			if a.infeasible(g, i, ahead[k]+t.length, now) {
+				w.dropInfeasibleLocked(g, i, now)
+				continue
+			}
+			ahead[k] += t.length
+			owners++
+			bytes += t.length
 		}
-		if !a.windowFits(owners, bytes) || !a.first(g, waitWindow, now) {
-			a.waitFor(g, waitWindow, w)
+		if !a.windowFits(owners, bytes) || !a.first(g, need{window: true}, now) {
+			a.waitFor(g, waitWindow, w, now)
 			return false, nil
 		}
 		a.unwait(g)
@@ -223,20 +293,28 @@ func (w *worker) ownerGate(g *group, i int, now time.Time) ownerVerdict {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.infeasible(g, i, t.length, now) {
-		a.st.infeasible++
-		t.state = TaskFailed
-		t.err = &Error{Op: g.op.String(), Name: w.b.name(), Kind: KindTimeout,
-			Err: fmt.Errorf("requests[%d]: %w: %d bytes at the measured %.0f B/s with %d bytes ahead would take longer than %.3g of the %s left", i, ErrDeadlineInfeasible, t.length, a.bw.rate(g.bwKey(i)), a.bw.entry(g.bwKey(i)).inflight, a.rq.MLULocalThreshold, g.deadline.Sub(now).Round(time.Microsecond))}
-		w.b.e.st.tasksFailed.Add(1)
+		w.dropInfeasibleLocked(g, i, now)
 		return ownerDrop
 	}
-	if !a.windowFits(1, t.length) || !a.first(g, waitWindow, now) {
-		a.waitFor(g, waitWindow, w)
+	if !a.windowFits(1, t.length) || !a.first(g, need{window: true}, now) {
+		a.waitFor(g, waitWindow, w, now)
 		return ownerWait
 	}
 	a.unwait(g)
 	a.take(g, i, t.length, now)
 	return ownerGo
+}
+
+// dropInfeasibleLocked fails pending owner i of g with
+// ErrDeadlineInfeasible before any I/O. REQUIRES: b.mu, a.mu.
+func (w *worker) dropInfeasibleLocked(g *group, i int, now time.Time) {
+	a := w.b.e.adm
+	t := &w.b.mu.tasks[g.first+i]
+	a.st.infeasible++
+	t.state = TaskFailed
+	t.err = &Error{Op: g.op.String(), Name: w.b.name(), Kind: KindTimeout,
+		Err: fmt.Errorf("requests[%d]: %w: %d bytes at the measured %.0f B/s with %d bytes ahead would take longer than %.3g of the %s left", i, ErrDeadlineInfeasible, t.length, a.bw.rate(g.bwKey(i)), a.bw.entry(g.bwKey(i)).inflight, a.rq.MLULocalThreshold, g.deadline.Sub(now).Round(time.Microsecond))}
+	w.b.e.st.tasksFailed.Add(1)
 }
 
 // infeasible: EDF with a positive mlu_local_threshold, a known rate, and

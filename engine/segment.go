@@ -47,6 +47,7 @@ type Segment struct {
 
 // segEntry is the shared state behind aliases.
 type segEntry struct {
+	key      string // in Engine.mu.segments (segKey)
 	path     string
 	perm     Permission
 	buffered FileRef // always valid
@@ -154,12 +155,20 @@ func ParseFileURI(uri string) (string, error) {
 	return strings.TrimSuffix(wd, "/") + "/" + rest, nil
 }
 
-// OpenFileSegment opens an existing regular file for transfers. Another
-// open of the same path with the same permission shares the entry. It
-// returns ErrNotFound when the file is missing, ErrPermission when the
-// file or the allowed roots refuse it, ErrInvalid for a bad URI or a
-// non-regular file, ErrExhausted past max_file_segments.
+// OpenFileSegment opens an existing regular file for transfers with the
+// process's own credentials (OpenFileSegmentAs with a nil Caller).
 func (e *Engine) OpenFileSegment(uri string, perm Permission) (*Segment, error) {
+	return e.OpenFileSegmentAs(nil, uri, perm)
+}
+
+// OpenFileSegmentAs opens an existing regular file for transfers on
+// behalf of c: the kernel must let c open it with perm's access mode
+// (caller.go). Another open of the same path with the same permission by
+// the same identity shares the entry, after the same check. It returns
+// ErrNotFound when the file is missing, ErrPermission when the file, the
+// caller's rights or the allowed roots refuse it, ErrInvalid for a bad
+// URI or a non-regular file, ErrExhausted past max_file_segments.
+func (e *Engine) OpenFileSegmentAs(c *Caller, uri string, perm Permission) (*Segment, error) {
 	const op = "open"
 	name := "segments/" + uri
 	if err := e.checkOpen(op); err != nil {
@@ -172,10 +181,24 @@ func (e *Engine) OpenFileSegment(uri string, perm Permission) (*Segment, error) 
 	if err != nil {
 		return nil, wrap(KindInvalid, op, name, err)
 	}
-	key := fmt.Sprintf("%s\x00%d", path, perm)
+	key := segKey(path, perm, c)
 
 	e.segMu.Lock() // serializes opens so two racing opens share one entry
 	defer e.segMu.Unlock()
+
+	// Sharing an entry checks the caller's right to open the file again,
+	// as a new open(2) would be: a mode changed since the entry opened
+	// counts.
+	e.mu.Lock()
+	_, shared := e.mu.segments[key]
+	e.mu.Unlock()
+	if shared && !c.self() {
+		fd, err := e.openConfined(c, path, accessFlags(perm)|unix.O_NONBLOCK|unix.O_NOCTTY)
+		if err != nil {
+			return nil, &Error{Op: op, Name: name, Kind: KindOf(err), Err: errors.Unwrap(err)}
+		}
+		unix.Close(fd)
+	}
 
 	e.mu.Lock()
 	if ent, ok := e.mu.segments[key]; ok {
@@ -196,30 +219,43 @@ func (e *Engine) OpenFileSegment(uri string, perm Permission) (*Segment, error) 
 	}
 	e.mu.Unlock()
 
-	ent, err := e.openEntry(path, perm)
+	ent, err := e.openEntry(c, path, perm)
 	if err != nil {
 		return nil, &Error{Op: op, Name: name, Kind: KindOf(err), Err: errors.Unwrap(err)}
 	}
+	ent.key = key
 	ent.mu.handles = 1
 	e.mu.Lock()
 	e.mu.segments[key] = ent
 	e.mu.Unlock()
-	e.log.Info("segment opened", "segment", uri, "path", path, "permission", perm.String(), "direct_io", ent.direct.FD >= 0, "filesystem", ent.fsType)
+	e.log.Info("segment opened", "segment", uri, "path", path, "permission", perm.String(), "direct_io", ent.direct.FD >= 0, "filesystem", ent.fsType, "for", c.String())
 	return &Segment{e: e, ent: ent, uri: uri}, nil
 }
 
-// openEntry opens path beneath the allowed roots and inspects it.
-func (e *Engine) openEntry(path string, perm Permission) (*segEntry, error) {
-	acc := unix.O_RDONLY
+// segKey names an entry: path, permission and the opener's identity.
+func segKey(path string, perm Permission, c *Caller) string {
+	return fmt.Sprintf("%s\x00%d\x00%s", path, perm, c.key())
+}
+
+// accessFlags is the open(2) access mode perm needs.
+func accessFlags(perm Permission) int {
 	switch perm {
 	case PermWrite:
-		acc = unix.O_WRONLY
+		return unix.O_WRONLY
 	case PermReadWrite:
-		acc = unix.O_RDWR
+		return unix.O_RDWR
 	}
+	return unix.O_RDONLY
+}
+
+// openEntry opens path beneath the allowed roots for c and inspects it.
+// The file is opened as c; the O_DIRECT reopen of the same inode below
+// then needs no second check.
+func (e *Engine) openEntry(c *Caller, path string, perm Permission) (*segEntry, error) {
+	acc := accessFlags(perm)
 	// O_NONBLOCK keeps a FIFO from blocking the open; it is cleared below
 	// because io_uring honours it on regular files (EAGAIN, no punt).
-	fd, err := e.openConfined(path, acc|unix.O_NONBLOCK|unix.O_NOCTTY)
+	fd, err := e.openConfined(c, path, acc|unix.O_NONBLOCK|unix.O_NOCTTY)
 	if err != nil {
 		return nil, err
 	}
@@ -298,33 +334,47 @@ func fsName(t int64) string {
 // reports that descriptor's real path through /proc/self/fd, and the
 // file is then reopened through the same descriptor, so a rename or a
 // swapped symlink between check and open cannot substitute another file.
-func (e *Engine) openConfined(path string, flags int) (int, error) {
+func (e *Engine) openConfined(c *Caller, path string, flags int) (int, error) {
 	flags |= unix.O_CLOEXEC
 	if len(e.cfg.AllowedRoots) == 0 {
-		fd, err := unix.Open(path, flags, 0)
-		if err != nil {
-			return -1, openErr(path, err)
+		fd := -1
+		err := c.as(func() (err error) {
+			if fd, err = unix.Open(path, flags, 0); err != nil {
+				return openErr(path, err)
+			}
+			return nil
+		})
+		return fd, err
+	}
+	// The walk and the reopen run as c: the kernel checks c's search
+	// rights on every directory and c's read or write right on the file.
+	pfd, real := -1, ""
+	err := c.as(func() (err error) {
+		if pfd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0); err != nil {
+			return openErr(path, err)
 		}
-		return fd, nil
+		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", pfd)); err != nil {
+			return wrap(KindIO, "", "", err)
+		}
+		return nil
+	})
+	if pfd >= 0 {
+		defer unix.Close(pfd)
 	}
-	pfd, err := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, openErr(path, err)
-	}
-	defer unix.Close(pfd)
-	self := fmt.Sprintf("/proc/self/fd/%d", pfd)
-	real, err := os.Readlink(self)
-	if err != nil {
-		return -1, wrap(KindIO, "", "", err)
+		return -1, err
 	}
 	if !e.beneathRoot(real) {
 		return -1, wrap(KindPermission, "", "", fmt.Errorf("%s resolves to %s, not beneath an allowed root (%s)", path, real, strings.Join(e.cfg.AllowedRoots, ", ")))
 	}
-	fd, err := unix.Open(self, flags, 0)
-	if err != nil {
-		return -1, openErr(path, err)
-	}
-	return fd, nil
+	fd := -1
+	err = c.as(func() (err error) {
+		if fd, err = unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), flags, 0); err != nil {
+			return openErr(path, err)
+		}
+		return nil
+	})
+	return fd, err
 }
 
 // beneathRoot reports whether real (a kernel-reported absolute path) lies
@@ -548,6 +598,9 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		idle = ent.mu.idle
 	}
 	ent.mu.Unlock()
+	if e.closeDrained != nil {
+		e.closeDrained()
+	}
 	if idle != nil {
 		t := time.NewTimer(timeout)
 		defer t.Stop()
@@ -584,7 +637,7 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 	}
 	if last {
 		e.mu.Lock()
-		delete(e.mu.segments, fmt.Sprintf("%s\x00%d", ent.path, ent.perm))
+		delete(e.mu.segments, ent.key)
 		e.mu.Unlock()
 		e.closeEntry(ent)
 	}

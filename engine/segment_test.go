@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -145,17 +146,31 @@ func TestSharingAndLimits(t *testing.T) {
 	}
 }
 
+// TestInfoCacheAndRefresh: info serves the cached size within
+// file_info_ttl, re-reads it after, and RefreshFileSegment forces it.
 func TestInfoCacheAndRefresh(t *testing.T) {
-	e := newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(50 * time.Millisecond) }, &refTransport{})
+	// A TTL no test outlives: the cached size holds however slow the
+	// machine, and only RefreshFileSegment updates it.
+	e := newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(time.Hour) }, &refTransport{})
 	path, _ := randomFile(t, t.TempDir(), "f", 100)
 	s := openSeg(t, e, path, engine.PermRead)
 	os.WriteFile(path, make([]byte, 300), 0o644)
 	if info, _ := e.FileSegmentInfo(s); info.Size != 100 {
-		t.Fatalf("size %d before the TTL, want the cached 100", info.Size)
+		t.Fatalf("size %d within the TTL, want the cached 100", info.Size)
 	}
-	time.Sleep(60 * time.Millisecond)
+	if err := e.RefreshFileSegment(s); err != nil {
+		t.Fatal(err)
+	}
 	if info, _ := e.FileSegmentInfo(s); info.Size != 300 {
-		t.Fatalf("size %d after the TTL, want 300", info.Size)
+		t.Fatalf("size %d after a refresh, want 300", info.Size)
+	}
+	// A TTL every wait outlives: info re-reads the size by itself.
+	e = newEngine(t, func(c *config.Engine) { c.FileInfoTTL = config.Duration(time.Nanosecond) }, &refTransport{})
+	s = openSeg(t, e, path, engine.PermRead)
+	os.WriteFile(path, make([]byte, 500), 0o644)
+	time.Sleep(time.Millisecond)
+	if info, _ := e.FileSegmentInfo(s); info.Size != 500 {
+		t.Fatalf("size %d after the TTL, want 500", info.Size)
 	}
 }
 
@@ -360,5 +375,54 @@ func TestConcurrentCloses(t *testing.T) {
 		if _, err := e.SubmitAndWait(engine.OpRead, keep, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second); err != nil {
 			t.Fatalf("round %d: the other alias after a double close: %v", i, err)
 		}
+	}
+}
+
+// TestConcurrentClosesHeld is TestConcurrentCloses made deterministic:
+// both closes of one handle are held after closing the entry to new work
+// (the HoldCloses hook) and released one at a time, while another alias
+// stays open. The first to finish must not reopen the entry under the
+// close still in progress; the last must reopen it.
+func TestConcurrentClosesHeld(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, t.TempDir(), "f", 1<<16)
+	keep := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 4096)
+	s := openSeg(t, e, path, engine.PermRead)
+	held := make(chan int, 2)
+	release := [2]chan struct{}{make(chan struct{}), make(chan struct{})}
+	var n atomic.Int32
+	e.HoldCloses(func() {
+		k := int(n.Add(1)) - 1
+		held <- k
+		<-release[k]
+	})
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- e.CloseFileSegment(s, time.Second) }()
+	}
+	<-held
+	<-held
+	read := func() error {
+		_, err := e.SubmitAndWait(engine.OpRead, keep, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, time.Second)
+		return err
+	}
+	if read() == nil {
+		t.Error("the other alias took work while both closes were in progress")
+	}
+	close(release[0])
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if read() == nil {
+		t.Error("the first close to finish reopened the entry under the close still in progress")
+	}
+	close(release[1])
+	if err := <-errs; err != nil {
+		t.Fatal(err)
+	}
+	if err := read(); err != nil {
+		t.Errorf("after both closes the other alias refuses work: %v", err)
 	}
 }

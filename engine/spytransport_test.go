@@ -71,3 +71,30 @@ func (q *spyQueue) Prepare(op *engine.FileOp) error {
 	}
 	return q.Queue.Prepare(op)
 }
+
+// heldWrite holds the worker inside Prepare of the first WRITE op it
+// writes to the ring: that group is dispatched (in flight, its op
+// chosen) but its bytes have not reached the kernel. A test submits
+// what must fence against it, checks, then calls release. The Submit
+// that queued the write runs on its own goroutine (a group on the
+// caller's fast path would block its caller here).
+type heldWrite struct {
+	held, release chan struct{}
+	once          sync.Once
+}
+
+func holdFirstWrite(s *spyTransport) *heldWrite {
+	h := &heldWrite{held: make(chan struct{}), release: make(chan struct{})}
+	s.onPrepare = func(op *engine.FileOp) {
+		if !op.Write {
+			return
+		}
+		first := false
+		h.once.Do(func() { first = true })
+		if first {
+			close(h.held)
+			<-h.release
+		}
+	}
+	return h
+}

@@ -97,18 +97,84 @@ func (w *worker) failTokenLocked(tok uint64, err error) {
 		err: wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err)), drained: true})
 }
 
-// failRestLocked fails every pending task of g from request i on.
+// failRestLocked fails every pending task of g from request from on:
+// the first with err, each later one with an error of its own saying it
+// was not started because the submission stopped at request from (so a
+// task's error file never claims another task's failure as its own).
 func (w *worker) failRestLocked(g *group, from int, err error) {
 	b := w.b
+	var rest error
 	for i := from; i < g.n; i++ {
 		t := &b.mu.tasks[g.first+i]
-		if t.state == TaskPending {
-			t.state = TaskFailed
-			t.err = err
-			b.e.st.tasksFailed.Add(1)
+		if t.state != TaskPending {
+			continue
 		}
+		t.state = TaskFailed
+		b.e.st.tasksFailed.Add(1)
+		if i == from {
+			t.err = err
+			continue
+		}
+		if rest == nil {
+			rest = &Error{Op: g.op.String(), Name: b.name(), Kind: KindOf(err),
+				Err: &notStartedError{at: from, task: g.first + from, cause: err}}
+		}
+		t.err = rest
 	}
 	g.next = g.n
+}
+
+// notStartedError is the failure of a task that was never attempted
+// because its submission stopped at an earlier request. It unwraps to
+// that request's failure, so errors.Is and KindOf see its kind.
+type notStartedError struct {
+	at, task int // the request (submission-relative) and task it stopped at
+	cause    error
+}
+
+func (e *notStartedError) Error() string {
+	return fmt.Sprintf("not started: its submission stopped at requests[%d] (task %d): %s", e.at, e.task, bareText(e.cause, true))
+}
+
+func (e *notStartedError) Unwrap() error { return e.cause }
+
+// inContext is an error quoted inside an *Error that names the same
+// operation and object: it prints without repeating them ("read
+// batches/2: timed out: requests[3] (task 3): deadline passed ..."
+// rather than "...: requests[3] (task 3): read batches/2: timed out:
+// deadline passed ..."), and unwraps to the original.
+type inContext struct {
+	err      error
+	showKind bool // the quoting error's kind differs from err's
+}
+
+func (c inContext) Error() string { return bareText(c.err, !c.showKind) }
+func (c inContext) Unwrap() error { return c.err }
+
+// quoted is err as the detail of an error with op, name and kind: without
+// the op and name when err repeats them, and without its kind too when
+// that is the same.
+func quoted(err error, op, name string, kind Kind) error {
+	if e, ok := err.(*Error); ok && e.Op == op && e.Name == name {
+		return inContext{err: err, showKind: e.Kind != kind}
+	}
+	return err
+}
+
+// bareText is err's message without its op and name when it is an
+// *Error, and without its kind when dropKind.
+func bareText(err error, dropKind bool) string {
+	e, ok := err.(*Error)
+	if !ok {
+		return err.Error()
+	}
+	switch {
+	case e.Err == nil:
+		return e.Kind.String()
+	case dropKind:
+		return e.Err.Error()
+	}
+	return e.Kind.String() + ": " + e.Err.Error()
 }
 
 // outcome is what an executor learned about one running task: the bytes

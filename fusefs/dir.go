@@ -18,6 +18,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/orbitefs/orbitefs/engine"
 )
 
 // child describes one directory entry.
@@ -34,15 +36,17 @@ type children interface {
 	find(name string) (child, bool)
 }
 
-// remover is implemented by children whose entries rmdir removes.
+// remover is implemented by children whose entries rmdir removes, for
+// caller c.
 type remover interface {
-	remove(name string) error
+	remove(c *engine.Caller, name string) error
 }
 
 // dir is a directory node.
 type dir struct {
 	fs.Inode
 	f    *fsys
+	o    who
 	t    time.Time
 	kids children
 }
@@ -52,9 +56,15 @@ var (
 	_ fs.NodeLookuper  = (*dir)(nil)
 	_ fs.NodeReaddirer = (*dir)(nil)
 	_ fs.NodeRmdirer   = (*dir)(nil)
+	_ fs.NodeSetattrer = (*dir)(nil)
 )
 
-func (n *dir) fillAttr(a *fuse.Attr) { n.f.attr(a, modeDir, 0, n.t) }
+func (n *dir) fillAttr(a *fuse.Attr) { n.f.attr(a, n.o, modeDir, 0, n.t) }
+
+func (n *dir) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return setattr(in, false)
+}
 
 func (n *dir) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
@@ -110,5 +120,5 @@ func (n *dir) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if _, ok := n.kids.find(name); !ok {
 		return syscall.ENOENT
 	}
-	return errno(r.remove(name))
+	return errno(r.remove(n.f.caller(ctx), name))
 }

@@ -21,25 +21,36 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/engine"
 )
 
-// ctlNode is what every control file shares: an inode with a fixed mode
-// and time that reports size 0 (reads go through DIRECT_IO handles).
+// ctlNode is what every control file shares: an inode with a fixed
+// owner, mode and time that reports size 0 (reads go through DIRECT_IO
+// handles).
 type ctlNode struct {
 	fs.Inode
 	f    *fsys
+	o    who
 	t    time.Time
 	mode uint32
 }
 
-var _ fs.NodeGetattrer = (*ctlNode)(nil)
+var (
+	_ fs.NodeGetattrer = (*ctlNode)(nil)
+	_ fs.NodeSetattrer = (*ctlNode)(nil)
+)
 
-func (n *ctlNode) fillAttr(a *fuse.Attr) { n.f.attr(a, n.mode, 0, n.t) }
+func (n *ctlNode) fillAttr(a *fuse.Attr) { n.f.attr(a, n.o, n.mode, 0, n.t) }
 
 func (n *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
 	out.SetTimeout(attrTTL) // cache.go
 	return 0
+}
+
+func (n *ctlNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	return setattr(in, false)
 }
 
 // writableNode is a ctlNode that accepts the truncate to 0 that
@@ -50,7 +61,7 @@ var _ fs.NodeSetattrer = (*writableNode)(nil)
 
 func (n *writableNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
-	return truncateOK(in)
+	return setattr(in, true)
 }
 
 // readFile is a read-only file whose content is rendered at open.
@@ -59,8 +70,8 @@ type readFile struct {
 	render func(ctx context.Context) ([]byte, error)
 }
 
-func newReadFile(f *fsys, t time.Time, render func(ctx context.Context) ([]byte, error)) *readFile {
-	return &readFile{ctlNode: ctlNode{f: f, t: t, mode: modeRead}, render: render}
+func newReadFile(f *fsys, o who, t time.Time, render func(ctx context.Context) ([]byte, error)) *readFile {
+	return &readFile{ctlNode: ctlNode{f: f, o: o, t: t, mode: modeRead}, render: render}
 }
 
 var _ fs.NodeOpener = (*readFile)(nil)
@@ -94,14 +105,16 @@ func window(b, dest []byte, off int64) []byte {
 	return b[off:end]
 }
 
-// docFile is a write-only file taking JSON documents.
+// docFile is a write-only file taking JSON documents. Its documents act
+// for the caller that opened the handle (as a file descriptor carries
+// the credentials of its open).
 type docFile struct {
 	writableNode
-	newWriter func() *control.DocWriter
+	newWriter func(c *engine.Caller) *control.DocWriter
 }
 
-func newDocFile(f *fsys, t time.Time, newWriter func() *control.DocWriter) *docFile {
-	return &docFile{writableNode: writableNode{ctlNode{f: f, t: t, mode: modeWrite}}, newWriter: newWriter}
+func newDocFile(f *fsys, o who, t time.Time, newWriter func(c *engine.Caller) *control.DocWriter) *docFile {
+	return &docFile{writableNode: writableNode{ctlNode{f: f, o: o, t: t, mode: modeWrite}}, newWriter: newWriter}
 }
 
 var _ fs.NodeOpener = (*docFile)(nil)
@@ -110,7 +123,7 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_WRONLY {
 		return nil, 0, syscall.EACCES
 	}
-	w := n.newWriter()
+	w := n.newWriter(n.f.caller(ctx))
 	if flags&syscall.O_APPEND != 0 {
 		w.Append()
 	}
@@ -134,14 +147,15 @@ func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 
 func (h *docHandle) Flush(ctx context.Context) syscall.Errno { return errno(h.w.Flush()) }
 
-// cmdFile is a write-only file where each write is one action.
+// cmdFile is a write-only file where each write is one action, for the
+// caller of the write.
 type cmdFile struct {
 	writableNode
-	run func(p []byte) error
+	run func(c *engine.Caller, p []byte) error
 }
 
-func newCmdFile(f *fsys, t time.Time, run func(p []byte) error) *cmdFile {
-	return &cmdFile{writableNode: writableNode{ctlNode{f: f, t: t, mode: modeWrite}}, run: run}
+func newCmdFile(f *fsys, o who, t time.Time, run func(c *engine.Caller, p []byte) error) *cmdFile {
+	return &cmdFile{writableNode: writableNode{ctlNode{f: f, o: o, t: t, mode: modeWrite}}, run: run}
 }
 
 var (
@@ -157,7 +171,7 @@ func (n *cmdFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 }
 
 func (n *cmdFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	if err := n.run(data); err != nil {
+	if err := n.run(n.f.caller(ctx), data); err != nil {
 		return 0, errno(err)
 	}
 	return uint32(len(data)), 0
@@ -178,7 +192,9 @@ var (
 	_ fs.NodeWriter    = (*dataFile)(nil)
 )
 
-func (n *dataFile) fillAttr(a *fuse.Attr) { n.f.attr(a, modeData, n.m.Len(), n.m.Created()) }
+func (n *dataFile) fillAttr(a *fuse.Attr) {
+	n.f.attr(a, n.f.owner(n.m.Owner()), modeData, n.m.Len(), n.m.Created())
+}
 
 func (n *dataFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
@@ -188,7 +204,7 @@ func (n *dataFile) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.Attr
 
 func (n *dataFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
-	return truncateOK(in, n.m.Len())
+	return setattr(in, true, n.m.Len())
 }
 
 func (n *dataFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

@@ -11,17 +11,18 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/engine"
 )
 
 // staticFile is a readFile over a Service method that cannot fail.
 func (f *fsys) staticFile(render func() []byte) func() fs.InodeEmbedder {
 	return func() fs.InodeEmbedder {
-		return newReadFile(f, f.svc.Started(), func(context.Context) ([]byte, error) { return render(), nil })
+		return newReadFile(f, who{}, f.svc.Started(), func(context.Context) ([]byte, error) { return render(), nil })
 	}
 }
 
 func (f *fsys) staticDir(kids children) func() fs.InodeEmbedder {
-	return func() fs.InodeEmbedder { return &dir{f: f, t: f.svc.Started(), kids: kids} }
+	return func() fs.InodeEmbedder { return &dir{f: f, t: f.svc.Started(), kids: kids} } // the mount's
 }
 
 // fixedKids is a directory with a fixed list of entries.
@@ -44,7 +45,8 @@ func newRoot(f *fsys) *dir {
 	ctl := fixedKids{
 		{name: "batches", ino: inoBatches, dir: true, node: f.staticDir(batchesKids{f})},
 		{name: "engine", ino: inoEngineCtl, node: func() fs.InodeEmbedder {
-			return newCmdFile(f, svc.Started(), func(p []byte) error { return svc.EngineCtl(string(p)) })
+			// The daemon's user's alone (and root's), even with allow_other.
+			return newCmdFile(f, f.owner(0, 0, false), svc.Started(), func(c *engine.Caller, p []byte) error { return svc.EngineCtl(c, string(p)) })
 		}},
 	}
 	root := fixedKids{
@@ -67,14 +69,14 @@ type memoryKids struct{ f *fsys }
 func (k memoryKids) register() child {
 	f := k.f
 	return child{name: "register", ino: inoRegister, node: func() fs.InodeEmbedder {
-		return newDocFile(f, f.svc.Started(), f.svc.RegisterWriter)
+		return newDocFile(f, who{}, f.svc.Started(), f.svc.RegisterWriter)
 	}}
 }
 
 func (k memoryKids) memDir(m *control.Memory) child {
 	f := k.f
 	return child{name: m.Name, ino: objIno(m.Seq(), slotDir), dir: true, node: func() fs.InodeEmbedder {
-		return &dir{f: f, t: m.Created(), kids: memKids{f, m}}
+		return &dir{f: f, o: f.owner(m.Owner()), t: m.Created(), kids: memKids{f, m}}
 	}}
 }
 
@@ -96,7 +98,7 @@ func (k memoryKids) find(name string) (child, bool) {
 	return child{}, false
 }
 
-func (k memoryKids) remove(name string) error { return k.f.svc.Unregister(name) }
+func (k memoryKids) remove(c *engine.Caller, name string) error { return k.f.svc.Unregister(c, name) }
 
 // memKids is /memory/<name>: info and data.
 type memKids struct {
@@ -106,9 +108,10 @@ type memKids struct {
 
 func (k memKids) list() []child {
 	f, m := k.f, k.m
+	o := f.owner(m.Owner())
 	return []child{
 		{name: "info", ino: objIno(m.Seq(), slotInfo), node: func() fs.InodeEmbedder {
-			return newReadFile(f, m.Created(), func(context.Context) ([]byte, error) { return f.svc.MemoryInfo(m) })
+			return newReadFile(f, o, m.Created(), func(context.Context) ([]byte, error) { return f.svc.MemoryInfo(m) })
 		}},
 		{name: "data", ino: objIno(m.Seq(), slotData), node: func() fs.InodeEmbedder { return &dataFile{f: f, m: m} }},
 	}
@@ -127,14 +130,14 @@ type segmentsKids struct{ f *fsys }
 func (k segmentsKids) open() child {
 	f := k.f
 	return child{name: "open", ino: inoOpen, node: func() fs.InodeEmbedder {
-		return newDocFile(f, f.svc.Started(), f.svc.OpenWriter)
+		return newDocFile(f, who{}, f.svc.Started(), f.svc.OpenWriter)
 	}}
 }
 
 func (k segmentsKids) segDir(g *control.Segment) child {
 	f := k.f
 	return child{name: g.Name, ino: objIno(g.Seq(), slotDir), dir: true, node: func() fs.InodeEmbedder {
-		return &dir{f: f, t: g.Created(), kids: segKids{f, g}}
+		return &dir{f: f, o: f.owner(g.Owner()), t: g.Created(), kids: segKids{f, g}}
 	}}
 }
 
@@ -156,7 +159,9 @@ func (k segmentsKids) find(name string) (child, bool) {
 	return child{}, false
 }
 
-func (k segmentsKids) remove(name string) error { return k.f.svc.CloseSegment(name) }
+func (k segmentsKids) remove(c *engine.Caller, name string) error {
+	return k.f.svc.CloseSegment(c, name)
+}
 
 // segKids is /segments/<name>: info and refresh.
 type segKids struct {
@@ -166,12 +171,13 @@ type segKids struct {
 
 func (k segKids) list() []child {
 	f, g := k.f, k.g
+	o := f.owner(g.Owner())
 	return []child{
 		{name: "info", ino: objIno(g.Seq(), slotInfo), node: func() fs.InodeEmbedder {
-			return newReadFile(f, g.Created(), func(context.Context) ([]byte, error) { return f.svc.SegmentInfo(g) })
+			return newReadFile(f, o, g.Created(), func(context.Context) ([]byte, error) { return f.svc.SegmentInfo(g) })
 		}},
 		{name: "refresh", ino: objIno(g.Seq(), slotRefresh), node: func() fs.InodeEmbedder {
-			return newCmdFile(f, g.Created(), func([]byte) error { return f.svc.RefreshSegment(g) })
+			return newCmdFile(f, o, g.Created(), func(*engine.Caller, []byte) error { return f.svc.RefreshSegment(g) })
 		}},
 	}
 }
@@ -190,8 +196,8 @@ type batchesKids struct{ f *fsys }
 func (k batchesKids) clone() child {
 	f := k.f
 	return child{name: "clone", ino: inoClone, node: func() fs.InodeEmbedder {
-		return newReadFile(f, f.svc.Started(), func(context.Context) ([]byte, error) {
-			bt, err := f.svc.Clone()
+		return newReadFile(f, who{}, f.svc.Started(), func(ctx context.Context) ([]byte, error) {
+			bt, err := f.svc.Clone(f.caller(ctx))
 			if err != nil {
 				return nil, err
 			}
@@ -210,7 +216,7 @@ func (k batchesKids) txn() child {
 func (k batchesKids) batchDir(bt *control.Batch) child {
 	f := k.f
 	return child{name: strconv.FormatUint(bt.ID, 10), ino: objIno(bt.Seq(), slotDir), dir: true, node: func() fs.InodeEmbedder {
-		return &dir{f: f, t: bt.Created(), kids: batchKids{f, bt}}
+		return &dir{f: f, o: f.owner(bt.Owner()), t: bt.Created(), kids: batchKids{f, bt}}
 	}}
 }
 
@@ -237,9 +243,9 @@ func (k batchesKids) find(name string) (child, bool) {
 	return child{}, false
 }
 
-func (k batchesKids) remove(name string) error {
+func (k batchesKids) remove(c *engine.Caller, name string) error {
 	id, _ := parseIndex(name) // find succeeded
-	return k.f.svc.FreeBatch(uint64(id))
+	return k.f.svc.FreeBatch(c, uint64(id))
 }
 
 // parseIndex accepts only the canonical decimal form ("7", not "07").
@@ -260,24 +266,25 @@ type batchKids struct {
 func (k batchKids) list() []child {
 	f, bt := k.f, k.bt
 	svc, seq, t := f.svc, bt.Seq(), bt.Created()
+	o := f.owner(bt.Owner())
 	read := func(render func(context.Context) ([]byte, error)) func() fs.InodeEmbedder {
-		return func() fs.InodeEmbedder { return newReadFile(f, t, render) }
+		return func() fs.InodeEmbedder { return newReadFile(f, o, t, render) }
 	}
 	return []child{
 		{name: "submit", ino: objIno(seq, slotSubmit), node: func() fs.InodeEmbedder {
-			return newDocFile(f, t, func() *control.DocWriter { return svc.SubmitWriter(bt) })
+			return newDocFile(f, o, t, func(c *engine.Caller) *control.DocWriter { return svc.SubmitWriter(c, bt) })
 		}},
 		{name: "ctl", ino: objIno(seq, slotCtl), node: func() fs.InodeEmbedder {
-			return newCmdFile(f, t, func(p []byte) error { return svc.Ctl(bt, string(p)) })
+			return newCmdFile(f, o, t, func(c *engine.Caller, p []byte) error { return svc.Ctl(c, bt, string(p)) })
 		}},
 		{name: "state", ino: objIno(seq, slotState), node: read(func(context.Context) ([]byte, error) { return svc.State(bt) })},
 		{name: "status", ino: objIno(seq, slotStatus), node: read(func(context.Context) ([]byte, error) { return svc.Status(bt) })},
 		{name: "wait", ino: objIno(seq, slotWait), node: func() fs.InodeEmbedder {
-			return &waitFile{ctlNode: ctlNode{f: f, t: bt.Created(), mode: modeRead}, bt: bt}
+			return &waitFile{ctlNode: ctlNode{f: f, o: o, t: bt.Created(), mode: modeRead}, bt: bt}
 		}},
 		{name: "error", ino: objIno(seq, slotError), node: read(func(context.Context) ([]byte, error) { return bt.Error(), nil })},
 		{name: "tasks", ino: objIno(seq, slotTasks), dir: true, node: func() fs.InodeEmbedder {
-			return &dir{f: f, t: t, kids: tasksKids{f, bt}}
+			return &dir{f: f, o: o, t: t, kids: tasksKids{f, bt}}
 		}},
 	}
 }
@@ -298,7 +305,7 @@ type tasksKids struct {
 func (k tasksKids) task(i int) child {
 	f, bt := k.f, k.bt
 	return child{name: strconv.Itoa(i), ino: taskIno(bt.Seq(), i), node: func() fs.InodeEmbedder {
-		return newReadFile(f, bt.Created(), func(context.Context) ([]byte, error) { return f.svc.Task(bt, i) })
+		return newReadFile(f, f.owner(bt.Owner()), bt.Created(), func(context.Context) ([]byte, error) { return f.svc.Task(bt, i) })
 	}}
 }
 

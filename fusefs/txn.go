@@ -8,8 +8,8 @@
 //	exec 3<&-        # frees the batch
 //
 // Invariants:
-//   - Only O_RDWR opens are accepted (EACCES otherwise): a transaction is
-//     written and read on one descriptor.
+//   - Only O_RDWR opens are accepted (EACCES otherwise, and /error says
+//     why): a transaction is written and read on one descriptor.
 //   - Each open gets its own control.Txn; Release closes it, which frees
 //     (or, for a running batch, cancels and later frees) its batch.
 
@@ -31,10 +31,10 @@ type txnFile struct{ writableNode }
 var _ fs.NodeOpener = (*txnFile)(nil)
 
 func (n *txnFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if accessMode(flags) != syscall.O_RDWR {
-		return nil, 0, syscall.EACCES
+	if m := accessMode(flags); m != syscall.O_RDWR {
+		return nil, 0, errno(n.f.svc.RefuseTxnOpen(m == syscall.O_RDONLY))
 	}
-	t := n.f.svc.NewTxn()
+	t := n.f.svc.NewTxn(n.f.caller(ctx))
 	if flags&syscall.O_APPEND != 0 {
 		t.Append()
 	}

@@ -104,7 +104,7 @@ else
 fi
 check "tasks/0 transferred_bytes" "1048576" "$got"
 rmdir "$M/ctl/batches/$N"
-check "rmdir batch" "clone" "$(ls "$M/ctl/batches")"
+check "rmdir batch" "clone txn" "$(ls "$M/ctl/batches" | tr '\n' ' ' | sed 's/ $//')"
 
 # Bad input: the write itself fails, the text is in the batch's error file.
 N=$(cat "$M/ctl/batches/clone")

@@ -1,4 +1,4 @@
-// batchlife_test.go owns the batch lifecycle rules of issue 8 as a script
+// batchlife_test.go owns the batch lifecycle rules as a script
 // meets them: deferred free (engine.enable_progress_worker), the
 // /ctl/engine file (close_requester, close) and the task fields of
 // transport attempts.

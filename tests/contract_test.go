@@ -1,5 +1,5 @@
-// contract_test.go owns the mount contract (design.md, "The mount
-// (contract v1)") as a map from name to test, in the style of go-fuse's
+// contract_test.go owns the mount contract (docs/mount.md,
+// "orbitefs mount reference (contract v1)") as a map from name to test, in the style of go-fuse's
 // posixtest: TestContract runs every entry as a subtest against one
 // daemon started with the embedded default configuration. Entries must
 // leave the daemon as they found it (their objects are removed at
@@ -9,6 +9,8 @@ package tests
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
 	"sort"
 	"strconv"
@@ -68,8 +70,26 @@ func TestContract(t *testing.T) {
 
 func testVersion(t *testing.T, m *mount) {
 	got := m.ok(t, `cat "$M/version"`)
-	if !regexp.MustCompile(`^orbitefs [0-9]+\.[0-9]+\.[0-9]+\n$`).MatchString(got) {
-		t.Errorf("/version = %q, want \"orbitefs X.Y.Z\\n\"", got)
+	v := regexp.MustCompile(`^orbitefs [0-9]+\.[0-9]+\.[0-9]+ commit ([0-9a-f]{12}|unknown \(.+\))( dirty)?\n$`).FindStringSubmatch(got)
+	if v == nil {
+		t.Errorf("/version = %q, want \"orbitefs X.Y.Z commit HASH [dirty]\\n\"", got)
+	} else if os.Getenv("ORBITEFS_BIN") == "" {
+		// The harness built this binary from this checkout: the commit
+		// and the dirty flag are the checkout's.
+		root, err := repoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+		if err != nil {
+			t.Logf("git rev-parse HEAD: %v; not comparing the commit", err)
+		} else if want := string(head[:12]); v[1] != want {
+			t.Errorf("/version commit %q, want the checkout's HEAD %s", v[1], want)
+		}
+		status, err := exec.Command("git", "-C", root, "status", "--porcelain").Output()
+		if err == nil && (len(status) > 0) != (v[2] != "") {
+			t.Errorf("/version = %q: dirty flag %q, but git status --porcelain says %q", got, v[2], status)
+		}
 	}
 	if want := m.ok(t, `"$BIN" version`); got != want {
 		t.Errorf("/version = %q, but `orbitefs version` prints %q", got, want)
@@ -98,7 +118,7 @@ func testStats(t *testing.T, m *mount) {
 			found = found || strings.Contains(keys, w)
 		}
 		if !found {
-			t.Errorf("/stats keys %s lack %q (design.md: stats cover segments, memory, batches, io_uring, gds, runtime queue, qos)", keys, want)
+			t.Errorf("/stats keys %s lack %q (stats cover segments, memory, batches, io_uring, gds, runtime queue, qos)", keys, want)
 		}
 	}
 	// Fresh on every read: a new region shows up in the next read.
@@ -624,8 +644,9 @@ done`, r))
 }
 
 // testAllowedRoots: with the embedded defaults, file segments open only
-// beneath the daemon's working directory, /tmp and /dev/shm (checked on
-// the opened file's real path); symlinks and ".." cannot lead out.
+// beneath /tmp and /dev/shm (checked on the opened file's real path);
+// symlinks and ".." cannot lead out, and the daemon's working directory
+// is not a root (a daemon started in / once exposed every file).
 func testAllowedRoots(t *testing.T, m *mount) {
 	open := func(name, uri, perm string) shResult {
 		return m.run(t, fmt.Sprintf(`echo '{"name":"%s","uri":"%s","permission":"%s"}' > "$M/segments/open"`, name, uri, perm))
@@ -659,14 +680,14 @@ mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
 
 	ok("file under /tmp", "file://"+T+"/f")
 	ok("file under /dev/shm", "file://"+S+"/f")
-	ok("file in the daemon's working directory", "file://"+m.cwd+"/f")
-	ok("relative URI, resolved against the working directory", "file://f")
 	ok("relative symlink under /tmp to a file next to it", "file://"+T+"/tof")
 	// Confinement checks where the opened file really is, so absolute
 	// symlinks whose target lies beneath an allowed root open too.
 	ok("absolute symlink under /tmp to a file next to it", "file://"+T+"/tofabs")
-	ok("symlink under /tmp to a file in the working directory (another root)", "file://"+T+"/tocwd")
 
+	refused("file in the daemon's working directory", "file://"+m.cwd+"/f", "Permission denied")
+	refused("relative URI, resolved against the working directory", "file://f", "Permission denied")
+	refused("symlink under /tmp to a file in the working directory", "file://"+T+"/tocwd", "Permission denied")
 	refused("/etc/passwd", "file:///etc/passwd", "Permission denied")
 	refused("symlink under /tmp to /etc/passwd", "file://"+T+"/pw", "Permission denied")
 	refused("directory symlink under /tmp to /etc", "file://"+T+"/etc/passwd", "Permission denied")

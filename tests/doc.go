@@ -19,8 +19,8 @@
 //     prints the daemon's log when a test failed.
 //   - objects_test.go: shell helpers that create and remove regions,
 //     segments and batches through the mount.
-//   - contract_test.go: the mount contract (design.md, "The mount
-//     (contract v1)") as a map from name to func(t, *mount), in the style
+//   - contract_test.go: the mount contract (docs/mount.md, "orbitefs mount
+//     reference (contract v1)") as a map from name to func(t, *mount), in the style
 //     of go-fuse's posixtest, run as subtests of TestContract against one
 //     daemon with the embedded default configuration.
 //   - badinput_test.go: every rejected write, table driven (TestContract/

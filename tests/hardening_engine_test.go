@@ -1,6 +1,6 @@
 package tests
 
-// hardening_engine_test.go: issue 6's engine defects where the user meets
+// hardening_engine_test.go: engine defects found in review, where the user meets
 // them, through the mount: a shared region truncated by another process,
 // the bound on registered memory, the io_uring probe in /stats, and a
 // write that fills the filesystem.
@@ -13,6 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/engine"
 )
 
 const (
@@ -164,6 +167,12 @@ func TestWriteFillsFilesystem(t *testing.T) {
 	if !strings.Contains(strings.ToLower(e), strings.ToLower(eNOSPC)) || strings.Contains(e, "shorter than at submit") {
 		t.Fatalf("task error %q, want %s", e, eNOSPC)
 	}
+	// The error is "OP OBJECT: KIND: DETAIL": its kind must be the one the
+	// errno table gives ENOSPC, not an i/o error that merely quotes the
+	// kernel's text.
+	if errno := kindErrno(t, e); errno != syscall.ENOSPC {
+		t.Fatalf("task error %q: its kind maps to %v (%d), want ENOSPC", e, errno, int(errno))
+	}
 	if got <= 0 || got >= 512<<10 || !strings.Contains(e, strconv.Itoa(int(got))+" of 524288 bytes") {
 		t.Fatalf("transferred_bytes %v, error %q: want the exact partial count", got, e)
 	}
@@ -211,4 +220,21 @@ max_file_segments = 0
 			t.Errorf("daemon output lacks %q:\n%s", w, log)
 		}
 	}
+}
+
+// kindErrno returns the errno that the mount's errno table gives the
+// kind named in a task error "OP OBJECT: KIND: DETAIL".
+func kindErrno(t *testing.T, msg string) syscall.Errno {
+	t.Helper()
+	parts := strings.SplitN(msg, ": ", 3)
+	if len(parts) < 3 {
+		t.Fatalf("task error %q is not OP OBJECT: KIND: DETAIL", msg)
+	}
+	for _, row := range control.ErrnoTable() {
+		if row.Kind != engine.KindUnknown && row.Kind.String() == parts[1] {
+			return row.Errno
+		}
+	}
+	t.Fatalf("task error %q: kind %q is no row of the errno table", msg, parts[1])
+	return 0
 }

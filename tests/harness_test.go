@@ -139,7 +139,13 @@ func daemonBinary(t *testing.T) string {
 		}
 		buildDir = dir
 		bin := filepath.Join(dir, "orbitefs")
-		args := []string{"build", "-ldflags=-checklinkname=0"}
+		// The commit and dirty flag, as `make build` stamps them.
+		stamp, err := exec.Command("bash", filepath.Join(root, "scripts", "buildflags.sh")).Output()
+		if err != nil {
+			buildErr = fmt.Errorf("scripts/buildflags.sh: %w", err)
+			return
+		}
+		args := []string{"build", "-ldflags=-checklinkname=0 " + strings.TrimSpace(string(stamp))}
 		if os.Getenv("ORBITEFS_E2E_RACE") == "1" {
 			args = append(args, "-race")
 		}
@@ -163,7 +169,7 @@ type mount struct {
 	dir string // the mountpoint
 	bin string // the daemon binary
 	cfg string // config file passed with --config, or ""
-	cwd string // the daemon's working directory (an allowed root by default)
+	cwd string // the daemon's working directory (never an allowed root by default)
 	log string // the daemon's stdout and stderr
 	dev string // "major:minor" of the mount, recorded when it appeared
 	// before holds the mount IDs at the mountpoint before the start.
@@ -229,8 +235,8 @@ func startDaemon(t *testing.T, o daemonOpts) *mount {
 	mountpoints = append(mountpoints, m.dir)
 	mountpointsMu.Unlock()
 
-	// The daemon's working directory is outside /tmp and /dev/shm, so the
-	// "." allowed root is distinguishable from the others.
+	// The daemon's working directory is outside /tmp and /dev/shm, so a
+	// test can tell that it is not an allowed root.
 	cwdParent := "/var/tmp"
 	if _, err := os.Stat(cwdParent); err != nil {
 		cwdParent = work

@@ -130,6 +130,10 @@ func TestQoSFiles(t *testing.T) {
 	if err := json.Unmarshal([]byte(m.ok(t, `cat "$M/qos/contracts"`)), &contracts); err != nil || len(contracts) != 4 {
 		t.Fatalf("/qos/contracts: %v %v", contracts, err)
 	}
+	// The startup log says which file was loaded and how many contracts.
+	if want := fmt.Sprintf(`msg="qos contracts loaded" op=mount source=%s contracts=4 tenants=1`, qos); !strings.Contains(m.logText(), want) {
+		t.Errorf("the daemon log lacks %q:\n%s", want, m.logText())
+	}
 	out := m.ok(t, `exec 3<>"$M/qos/resolve"
 echo '{"tenant":" Tenant-A ","intent":"foreground_get","priority":"low"}' >&3
 cat <&3`)
@@ -217,5 +221,170 @@ func TestEngineJSONFlag(t *testing.T) {
 	}
 	if log := b.logText(); !strings.Contains(log, `unknown field "max_dispatch_ownerz"`) {
 		t.Errorf("daemon output lacks the unknown field:\n%s", log)
+	}
+}
+
+// writeQoS writes a --qos document to a temporary file.
+func writeQoS(t *testing.T, doc string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "qos.json")
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// resolveAnswer writes doc to a fresh open of /qos/resolve and returns
+// the run (the answer on stdout).
+func (m *mount) resolveAnswer(t *testing.T, doc string) shResult {
+	t.Helper()
+	return m.run(t, fmt.Sprintf(`exec 3<>"$M/qos/resolve"; echo %s >&3; cat <&3`, shq(doc)))
+}
+
+// The starvation table: tenant-a's delay contract is full (the long
+// batch) and 8 more of its submissions wait at their batch heads;
+// tenant-b has its own contract, empty. Each of tenant-b's 4 low-priority
+// reads, with a 2 s deadline, completes at once: a waiter on a full
+// contract holds back only its own contract's waiters.
+func TestQoSFullTenantDoesNotStarveAnother(t *testing.T) {
+	qos := writeQoS(t, `{"qos":{"version":1,"tenants":[
+{"name":"tenant-a","defaults":{"max_inflight_bytes":"1TiB","allowed_degraded_actions":["delay"]}},
+{"name":"tenant-b","defaults":{"max_inflight_bytes":"8MiB","allowed_degraded_actions":["delay"]}}]}}`)
+	// A window as large as the outstanding budget: only the contracts
+	// decide who waits.
+	cfg := strings.Replace(delayConfig, `max_dispatch_bytes = "512MiB"`, "max_dispatch_owners = 8192\nmax_dispatch_bytes = \"2TiB\"", 1)
+	m := startDaemon(t, daemonOpts{config: cfg, args: []string{"--qos", qos}})
+	m.startTenantBatch(t)
+	_, S := m.scratchDirs(t)
+	m.ok(t, `head -c 65536 /dev/urandom > "$S/small"`)
+	r := m.register(t, "small", 65536)
+	s := m.openSegment(t, "small", S+"/small", "read")
+	read := func(tenant, extra string, i int) string {
+		return fmt.Sprintf(`{"op":"read","target":"%s",%s"qos":{"tenant":"%s"},"requests":[{"memory":"%s","offset":%d,"target_offset":%d,"length":4096}]}`, s, extra, tenant, r, i*4096, i*4096)
+	}
+	for i := 0; i < 8; i++ {
+		n := m.clone(t)
+		m.submit(t, n, read("tenant-a", "", i))
+		m.ctl(t, n, "seal")
+	}
+	waitingA := func() string { return m.line(t, `jq -c '.[1] | [.contract, .waiting]' "$M/qos/usage"`) }
+	deadline := time.Now().Add(10 * time.Second)
+	for waitingA() != `["tenant-a",8]` {
+		if time.Now().After(deadline) {
+			t.Fatalf("tenant-a's 8 submissions never all waited: %s", m.ok(t, `cat "$M/qos/usage"`))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i := 0; i < 4; i++ {
+		doc := strings.Replace(read("tenant-b", `"deadline":"2s",`, 8+i), `"tenant":"tenant-b"`, `"tenant":"tenant-b","priority":"low"`, 1)
+		if n, st := m.run1(t, doc); st != "completed" {
+			t.Fatalf("tenant-b's read %d behind tenant-a's full contract: batch %s %s, want completed (task: %s)", i, n, st, m.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/tasks/0"`, n)))
+		}
+	}
+	if w := waitingA(); w != `["tenant-a",8]` {
+		t.Errorf("tenant-a after tenant-b's reads: %s, want its 8 still waiting", w)
+	}
+}
+
+// Asking for a priority above the default (medium) needs the contract's
+// max_priority: otherwise the submission's write fails with EACCES,
+// queues nothing, and the error file says which contract allows what.
+func TestQoSPriorityNeedsContractPermission(t *testing.T) {
+	qos := writeQoS(t, `{"qos":{"version":1,"tenants":[{"name":"plain"},{"name":"vip","defaults":{"max_priority":"high"}}]}}`)
+	m := startDaemon(t, daemonOpts{args: []string{"--qos", qos}})
+	_, S := m.scratchDirs(t)
+	m.ok(t, `head -c 4096 /dev/urandom > "$S/f"`)
+	r := m.register(t, "p", 4096)
+	s := m.openSegment(t, "p", S+"/f", "read")
+	doc := func(tenant, prio string) string {
+		return fmt.Sprintf(`{"op":"read","target":"%s","qos":{"tenant":"%s","priority":"%s"},"requests":[{"memory":"%s","length":4096}]}`, s, tenant, prio, r)
+	}
+	n := m.clone(t)
+	res := m.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(doc("plain", "high")), n))
+	if res.code == 0 || !strings.Contains(res.stderr, "Permission denied") {
+		t.Fatalf("plain asking high: %s\nwant EACCES (Permission denied)", res)
+	}
+	want := `priority high: qos contract "plain" allows requests at most priority medium (its max_priority)`
+	if e := m.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/error"`, n)); !strings.Contains(e, want) {
+		t.Errorf("error file %q lacks %q", e, want)
+	}
+	if c := m.taskCount(t, n); c != 0 {
+		t.Errorf("%d tasks after the refused submit, want 0", c)
+	}
+	res = m.resolveAnswer(t, `{"tenant":"plain","priority":"high"}`)
+	if res.code == 0 || !strings.Contains(res.stderr, "Permission denied") {
+		t.Errorf("resolve plain asking high: %s\nwant EACCES", res)
+	}
+	if e := m.ok(t, `cat "$M/error"`); !strings.Contains(e, want) {
+		t.Errorf("/error %q lacks %q", e, want)
+	}
+	for _, c := range []struct{ tenant, prio string }{{"plain", "low"}, {"plain", "medium"}, {"vip", "high"}} {
+		if n, st := m.run1(t, doc(c.tenant, c.prio)); st != "completed" {
+			t.Errorf("%s asking %s: batch %s %s", c.tenant, c.prio, n, st)
+		}
+	}
+	if p := m.line(t, `(echo '{"tenant":"vip","priority":"high"}' >&3; jq -r .effective_priority <&3) 3<>"$M/qos/resolve"`); p != "high" {
+		t.Errorf("vip resolved to %q, want high", p)
+	}
+	if c := m.line(t, `jq -c '[.[] | .max_priority]' "$M/qos/contracts"`); c != `["medium","medium","high"]` {
+		t.Errorf("/qos/contracts max_priority: %s", c)
+	}
+}
+
+// QoS names compare exactly (ASCII case aside) and refuse control
+// characters; a priority is exactly a documented value. The document
+// itself may end with echo's newline, as everywhere on the mount.
+func TestQoSNamesAndPriorityExact(t *testing.T) {
+	qos := writeQoS(t, `{"qos":{"version":1,"defaults":{"max_priority":"high"},"tenants":[{"name":"key"}]}}`)
+	m := startDaemon(t, daemonOpts{args: []string{"--qos", qos}})
+	matched := func(doc string) string {
+		t.Helper()
+		res := m.resolveAnswer(t, doc)
+		if res.code != 0 {
+			t.Fatalf("resolve %s: %s", doc, res)
+		}
+		var a map[string]any
+		if err := json.Unmarshal([]byte(res.stdout), &a); err != nil {
+			t.Fatalf("resolve %s answered %q", doc, res.stdout)
+		}
+		return fmt.Sprint(a["matched_contract"], " ", a["effective_priority"])
+	}
+	for doc, want := range map[string]string{
+		`{"tenant":" KEY "}`:                 "key medium",
+		`{"tenant":"\u212aey"}`:              "default medium", // KELVIN SIGN is not k
+		`{"tenant":"key","priority":"HiGh"}`: "key high",
+		`{"tenant":"key","priority":0}`:      "key high",
+	} {
+		if got := matched(doc); got != want {
+			t.Errorf("resolve %s: %q, want %q", doc, got, want)
+		}
+	}
+	for doc, want := range map[string]string{
+		`{"tenant":"k\u0000ey"}`:                  `contains control character U+0000`,
+		`{"intent":"get\u0000"}`:                  `contains control character U+0000`,
+		`{"tenant":"key","priority":" HiGh\n"}`:   `priority " HiGh\n": want 0/1/2 or high/medium/low`,
+		`{"tenant":"key","priority":"H\u0130GH"}`: `want 0/1/2 or high/medium/low`,
+	} {
+		res := m.resolveAnswer(t, doc)
+		if res.code == 0 || !strings.Contains(res.stderr, "Invalid argument") {
+			t.Errorf("resolve %s: %s\nwant EINVAL", doc, res)
+			continue
+		}
+		if e := m.ok(t, `cat "$M/error"`); !strings.Contains(e, want) {
+			t.Errorf("resolve %s: /error %q lacks %q", doc, e, want)
+		}
+	}
+	// A submission with such a name is refused at its write too.
+	_, S := m.scratchDirs(t)
+	m.ok(t, `head -c 4096 /dev/urandom > "$S/f"`)
+	r := m.register(t, "n", 4096)
+	s := m.openSegment(t, "n", S+"/f", "read")
+	n := m.clone(t)
+	res := m.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(fmt.Sprintf(`{"op":"read","target":"%s","qos":{"tenant":"k\u0000ey"},"requests":[{"memory":"%s","length":4096}]}`, s, r)), n))
+	if res.code == 0 || !strings.Contains(res.stderr, "Invalid argument") {
+		t.Errorf("submission with a NUL in its tenant: %s\nwant EINVAL", res)
+	}
+	if e := m.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/error"`, n)); !strings.Contains(e, "control character U+0000") {
+		t.Errorf("batch error %q lacks the control character", e)
 	}
 }

@@ -27,7 +27,44 @@ import (
 	"github.com/orbitefs/orbitefs/engine"
 )
 
-func init() { commands["bench"] = benchMain }
+// benchCommands are bench's subcommands, in the order help lists them.
+func benchCommands() []command {
+	return []command{
+		{"bench file", "--file PATH [flags]", "a file workload at a fixed queue depth through the engine (--impl pread: a naive baseline)", benchFileMain},
+		{"bench load", "--file PATH [flags]", "load a whole file into cpu, pinned or cuda:N memory, or store it (--op write)", loadMain},
+		{"bench kvswap", "--dir DIR [flags]", "swap KV-cache groups between per-layer files and memory, by N clients", kvswapMain},
+		{"bench ctl", "[flags]", "batch round trips through a FUSE mount against the Go API", ctlMain},
+	}
+}
+
+// benchHelp writes bench's own help: its subcommands.
+func benchHelp(w io.Writer) {
+	fmt.Fprint(w, "usage: orbitefs bench SUBCOMMAND [flags]\n\nMeasures the engine (no daemon needed). Subcommands:\n")
+	for _, c := range benchCommands() {
+		writeCommand(w, c)
+	}
+	fmt.Fprint(w, "\n`orbitefs bench SUBCOMMAND -h` prints its flags. docs/performance.md records the\nresults and the scripts that compare them with fio.\n")
+}
+
+// benchMain dispatches `orbitefs bench SUBCOMMAND`.
+func benchMain(args []string) int {
+	if len(args) == 0 {
+		benchHelp(os.Stderr)
+		return 2
+	}
+	if isHelp(args[0]) {
+		benchHelp(os.Stdout)
+		return 0
+	}
+	for _, c := range benchCommands() {
+		if c.name == "bench "+args[0] {
+			return c.run(args[1:])
+		}
+	}
+	fmt.Fprintf(os.Stderr, "orbitefs bench: unknown subcommand %q\n\n", args[0])
+	benchHelp(os.Stderr)
+	return 2
+}
 
 const benchUsage = `usage: orbitefs bench file --file PATH [flags]
 
@@ -116,6 +153,11 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 			o.Size = uint64(st.Size()) / o.BlockSize * o.BlockSize
 		}
 	}
+	if *file != "" && !a.create {
+		if _, err := os.Stat(*file); errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("--file %s: no such file (--create --size N makes one of random data)", *file))
+		}
+	}
 	a.opts = o
 	if len(errs) > 0 {
 		return a, errors.Join(errs...)
@@ -126,25 +168,9 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	return a, nil
 }
 
-func benchMain(args []string) int {
-	if len(args) > 0 && args[0] == "load" {
-		return loadMain(args[1:])
-	}
-	if len(args) > 0 && args[0] == "kvswap" {
-		return kvswapMain(args[1:])
-	}
-	if len(args) > 0 && args[0] == "ctl" {
-		return ctlMain(args[1:])
-	}
-	if len(args) == 0 || args[0] != "file" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
-			fmt.Fprint(os.Stdout, benchUsage)
-			return 0
-		}
-		fmt.Fprint(os.Stderr, "usage: orbitefs bench file|load|kvswap|ctl [flags]  (see orbitefs bench file -h, load -h, kvswap -h, ctl -h)\n")
-		return 2
-	}
-	a, err := parseBenchArgs(args[1:], os.Stderr)
+// benchFileMain is `orbitefs bench file`.
+func benchFileMain(args []string) int {
+	a, err := parseBenchArgs(args, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}

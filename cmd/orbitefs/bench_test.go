@@ -51,6 +51,14 @@ func TestParseBenchArgs(t *testing.T) {
 				}
 			}},
 		{name: "no file", args: nil, want: []string{"--file is required"}},
+		{name: "missing file", args: []string{"--file", filepath.Join(dir, "absent"), "--size", "8MiB"},
+			want: []string{"--file " + filepath.Join(dir, "absent") + ": no such file (--create --size N makes one"}},
+		{name: "missing file with --create", args: []string{"--file", filepath.Join(dir, "absent"), "--create", "--size", "8MiB"},
+			check: func(t *testing.T, a benchArgs) {
+				if !a.create || a.opts.Size != 8<<20 {
+					t.Errorf("parsed %+v", a)
+				}
+			}},
 		{name: "bad op", args: append(base, "--op", "append"), want: []string{`--op "append": want read or write`}},
 		{name: "bad pattern", args: append(base, "--pattern", "zipf"), want: []string{`--pattern "zipf": want seq or rand`}},
 		{name: "bad impl", args: append(base, "--impl", "dd"), want: []string{`--impl "dd": want engine or pread`}},

@@ -199,7 +199,7 @@ func runCtl(mount, dataDir string, clients int, runtime time.Duration, forms []c
 			return rep, err
 		}
 		lg := slog.New(slog.NewTextHandler(io.Discard, nil))
-		svc := control.New(e, control.Options{Version: Version, DefaultBatchCapacity: 16, MaxDocumentBytes: 1 << 20,
+		svc := control.New(e, control.Options{Version: buildVersion(), DefaultBatchCapacity: 16, MaxDocumentBytes: 1 << 20,
 			CloseTimeout: time.Minute, IdleBatchTimeout: time.Hour, Logger: lg})
 		srv, err := fusefs.Mount(mount, svc, fusefs.Options{Logger: lg})
 		if err != nil {

@@ -24,7 +24,10 @@ const loadUsage = `usage: orbitefs bench load --file PATH [flags]
 
 Loads a whole file into registered memory (--mem cpu, pinned or cuda:N),
 or stores memory into it (--op write), through the engine API, and reports
-GB/s per pass. Each pass is one submission of --request-sized requests.
+GB/s per pass. A file of any size loads: each pass is cut into
+submissions of --request-sized requests that fit the engine's limits
+(max_transfer_bytes, max_batch_requests, max_inflight_bytes), several in
+flight; a file up to half of max_inflight_bytes is one submission.
 --cold drops the file's page cache before each read pass.
 
 flags:
@@ -49,6 +52,8 @@ func loadMain(args []string) int {
 	lanes := fs.Int("lanes", 0, "engine.staging_lanes (0: the default)")
 	chunks := fs.Int("chunks", 0, "engine.staging_chunk_count (0: the default)")
 	chunk := fs.String("chunk", "", "engine.staging_chunk_size (default: the default)")
+	maxInflight := fs.String("max-inflight-bytes", "", "engine.max_inflight_bytes (default: the default)")
+	maxTransfer := fs.String("max-transfer-bytes", "", "engine.max_transfer_bytes (default: the default)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -91,22 +96,29 @@ func loadMain(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The engine's own limits, as a daemon would have them: PlanLoad cuts
+	// each pass to fit them rather than raising them to fit the file.
 	cfg := config.DefaultEngine()
-	cfg.MaxInflightBytes = config.Size(max(uint64(cfg.MaxInflightBytes), 2*o.Request*uint64(1+o.Size/o.Request)))
-	cfg.MaxTransferBytes = config.Size(max(uint64(cfg.MaxTransferBytes), o.Request))
 	cfg.StagingLanes = *lanes
 	if *chunks > 0 {
 		cfg.StagingChunkCount = *chunks
 	}
-	if *chunk != "" {
-		n, err := config.ParseSize(*chunk)
+	for _, f := range []struct {
+		flag string
+		val  string
+		dst  *config.Size
+	}{{"--chunk", *chunk, &cfg.StagingChunkSize}, {"--max-inflight-bytes", *maxInflight, &cfg.MaxInflightBytes}, {"--max-transfer-bytes", *maxTransfer, &cfg.MaxTransferBytes}} {
+		if f.val == "" {
+			continue
+		}
+		n, err := config.ParseSize(f.val)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "orbitefs bench load: --chunk: %v\n", err)
+			fmt.Fprintf(os.Stderr, "orbitefs bench load: %s: %v\n", f.flag, err)
 			return 2
 		}
-		cfg.StagingChunkSize = n
+		*f.dst = n
 	}
-	// engine.New validates the staging flags.
+	// engine.New validates the staging and limit flags.
 	return runOnEngine("load", cfg, *asJSON, func(e *engine.Engine) (bench.LoadResult, error) { return bench.RunLoad(ctx, e, o) })
 }
 

@@ -1,27 +1,68 @@
 // Command orbitefs is the orbitefs daemon and tool: `mount` serves the
 // control filesystem, `bench` drives the engine directly, `version`
-// prints the version. Each subcommand lives in its own file.
+// prints the version. Each subcommand lives in its own file; the tables
+// below (topCommands, benchCommands in bench.go) are what dispatch and
+// the help texts are made from, so that --help lists every command.
 package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
+	"strings"
 )
 
-// Version is the orbitefs release.
-const Version = "0.1.0"
+// command is one command line entry point.
+type command struct {
+	name     string // "mount", or "bench file" for a bench subcommand
+	synopsis string // its arguments, as usage shows them
+	summary  string // one line
+	run      func(args []string) int
+}
 
-var commands = map[string]func(args []string) int{}
+// topCommands are orbitefs's commands. bench's subcommands are
+// benchCommands.
+func topCommands() []command {
+	return []command{
+		{"mount", mountSynopsis, "serve the control filesystem at MOUNTPOINT in the foreground", runMount},
+		{"bench", "SUBCOMMAND [flags]", "measure the engine; subcommands below", benchMain},
+		{"version", "", "print the release, the commit and \"dirty\" if built with uncommitted changes", runVersion},
+		{"help", "", "print this text (also -h, --help)", nil},
+	}
+}
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: orbitefs <command> [flags]
+// usage writes the top-level help: every command and every bench
+// subcommand with its synopsis.
+func usage(w io.Writer) {
+	fmt.Fprint(w, "usage: orbitefs COMMAND [flags]\n\ncommands:\n")
+	for _, c := range topCommands() {
+		if c.name == "bench" {
+			for _, b := range benchCommands() {
+				writeCommand(w, b)
+			}
+			continue
+		}
+		writeCommand(w, c)
+	}
+	fmt.Fprint(w, "\n`orbitefs mount -h` and `orbitefs bench SUBCOMMAND -h` print each command's flags;\n"+
+		"`orbitefs bench -h` lists the bench subcommands. The mount's files are described\n"+
+		"in its /README once mounted (docs/mount.md in the repository).\n")
+}
 
-commands:
-  mount [--config FILE] MOUNTPOINT   serve the control filesystem (foreground)
-  bench file [flags]                 drive the engine against a file (see bench file -h)
-  version                            print the version
-`)
+// writeCommand writes one command's synopsis line and its summary.
+func writeCommand(w io.Writer, c command) {
+	fmt.Fprintf(w, "  %s\n      %s\n", strings.TrimSpace(c.name+" "+c.synopsis), c.summary)
+}
+
+func runVersion([]string) int {
+	fmt.Printf("orbitefs %s\n", buildVersion())
+	return 0
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "--help" || arg == "help" || arg == "-help"
 }
 
 // gcPercent is the collector's target unless GOGC says otherwise. The
@@ -35,18 +76,27 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	commands["version"] = func([]string) int { fmt.Printf("orbitefs %s\n", Version); return 0 }
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
+	os.Exit(run(os.Args[1:]))
+}
+
+// run dispatches a command line (without the program name) and returns
+// the exit status: help asked for goes to stdout with 0, a missing or
+// unknown command to stderr with 2.
+func run(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
 	}
-	cmd, ok := commands[os.Args[1]]
-	if !ok {
-		if os.Args[1] != "-h" && os.Args[1] != "--help" && os.Args[1] != "help" {
-			fmt.Fprintf(os.Stderr, "orbitefs: unknown command %q\n", os.Args[1])
+	if isHelp(args[0]) {
+		usage(os.Stdout)
+		return 0
+	}
+	for _, c := range topCommands() {
+		if c.name == args[0] && c.run != nil {
+			return c.run(args[1:])
 		}
-		usage()
-		os.Exit(2)
 	}
-	os.Exit(cmd(os.Args[2:]))
+	fmt.Fprintf(os.Stderr, "orbitefs: unknown command %q\n\n", args[0])
+	usage(os.Stderr)
+	return 2
 }

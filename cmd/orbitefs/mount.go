@@ -7,6 +7,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -23,27 +24,46 @@ import (
 	"github.com/orbitefs/orbitefs/fusefs"
 )
 
-func init() { commands["mount"] = runMount }
-
 // unmountGrace is how long a detached mount may keep serving a client
 // that still holds a file before the connection is aborted.
 const unmountGrace = 2 * time.Second
 
-func runMount(args []string) int {
+// mountSynopsis is mount's arguments, as the help texts show them; it
+// names every flag of mountFlags (TestUsageListsEverything).
+const mountSynopsis = "[--config FILE] [--engine-json FILE] [--qos FILE] [--debug] MOUNTPOINT"
+
+// mountArgs is mount's command line.
+type mountArgs struct {
+	cfgPath, qosPath, engineJSON string
+	debug                        bool
+}
+
+// mountFlags is mount's flag set, filling a.
+func mountFlags(a *mountArgs) *flag.FlagSet {
 	fl := flag.NewFlagSet("mount", flag.ContinueOnError)
-	cfgPath := fl.String("config", "", "TOML config `file` (default: the embedded config, see docs/config.md)")
-	debug := fl.Bool("debug", false, "log every FUSE request (very verbose)")
-	qosPath := fl.String("qos", "", "JSON `file` with a \"qos\" section (QoS contracts); replaces the config's engine.qos_file/qos_json")
-	engineJSON := fl.String("engine-json", "", "complete engine JSON `file` (the spec's key names, \"runtime_queue\" and \"qos\" included); replaces the config's [engine] section")
+	fl.StringVar(&a.cfgPath, "config", "", "TOML config `file` (default: the embedded config, see docs/config.md)")
+	fl.BoolVar(&a.debug, "debug", false, "log every FUSE request (very verbose)")
+	fl.StringVar(&a.qosPath, "qos", "", "JSON `file` with a \"qos\" section (QoS contracts); replaces the config's engine.qos_file/qos_json")
+	fl.StringVar(&a.engineJSON, "engine-json", "", "complete engine JSON `file` (engine keys, \"runtime_queue\" and \"qos\" included); replaces the config's [engine] section")
 	fl.Usage = func() {
-		fmt.Fprintf(fl.Output(), "usage: orbitefs mount [--config FILE] [--engine-json FILE] [--qos FILE] [--debug] MOUNTPOINT\n\n"+
+		fmt.Fprintf(fl.Output(), "usage: orbitefs mount %s\n\n"+
 			"Serves the orbitefs control filesystem at MOUNTPOINT in the foreground until\n"+
-			"SIGINT or SIGTERM. Root mounts directly; other users need fusermount3 (fuse3).\n\n")
+			"SIGINT or SIGTERM. Root mounts directly; other users need fusermount3 (fuse3).\n\n", mountSynopsis)
 		fl.PrintDefaults()
 	}
+	return fl
+}
+
+func runMount(args []string) int {
+	var a mountArgs
+	fl := mountFlags(&a)
 	if err := fl.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
+	cfgPath, debug, qosPath, engineJSON := &a.cfgPath, &a.debug, &a.qosPath, &a.engineJSON
 	if fl.NArg() != 1 {
 		fl.Usage()
 		return 2
@@ -72,7 +92,7 @@ func runMount(args []string) int {
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
 	}
-	sopts := control.OptionsFromConfig(cfg.Mount, Version, lg)
+	sopts := control.OptionsFromConfig(cfg.Mount, buildVersion(), lg)
 	if abs, err := filepath.Abs(dir); err == nil {
 		sopts.OwnMount = fusefs.LeadsInto(abs)
 	}
@@ -104,7 +124,11 @@ func runMount(args []string) int {
 	if *cfgPath != "" {
 		source = *cfgPath
 	}
-	lg.Info("mounted", "op", "mount", "dir", srv.Dir(), "version", Version, "config", source,
+	if ecfg.QoS != nil {
+		lg.Info("qos contracts loaded", "op", "mount", "source", qosSource(cfg, a), "contracts", len(e.QoSContracts()),
+			"tenants", len(ecfg.QoS.Tenants))
+	}
+	lg.Info("mounted", "op", "mount", "dir", srv.Dir(), "version", buildVersion(), "config", source,
 		"allowed_roots", cfg.Mount.AllowedRoots, "try", "cat "+srv.Dir()+"/README")
 
 	select {
@@ -152,4 +176,17 @@ func engineConfig(cfg *config.Daemon, engineJSON, qosPath string) (config.Engine
 		return config.Engine{}, err
 	}
 	return ecfg, nil
+}
+
+// qosSource names where the QoS contracts came from, for the startup log.
+func qosSource(cfg *config.Daemon, a mountArgs) string {
+	switch {
+	case a.qosPath != "":
+		return a.qosPath
+	case a.engineJSON != "":
+		return a.engineJSON + " (its \"qos\" section)"
+	case cfg.Engine.QoSFile != "":
+		return cfg.Engine.QoSFile + " (config engine.qos_file)"
+	}
+	return "config engine.qos_json"
 }

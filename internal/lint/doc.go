@@ -1,4 +1,4 @@
 // Package lint holds the project's house rules as ordinary tests: the
-// layering of design.md (cmd -> fusefs -> control -> engine <- backends)
+// layering (cmd -> fusefs -> control -> engine <- backends)
 // and where unsafe, giouring and purego may be imported.
 package lint

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gate.sh: the GPU qualification gate (issue 7). Two halves:
+# gate.sh: the GPU qualification gate (docs/qualification.md). Two halves:
 #
 #   bash tests/gpu/gate.sh build   on the development machine: builds the
 #                                  daemon and every GPU test binary into
@@ -24,7 +24,7 @@ build() {
 	rm -rf "$B"
 	mkdir -p "$B"
 	export CGO_ENABLED=0
-	go build -ldflags=-checklinkname=0 -o "$B/orbitefs" ./cmd/orbitefs
+	go build -ldflags="-checklinkname=0 $(bash scripts/buildflags.sh)" -o "$B/orbitefs" ./cmd/orbitefs
 	for p in backends/cuda backends/gds tests/gpu; do
 		go test -c -ldflags=-checklinkname=0 -o "$B/$(basename "$p").test" "./$p"
 	done

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # table.sh ORBITEFS EXT4DIR TMPFSDIR OUT.jsonl: the side-by-side table of
-# issue 7 in one run on the GPU machine: a 4 GiB file moved into GPU
-# memory by every orbitefs path and by what a user would otherwise run
+# the GPU targets (docs/qualification.md) in one run on the GPU machine:
+# a 4 GiB file moved into GPU memory by every orbitefs path and by what a user would otherwise run
 # (peers.py), cold on ext4 and from tmpfs, plus the disk's own parallel
 # O_DIRECT rate and the engine's DRAM -> file write rate. One JSON object
 # per line in OUT.jsonl; the gate passes if every run completed and
