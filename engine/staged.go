@@ -110,9 +110,6 @@ type lane struct {
 	keepStreams bool // a copy on some stream has an unknown outcome
 }
 
-// errNoLane fails units that no lane could take.
-var errNoLane = errors.New("no staging lane could run these bytes")
-
 // stagingLanes is how many lanes the executor runs.
 func (e *Engine) stagingLanes() int {
 	if n := e.cfg.StagingLanes; n > 0 {
@@ -216,6 +213,16 @@ func (s *stagedExec) start() {
 		lanes[i] = l
 	}
 	s.mu.Lock()
+	if s.closed {
+		// Close ran meanwhile: nothing was queued that a lane could take.
+		s.mu.Unlock()
+		for _, l := range lanes {
+			for _, sl := range l.slots {
+				e.putChunks(p, []*chunk{sl.c})
+			}
+		}
+		return
+	}
 	s.lanes, s.starting = lanes, false
 	for _, l := range lanes {
 		if l.live {
@@ -318,8 +325,13 @@ func (l *lane) loop() {
 			continue
 		}
 		wait := min(cut.Sub(now), maxReapWait)
-		if l.inCopy > 0 {
+		switch {
+		case l.inCopy > 0:
 			wait = min(wait, 100*time.Microsecond)
+		case l.hasFreeSlot():
+			// A unit queued meanwhile waits for this lane's next look
+			// at the queue: bound it (the ring cannot be woken).
+			wait = min(wait, time.Millisecond)
 		}
 		if _, err := l.q.Reap(wait, l.complete); err != nil {
 			l.s.e.log.Warn("staged reap failed", "err", err)
@@ -456,6 +468,16 @@ func (l *lane) earliestCut(grace time.Duration) (time.Time, bool) {
 		}
 	}
 	return cut, ok
+}
+
+// hasFreeSlot reports whether some slot could take a unit now.
+func (l *lane) hasFreeSlot() bool {
+	for i := range l.slots {
+		if l.slots[i].state == slotFree {
+			return true
+		}
+	}
+	return false
 }
 
 // liveSlot reports whether some slot can still take a unit, and keeps
