@@ -44,6 +44,7 @@ noiouring:
 # no deadline to race. 150000 inputs take about 10 s here.
 fuzz:
 	$(GO) test $(LDFLAGS) -run '^$$' -fuzz FuzzParseSubmission -fuzztime 150000x ./control/
+	$(GO) test $(LDFLAGS) -run '^$$' -fuzz FuzzJSONScanner -fuzztime 30000x ./control/
 
 # bench-smoke runs each bench command for 200 ms (scripts/bench-smoke.sh:
 # JSON checked with jq in a temporary directory, one line per command).

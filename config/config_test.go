@@ -3,6 +3,7 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,6 +103,9 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{"staging", func(e *Engine) { e.IOUring.PinnedStaging = true; e.IOUring.StagingSlots = 1000 }, []string{"exceeds 1GiB"}},
 		{"dispatch", func(e *Engine) { e.RuntimeQueue.MaxDispatchOwners = 2000 }, []string{"runtime_queue.max_dispatch_owners (2000)"}},
 		{"credits", func(e *Engine) { e.MaxReceiverCreditSessions = 5000 }, []string{"max_receiver_credit_sessions (5000) must be in [0, 4096]"}},
+		{"mlu NaN", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.NaN() }, []string{"runtime_queue.mlu_local_threshold (NaN) must be a finite number >= 0"}},
+		{"mlu +Inf", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.Inf(1) }, []string{"runtime_queue.mlu_local_threshold (+Inf) must be a finite number >= 0"}},
+		{"mlu -Inf", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.Inf(-1) }, []string{"runtime_queue.mlu_local_threshold (-Inf) must be a finite number >= 0"}},
 		{"registered", func(e *Engine) { e.MaxRegisteredBytes = 1 << 62 }, []string{"max_registered_bytes (4194304TiB) must be <= this machine's MemTotal"}},
 	}
 	for _, c := range cases {
@@ -263,6 +267,69 @@ func TestRegisteredLimit(t *testing.T) {
 	e.MaxRegisteredBytes = 8 << 20
 	if got := e.RegisteredLimit(); got != 8<<20 {
 		t.Errorf("explicit limit %d", got)
+	}
+}
+
+func TestMaxBufferedDocumentBytes(t *testing.T) {
+	for _, c := range []struct {
+		text, want string
+	}{
+		{"max_buffered_document_bytes = \"512KiB\"", "mount.max_buffered_document_bytes (524288) must be in [mount.max_document_bytes (1048576), 64GiB]"},
+		{"max_buffered_document_bytes = \"65GiB\"", "mount.max_buffered_document_bytes (69793218560) must be in"},
+		{"max_buffered_document_bytes = \"1MiB\"", ""},
+	} {
+		p := filepath.Join(t.TempDir(), "c.toml")
+		if err := os.WriteFile(p, []byte("[mount]\n"+c.text+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Load(p)
+		if c.want == "" {
+			if err != nil || d.Mount.MaxBufferedDocumentBytes != 1<<20 {
+				t.Errorf("%s: %v", c.text, err)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: error %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
+// TestQoSFileErrorQuotesNothing: a qos_file that is not JSON is refused
+// without echoing its bytes (it may be a secret named by mistake).
+func TestQoSFileErrorQuotesNothing(t *testing.T) {
+	dir := t.TempDir()
+	for _, content := range []string{"root:SECRETHASH:19000:0:99999:7:::\n", "  \n\tSECRET{}", "[\"SECRET\"]"} {
+		p := filepath.Join(dir, "qos.json")
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ParseQoSFile(p)
+		if err == nil || !strings.Contains(err.Error(), "want a JSON object") || !strings.Contains(err.Error(), p) {
+			t.Fatalf("%q: %v", content, err)
+		}
+		if strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "root") {
+			t.Errorf("%q: the error quotes the file: %v", content, err)
+		}
+	}
+}
+
+// TestLoadImpliedTable: a sub-table header alone ([engine.runtime_queue]
+// without [engine]) implies its parent, as TOML says.
+func TestLoadImpliedTable(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(p, []byte("[engine.runtime_queue]\nmlu_local_threshold = 0.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Load(p)
+	if err != nil || d.Engine.RuntimeQueue.MLULocalThreshold != 0.5 {
+		t.Fatalf("implied [engine]: %v", err)
+	}
+	if err := os.WriteFile(p, []byte("engine = 5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(p); err == nil || !strings.Contains(err.Error(), "engine: want a table [engine]") {
+		t.Fatalf("engine = 5: %v", err)
 	}
 }
 

@@ -31,6 +31,7 @@ func DefaultTOML() string { return defaultTOML }
 type Daemon struct {
 	Mount  Mount  `toml:"mount"`
 	Engine Engine `toml:"engine"`
+	Peer   Peer   `toml:"peer"`
 }
 
 // Mount configures the FUSE front end.
@@ -47,6 +48,9 @@ type Mount struct {
 	DefaultBatchCapacity int `toml:"default_batch_capacity"`
 	// MaxDocumentBytes bounds one JSON document written to a control file.
 	MaxDocumentBytes Size `toml:"max_document_bytes"`
+	// MaxBufferedDocumentBytes bounds the bytes that unfinished documents
+	// on all open control files hold together.
+	MaxBufferedDocumentBytes Size `toml:"max_buffered_document_bytes"`
 	// CloseTimeout bounds rmdir of a segment (drain of admitted users).
 	CloseTimeout Duration `toml:"close_timeout"`
 	// IdleBatchTimeout is how long a batch read from clone may go without
@@ -176,6 +180,9 @@ func (d *Daemon) Validate() error {
 	if m.MaxDocumentBytes < 64 || m.MaxDocumentBytes > 64<<20 {
 		p.addf("mount.max_document_bytes (%d) must be in [64, 64MiB]", m.MaxDocumentBytes)
 	}
+	if m.MaxBufferedDocumentBytes < m.MaxDocumentBytes || m.MaxBufferedDocumentBytes > 64<<30 {
+		p.addf("mount.max_buffered_document_bytes (%d) must be in [mount.max_document_bytes (%d), 64GiB]: one unfinished document of the largest size must fit", m.MaxBufferedDocumentBytes, m.MaxDocumentBytes)
+	}
 	p.positiveDur("mount.close_timeout", m.CloseTimeout)
 	p.positiveDur("mount.shutdown_timeout", m.ShutdownTimeout)
 	if m.IdleBatchTimeout < Duration(time.Second) || m.IdleBatchTimeout > Duration(24*time.Hour) {
@@ -188,6 +195,7 @@ func (d *Daemon) Validate() error {
 		p.addf("mount.log_level: %v", err)
 	}
 	d.Engine.validate(&p, "engine.")
+	d.Peer.validate(&p)
 	return p.err("invalid config")
 }
 

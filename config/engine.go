@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -285,8 +286,10 @@ func (c *Engine) validate(p *problems, pre string) {
 	if q.PriorityAging < 0 {
 		p.addf("%sruntime_queue.priority_aging (%s) must be >= 0", pre, q.PriorityAging)
 	}
-	if q.MLULocalThreshold < 0 {
-		p.addf("%sruntime_queue.mlu_local_threshold (%g) must be >= 0", pre, q.MLULocalThreshold)
+	if !(q.MLULocalThreshold >= 0) || math.IsInf(q.MLULocalThreshold, 1) {
+		// NaN fails every comparison, so it must be refused by name:
+		// "ratio >= NaN" never holds and would disable the check silently.
+		p.addf("%sruntime_queue.mlu_local_threshold (%g) must be a finite number >= 0", pre, q.MLULocalThreshold)
 	}
 	if q.StagingOwnerReserve < 0 || q.StagingOwnerReserve > q.MaxOutstandingOwners {
 		p.addf("%sruntime_queue.staging_owner_reserve (%d) must be in [0, max_outstanding_owners (%d)]", pre, q.StagingOwnerReserve, q.MaxOutstandingOwners)

@@ -29,6 +29,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	json "github.com/go-json-experiment/json"
@@ -317,7 +318,7 @@ func (q *QoS) Validate() error {
 	if q.Version != 1 {
 		return qosErr("qos.version %d: only version 1 is accepted", q.Version)
 	}
-	if err := checkActions("qos.defaults", q.Defaults); err != nil {
+	if err := checkFields("qos.defaults", q.Defaults); err != nil {
 		return err
 	}
 	seen := map[string]bool{}
@@ -331,7 +332,7 @@ func (q *QoS) Validate() error {
 			return qosErr("%s.name %q: duplicate tenant after normalization", at, t.Name)
 		}
 		seen[t.Name] = true
-		if err := checkActions(at+".defaults", t.Defaults); err != nil {
+		if err := checkFields(at+".defaults", t.Defaults); err != nil {
 			return err
 		}
 		contracts++
@@ -339,7 +340,7 @@ func (q *QoS) Validate() error {
 			if err := checkQoSName(at+".intents", name); err != nil {
 				return err
 			}
-			if err := checkActions(fmt.Sprintf("%s.intents.%s", at, name), f); err != nil {
+			if err := checkFields(fmt.Sprintf("%s.intents.%s", at, name), f); err != nil {
 				return err
 			}
 			contracts++
@@ -366,7 +367,17 @@ func checkQoSName(at, n string) error {
 	return nil
 }
 
-func checkActions(at string, f QoSFields) error {
+// checkFields checks one layer: priorities in range (a programmatic
+// config bypasses ParsePriority) and the actions.
+func checkFields(at string, f QoSFields) error {
+	for _, p := range []struct {
+		name string
+		v    *Priority
+	}{{"priority", f.Priority}, {"max_priority", f.MaxPriority}} {
+		if p.v != nil && *p.v > PriorityLow {
+			return qosErr("%s.%s %d: want 0/1/2 or high/medium/low", at, p.name, *p.v)
+		}
+	}
 	if f.AllowedDegradedActions == nil {
 		return nil
 	}
@@ -407,8 +418,13 @@ func (q *QoS) UsesDelay() bool {
 // errors that name the key.
 func strictJSON(data []byte, v any) error {
 	t := bytes.TrimSpace(data)
-	if len(t) == 0 || t[0] != '{' {
-		return fmt.Errorf("want a JSON object, got %.20q", t)
+	if len(t) == 0 {
+		return errors.New("want a JSON object, got an empty document")
+	}
+	if t[0] != '{' {
+		// Never quote the bytes: the file may be one that is not meant to
+		// be shown (a mistyped path to a secret).
+		return fmt.Errorf("want a JSON object: the first non-blank byte, at offset %d, is not '{'", bytes.IndexFunc(data, func(r rune) bool { return !unicode.IsSpace(r) }))
 	}
 	err := json.Unmarshal(data, v, json.RejectUnknownMembers(true))
 	if err == nil {

@@ -282,3 +282,17 @@ func TestPriorityAgingConfig(t *testing.T) {
 		t.Errorf("engine json priority_aging: %v %v", ej.RuntimeQueue.PriorityAging, err)
 	}
 }
+
+// A programmatic config cannot carry a priority ParsePriority would refuse.
+func TestQoSValidatePriorityRange(t *testing.T) {
+	bad := Priority(3)
+	for name, q := range map[string]*QoS{
+		"qos.defaults.priority":                 {Version: 1, Defaults: QoSFields{Priority: &bad}},
+		"qos.tenants[0].defaults.max_priority":  {Version: 1, Tenants: []QoSTenant{{Name: "t", Defaults: QoSFields{MaxPriority: &bad}}}},
+		"qos.tenants[0].intents.x.max_priority": {Version: 1, Tenants: []QoSTenant{{Name: "t", Intents: map[string]QoSFields{"x": {MaxPriority: &bad}}}}},
+	} {
+		if err := q.Validate(); err == nil || !strings.Contains(err.Error(), name+" 3: want 0/1/2") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/config"
@@ -32,7 +33,8 @@ type Batch struct {
 	seq     uint64
 	created time.Time
 	b       *engine.Batch
-	idle    *time.Timer // reclaims the batch if it stays unused (idle.go); nil for a txn's
+	idle    *time.Timer  // reclaims the batch if it stays unused (idle.go); nil for a txn's
+	active  atomic.Int64 // UnixNano of the last write to submit or ctl, or of the clone (idle.go)
 	owner   owner
 
 	mu struct {
@@ -206,6 +208,7 @@ func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, e
 	}
 	bt := &Batch{ID: b.ID(), seq: s.nextSeq(), created: time.Now(), b: b, owner: c}
 	bt.mu.targets = make(map[int]string, 1)
+	bt.active.Store(bt.created.UnixNano())
 	if idle {
 		bt.idle = time.AfterFunc(s.opts.IdleBatchTimeout, func() { s.reclaimIdle(bt) })
 	}
@@ -221,7 +224,7 @@ func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, e
 // SubmitWriter returns the handle state for one open of the batch's
 // submit file by c.
 func (s *Service) SubmitWriter(c *engine.Caller, bt *Batch) *DocWriter {
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes),
+	return &DocWriter{doc: s.newDocument(), onWrite: bt.touch,
 		commit: func(doc []byte) error { return s.Submit(c, bt, doc) },
 		fail:   func(err error) error { return s.fail(bt.scope("submit"), err) }}
 }
@@ -384,6 +387,7 @@ func (s *Service) Ctl(caller *engine.Caller, bt *Batch, text string) error {
 	if err := s.mine(caller, bt, "ctl"); err != nil {
 		return err
 	}
+	bt.touch()
 	c, err := ParseCtl(text)
 	if err != nil {
 		return s.fail(bt.scope("ctl"), err)

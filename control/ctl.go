@@ -41,24 +41,25 @@ func ParseCtl(text string) (Ctl, error) {
 		return Ctl{}, invalid("empty ctl command: want seal, cancel I, cancel_all, progress or free")
 	}
 	if strings.ContainsAny(line, "\n\r") {
-		return Ctl{}, invalid("ctl %q: one command per write", line)
+		return Ctl{}, invalid("ctl %s: one command per write", quoteText(line, quoteRunes))
 	}
 	f := strings.Fields(line)
 	switch v := CtlVerb(f[0]); v {
 	case CtlSeal, CtlCancelAll, CtlProgress, CtlFree:
 		if len(f) != 1 {
-			return Ctl{}, invalid("ctl %q: %s takes no argument", line, v)
+			return Ctl{}, invalid("ctl %s: %s takes no argument", quoteText(line, quoteRunes), v)
 		}
 		return Ctl{Verb: v}, nil
 	case CtlCancel:
 		if len(f) != 2 {
-			return Ctl{}, invalid("ctl %q: want cancel I (a task index)", line)
+			return Ctl{}, invalid("ctl %s: want cancel I (a task index)", quoteText(line, quoteRunes))
 		}
+		// Plain decimal digits only: Atoi alone would take "+1" and "-0".
 		i, err := strconv.Atoi(f[1])
-		if err != nil || i < 0 {
-			return Ctl{}, invalid("ctl %q: task index %q is not a nonnegative integer", line, f[1])
+		if err != nil || strings.Trim(f[1], "0123456789") != "" {
+			return Ctl{}, invalid("ctl %s: task index %s is not a nonnegative integer in plain decimal digits", quoteText(line, quoteRunes), quoteText(f[1], quoteRunes))
 		}
 		return Ctl{Verb: CtlCancel, Task: i}, nil
 	}
-	return Ctl{}, invalid("unknown ctl command %q: want seal, cancel I, cancel_all, progress or free", line)
+	return Ctl{}, invalid("unknown ctl command %s: want seal, cancel I, cancel_all, progress or free", quoteText(line, quoteRunes))
 }

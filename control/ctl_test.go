@@ -28,6 +28,12 @@ func TestParseCtl(t *testing.T) {
 		{"cancel", Ctl{}, "want cancel I"},
 		{"cancel x", Ctl{}, `task index "x"`},
 		{"cancel -1", Ctl{}, `task index "-1"`},
+		{"cancel +1", Ctl{}, `task index "+1" is not a nonnegative integer in plain decimal digits`},
+		{"cancel -0", Ctl{}, `task index "-0"`},
+		{"cancel 0x1", Ctl{}, `task index "0x1"`},
+		{"cancel 1_0", Ctl{}, `task index "1_0"`},
+		{"cancel ٣", Ctl{}, `task index "٣"`},
+		{"cancel 007", Ctl{Verb: CtlCancel, Task: 7}, ""},
 		{"cancel 1 2", Ctl{}, "want cancel I"},
 		{"seal\nfree\n", Ctl{}, "one command per write"},
 	} {

@@ -43,7 +43,7 @@
 // opened on a removed object never reaches a new object of the same name.
 // Objects are created by the creator files and removed by rmdir (or the
 // free command); a batch that never accepted a submission is also freed
-// after mount.idle_batch_timeout (idle.go), and a transaction's batch
+// after mount.idle_batch_timeout without a write to it (idle.go), and a transaction's batch
 // when its descriptor moves on to the next one or closes (txn.go).
 // Shutdown refuses new work,
 // drains, wakes waiters and closes the engine.
@@ -53,7 +53,11 @@
 // Every JSON document is decoded by decodeStrict (strict.go): exact-case
 // keys, no duplicates, no unknown keys. Each open handle of a document
 // file is a DocWriter (docwriter.go): sequential writes from offset 0 and
-// a sticky first error.
+// a sticky first error. A document is checked as it arrives by a
+// resumable scanner (jsonscan.go), each byte once however it is chunked,
+// and unfinished documents draw on one mount-wide budget of buffered
+// bytes (budget.go). Error texts quote a short prefix of what a client
+// sent, never all of it (quote.go).
 //
 // # Locking
 //

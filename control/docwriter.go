@@ -11,6 +11,11 @@
 //     succeeded can therefore never run a document twice. Handles opened
 //     with O_APPEND are exempt: the kernel picks their offset from a
 //     size this file does not have, and appending is what they ask for.
+//   - Files answered on the same descriptor (qos/resolve) take one
+//     document after another: the first write of each document may land
+//     at any offset (the descriptor's position is wherever the previous
+//     answer's read left it); the chunks of one document still follow
+//     each other.
 //   - Sticky errors. Once a write on the handle failed (a bad document,
 //     a refused submission, a bad offset), every later write and every
 //     flush of the handle fail with the same errno and no later byte is
@@ -19,6 +24,12 @@
 //     retry (Python's print exits 0); the failing flush at close is what
 //     makes them notice. It also means bytes after a refused document
 //     (a crafted tail that is itself a valid document) are never run.
+//     The one exception is a write refused because the mount's budget of
+//     buffered document bytes is spent (KindExhausted, EAGAIN): it
+//     changes nothing, not even the expected offset, so the same write
+//     may be retried.
+//   - Release (Close) drops the buffer and gives its bytes back to the
+//     budget; so does every completed or failed document.
 //
 // Invariants:
 //   - failed, once set, never changes; the error recorded in the error
@@ -31,19 +42,25 @@ package control
 import (
 	"fmt"
 	"sync"
+
+	"github.com/orbitefs/orbitefs/engine"
 )
 
 // DocWriter is the per-open-handle state of a JSON creator or submit
 // file: it assembles documents from write chunks and acts on each the
 // moment it is complete. Safe for concurrent use.
 type DocWriter struct {
-	mu     sync.Mutex
-	doc    *Document
-	commit func([]byte) error // records its own errors
-	fail   func(error) error  // records and labels an error
-	append bool               // opened O_APPEND: offsets are not checked
-	next   int64              // offset the next write must have
-	failed error              // the handle's first failure; sticky
+	mu      sync.Mutex
+	doc     *Document
+	commit  func([]byte) error // records its own errors
+	onWrite func()             // called on every write; may be nil
+	fail    func(error) error  // records and labels an error
+	append  bool               // opened O_APPEND: offsets are not checked
+	restart bool               // each document's first write may be at any offset
+	inDoc   bool               // a document's bytes have been accepted (restart)
+	next    int64              // offset the next write must have
+	failed  error              // the handle's first failure; sticky
+	closed  bool               // released: nothing more is buffered
 }
 
 // Append marks the handle as opened with O_APPEND: writes are taken in
@@ -51,6 +68,23 @@ type DocWriter struct {
 func (w *DocWriter) Append() {
 	w.mu.Lock()
 	w.append = true
+	w.mu.Unlock()
+}
+
+// Restartable lets each document's first write land at any offset, for
+// files whose answer is read on the same descriptor between documents.
+func (w *DocWriter) Restartable() {
+	w.mu.Lock()
+	w.restart = true
+	w.mu.Unlock()
+}
+
+// Close drops whatever the handle buffered (the handle was released);
+// later writes buffer nothing.
+func (w *DocWriter) Close() {
+	w.mu.Lock()
+	w.doc.Reset()
+	w.closed = true
 	w.mu.Unlock()
 }
 
@@ -68,22 +102,37 @@ func (e *stickyError) Unwrap() error { return e.first }
 // error is the one write(2) must return; it has been recorded and
 // logged.
 func (w *DocWriter) Write(p []byte, off int64) error {
+	if w.onWrite != nil {
+		w.onWrite()
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.failed != nil {
 		return &stickyError{first: w.failed}
+	}
+	if w.closed {
+		// The kernel sends no write after release; should one come, it
+		// must not take from the budget that nothing would give back.
+		return w.fail(invalid("write after the file was released"))
+	}
+	if w.restart && !w.inDoc {
+		w.next = off
 	}
 	if !w.append && off != w.next {
 		w.doc.Reset()
 		w.failed = w.fail(invalid("write at offset %d: documents are written sequentially from offset 0 and this file's next byte is at offset %d (no seek, no rewrite)", off, w.next))
 		return w.failed
 	}
-	w.next += int64(len(p))
 	doc, err := w.doc.Append(p)
 	if err != nil {
+		if engine.KindOf(err) == engine.KindExhausted {
+			return w.fail(err) // changed nothing: not sticky
+		}
 		w.failed = w.fail(err)
 		return w.failed
 	}
+	w.next += int64(len(p))
+	w.inDoc = w.doc.Started()
 	if doc == nil {
 		return nil
 	}

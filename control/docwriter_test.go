@@ -12,7 +12,7 @@ import (
 // refused when the document contains "refuse".
 func newTestWriter(max int) (*DocWriter, *[]string) {
 	var done []string
-	w := &DocWriter{doc: NewDocument(max),
+	w := &DocWriter{doc: NewDocument(max, nil),
 		commit: func(doc []byte) error {
 			if strings.Contains(string(doc), "refuse") {
 				return detail(engine.KindRange, "refused %s", doc)
@@ -109,5 +109,59 @@ func TestDocWriterSticky(t *testing.T) {
 	}
 	if len(*done) != 0 {
 		t.Fatalf("the tail was run: %q", *done)
+	}
+}
+
+// TestDocWriterBudgetNotSticky: a write refused by the buffer budget
+// changes nothing, not even the expected offset: retried once another
+// handle released its buffer, the same write is accepted.
+func TestDocWriterBudgetNotSticky(t *testing.T) {
+	budget := NewBudget(1024)
+	w1 := &DocWriter{doc: NewDocument(4096, budget), commit: func([]byte) error { return nil }, fail: func(err error) error { return err }}
+	w2 := &DocWriter{doc: NewDocument(4096, budget), commit: func([]byte) error { return nil }, fail: func(err error) error { return err }}
+	if err := w1.Write([]byte(`{"a":"`+strings.Repeat("x", 700)), 0); err != nil {
+		t.Fatal(err)
+	}
+	piece := []byte(`{"b":"` + strings.Repeat("y", 400))
+	if err := w2.Write(piece, 0); engine.KindOf(err) != engine.KindExhausted {
+		t.Fatalf("over the budget: %v", err)
+	}
+	w1.Close()
+	if budget.Used() != 0 {
+		t.Fatalf("released handle still holds %d bytes", budget.Used())
+	}
+	if err := w2.Write(piece, 0); err != nil {
+		t.Fatalf("the same write retried after the release: %v", err)
+	}
+	if err := w2.Write([]byte(`"}`), int64(len(piece))); err != nil {
+		t.Fatalf("finishing: %v", err)
+	}
+	if err := w1.Write([]byte(`{}`), 0); err == nil || budget.Used() != 0 {
+		t.Fatalf("write after release: %v, %d bytes held", err, budget.Used())
+	}
+}
+
+// TestDocWriterRestartable: on a restartable handle (qos/resolve) each
+// document's first write may land anywhere; its later chunks may not.
+func TestDocWriterRestartable(t *testing.T) {
+	w, done := newTestWriter(1024)
+	w.Restartable()
+	if err := w.Write([]byte(`{"a":1}`+"\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write([]byte(`{"b":`), 500); err != nil {
+		t.Fatalf("second document at another offset: %v", err)
+	}
+	if err := w.Write([]byte(`2}`), 505); err != nil {
+		t.Fatalf("its second chunk: %v", err)
+	}
+	if len(*done) != 2 {
+		t.Fatalf("committed %q", *done)
+	}
+	if err := w.Write([]byte(`{"c":`), 900); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Write([]byte(`3}`), 0); engine.KindOf(err) != engine.KindInvalid {
+		t.Fatalf("a chunk out of place inside a document: %v", err)
 	}
 }

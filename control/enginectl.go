@@ -40,7 +40,7 @@ type EngineCtl struct {
 func ParseEngineCtl(text string) (EngineCtl, error) {
 	line := strings.TrimSpace(text)
 	if strings.ContainsAny(line, "\n\r") {
-		return EngineCtl{}, invalid("engine ctl %q: one command per write", line)
+		return EngineCtl{}, invalid("engine ctl %s: one command per write", quoteText(line, quoteRunes))
 	}
 	f := strings.Fields(line)
 	if len(f) == 0 {
@@ -48,7 +48,7 @@ func ParseEngineCtl(text string) (EngineCtl, error) {
 	}
 	v := EngineVerb(f[0])
 	if v != EngineCloseRequester && v != EngineClose {
-		return EngineCtl{}, invalid("unknown engine ctl command %q: want close_requester [DUR] or close [DUR]", line)
+		return EngineCtl{}, invalid("unknown engine ctl command %s: want close_requester [DUR] or close [DUR]", quoteText(line, quoteRunes))
 	}
 	c := EngineCtl{Verb: v}
 	switch len(f) {
@@ -56,11 +56,11 @@ func ParseEngineCtl(text string) (EngineCtl, error) {
 	case 2:
 		d, err := time.ParseDuration(f[1])
 		if err != nil || d <= 0 {
-			return EngineCtl{}, invalid("engine ctl %q: timeout %q is not a positive duration such as 5s", line, f[1])
+			return EngineCtl{}, invalid("engine ctl %s: timeout %s is not a positive duration such as 5s", quoteText(line, quoteRunes), quoteText(f[1], quoteRunes))
 		}
 		c.Timeout = d
 	default:
-		return EngineCtl{}, invalid("engine ctl %q: want %s [DUR]", line, v)
+		return EngineCtl{}, invalid("engine ctl %s: want %s [DUR]", quoteText(line, quoteRunes), v)
 	}
 	return c, nil
 }

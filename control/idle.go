@@ -2,8 +2,14 @@
 // batch, so anything that walks the mount reading every file (grep -r,
 // cp -r, a desktop indexer) allocates one per pass and never frees it;
 // without reclaiming, mount.max_allocated_batches would end up refusing
-// every client. A batch that has not accepted a single submission
-// mount.idle_batch_timeout after its clone is freed, as rmdir would.
+// every client. A batch that has not accepted a single submission and
+// saw no activity for mount.idle_batch_timeout is freed, as rmdir would.
+//
+// Activity is a write to the batch's submit or ctl file: a client
+// writing a submission in pieces, or sending `progress` while it thinks,
+// is using the batch, however long since the clone. Reads are not
+// activity: the walkers this exists for read every file, and counting
+// their reads would keep alive the very batches they left behind.
 //
 // Invariants:
 //   - A batch that accepted a submission is never reclaimed (its owner
@@ -11,7 +17,9 @@
 //     the reclaim decide under Batch.mu, so a submit either runs on a
 //     batch that stays or fails with KindNotFound saying why.
 //   - Each batch has one timer, created before the batch is published and
-//     stopped when it is freed; it never fires after Shutdown began.
+//     stopped when it is freed; it never fires after Shutdown began. When
+//     it fires early (activity since it was set), it is set again for the
+//     rest of the timeout counted from the last activity.
 
 package control
 
@@ -49,15 +57,27 @@ func (bt *Batch) wasReclaimed() bool {
 	return bt.mu.reclaimed
 }
 
+// touch records activity on the batch (a write to submit or ctl).
+func (bt *Batch) touch() { bt.active.Store(time.Now().UnixNano()) }
+
+// idleFor is the time since the batch's last activity (or its clone).
+func (bt *Batch) idleFor() time.Duration {
+	return time.Since(time.Unix(0, bt.active.Load()))
+}
+
 // errReclaimed is what every operation on a reclaimed batch answers.
 func (s *Service) errReclaimed(bt *Batch) error {
-	return notFound("batch %d was reclaimed: it had no submission %s after its clone (mount.idle_batch_timeout)", bt.ID, s.opts.IdleBatchTimeout)
+	return notFound("batch %d was reclaimed: it had no submission and no write to its submit or ctl file for %s (mount.idle_batch_timeout)", bt.ID, s.opts.IdleBatchTimeout)
 }
 
 // reclaimIdle frees bt unless it accepted a submission, one is in
 // progress, or it is already gone. Called by bt's idle timer.
 func (s *Service) reclaimIdle(bt *Batch) {
 	if s.closing.Load() || s.Batch(bt.ID) != bt {
+		return
+	}
+	if idle := bt.idleFor(); idle < s.opts.IdleBatchTimeout {
+		bt.idle.Reset(s.opts.IdleBatchTimeout - idle)
 		return
 	}
 	bt.mu.Lock()
@@ -78,5 +98,5 @@ func (s *Service) reclaimIdle(bt *Batch) {
 	// error file went with it: /error says why.
 	s.record(scope{op: "reclaim", name: bt.name()}, s.errReclaimed(bt))
 	s.log.Info("idle batch reclaimed", "op", "reclaim", "batch", bt.ID,
-		"idle", time.Since(bt.created).Round(time.Millisecond), "timeout", s.opts.IdleBatchTimeout)
+		"idle", bt.idleFor().Round(time.Millisecond), "timeout", s.opts.IdleBatchTimeout)
 }

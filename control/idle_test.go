@@ -50,3 +50,49 @@ func TestIdleReclaim(t *testing.T) {
 	err = s.Submit(nil, idle, []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`))
 	wantErrno(t, "submit to a reclaimed batch", err, syscall.ENOENT, "mount.idle_batch_timeout")
 }
+
+// TestIdleReclaimCountsFromActivity: writes to submit (a submission in
+// pieces) or ctl (progress) keep an unused batch alive past the timeout
+// counted from its clone; reads do not; once the writes stop, the batch
+// is reclaimed a timeout after the last one.
+func TestIdleReclaimCountsFromActivity(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	s, _ := serviceOver(t, t.TempDir(), func(o *control.Options) { o.IdleBatchTimeout = timeout })
+	pieces, _ := s.Clone(nil)
+	progress, _ := s.Clone(nil)
+	read, _ := s.Clone(nil)
+	w := s.SubmitWriter(nil, pieces)
+	doc := []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`)
+	start := time.Now()
+	for i := 0; time.Since(start) < 4*timeout; i++ {
+		if err := w.Write(doc[i:i+1], int64(i)); err != nil {
+			t.Fatalf("piece %d: %v", i, err)
+		}
+		if err := s.Ctl(nil, progress, "progress"); err != nil {
+			t.Fatalf("progress: %v", err)
+		}
+		if _, err := s.State(read); err != nil && time.Since(start) < timeout/2 {
+			t.Fatalf("state: %v", err)
+		}
+		time.Sleep(timeout / 6)
+	}
+	if s.Batch(pieces.ID) != pieces {
+		t.Errorf("a batch with a submission being written was reclaimed")
+	}
+	if s.Batch(progress.ID) != progress {
+		t.Errorf("a batch getting progress every %s was reclaimed", timeout/6)
+	}
+	if s.Batch(read.ID) != nil {
+		t.Errorf("a batch that was only read was not reclaimed after %s", 4*timeout)
+	}
+	last := time.Now()
+	for s.Batch(pieces.ID) != nil || s.Batch(progress.ID) != nil {
+		if time.Since(last) > 10*time.Second {
+			t.Fatalf("batches not reclaimed 10s after their last write")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if d := time.Since(last); d < timeout-50*time.Millisecond {
+		t.Errorf("reclaimed %s after the last write, before the %s timeout", d, timeout)
+	}
+}

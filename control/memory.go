@@ -23,10 +23,12 @@ import (
 type Memory struct {
 	Name     string
 	Location string
-	seq      uint64
-	created  time.Time
-	region   *engine.Region
-	owner    owner
+	// Export is what peers may do with it: none, read, write, read_write.
+	Export  string
+	seq     uint64
+	created time.Time
+	region  *engine.Region
+	owner   owner
 }
 
 // Owner is the uid and gid of the registering caller; ok is false when
@@ -71,7 +73,7 @@ func (s *Service) Memories() []*Memory {
 // /memory/register by c.
 func (s *Service) RegisterWriter(c *engine.Caller) *DocWriter {
 	sc := scope{op: "register", name: "memory"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: func(doc []byte) error { return s.Register(c, doc) },
+	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.Register(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
@@ -125,10 +127,14 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 		s.mu.Unlock()
 		return s.fail(sc, err)
 	}
-	m := &Memory{Name: spec.Name, Location: spec.Location, seq: s.nextSeq(), created: time.Now(), region: r, owner: c}
+	export := spec.Export
+	if export == "" {
+		export = ExportNone
+	}
+	m := &Memory{Name: spec.Name, Location: spec.Location, Export: export, seq: s.nextSeq(), created: time.Now(), region: r, owner: c}
 	s.mu.memory[spec.Name] = m
 	s.mu.Unlock()
-	s.log.Info("memory registered", "op", "register", "region", m.Name, "bytes", r.Len(), "shm", spec.Shm)
+	s.log.Info("memory registered", "op", "register", "region", m.Name, "bytes", r.Len(), "shm", spec.Shm, "export", m.Export)
 	return nil
 }
 
@@ -162,7 +168,7 @@ func (s *Service) MemoryInfo(m *Memory) ([]byte, error) {
 		return nil, s.fail(m.scope("info"), notFound("memory %q was unregistered", m.Name))
 	}
 	return marshal(MemoryInfo{Name: m.Name, Location: m.Location, BaseAddress: m.region.BaseAddress(),
-		Bytes: m.region.Len(), Shm: m.region.SharedPath()}), nil
+		Bytes: m.region.Len(), Shm: m.region.SharedPath(), Export: m.Export}), nil
 }
 
 // ReadMemory copies region bytes at off into p; at or past the end it

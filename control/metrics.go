@@ -115,6 +115,7 @@ var gdsMetrics = []metric{
 	{"gds_reads_total", "counter", "cuFile read calls.", func(s *engine.Stats) float64 { return float64(s.GDS.Reads) }},
 	{"gds_writes_total", "counter", "cuFile write calls.", func(s *engine.Stats) float64 { return float64(s.GDS.Writes) }},
 	{"gds_unquiesced_calls_total", "counter", "cuFile calls that did not return by deadline + quiesce_grace.", func(s *engine.Stats) float64 { return float64(s.GDS.Unquiesced) }},
+	{"gds_retained_total", "counter", "Device allocations and O_DIRECT fds kept for good: an uncertain cuFile registration, a failed deregistration or handle destroy.", func(s *engine.Stats) float64 { return float64(s.GDS.Retained) }},
 }
 
 // RenderMetrics renders st (and the build version) as Prometheus text.

@@ -9,16 +9,31 @@
 //     and not one of the reserved names ("register", "open"). Names are
 //     refused, never repaired: a name that passes is shown exactly as
 //     given.
+//   - A valid name uses only nameChars (ASCII letters, digits and a few
+//     punctuation marks), so two names that differ are told apart by
+//     every tool and every reader: no Unicode normalization forms ("é" as
+//     one code point or as "e" plus a combining accent), no zero-width or
+//     other format characters, no look-alikes such as the Kelvin sign.
+//     Deciding normalization would need Unicode tables this module does
+//     not carry; a small charset needs none.
 
 package control
 
 import (
 	"fmt"
+	"strings"
 	"unicode/utf8"
 )
 
 // MaxNameBytes is the longest name (the kernel's NAME_MAX).
 const MaxNameBytes = 255
+
+// namePunct is the punctuation a name may hold besides ASCII letters and
+// digits.
+const namePunct = ". _ - + @ = , : ~"
+
+// nameChars is every character a name may hold.
+const nameChars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-+@=,:~"
 
 // reservedNames are the fixed files living next to named directories.
 var reservedNames = map[string]bool{"register": true, "open": true}
@@ -46,6 +61,8 @@ func ValidateName(name string) error {
 			return fmt.Errorf("name %q contains control character %U", name, r)
 		case r == 0x2028 || r == 0x2029:
 			return fmt.Errorf("name %q contains line or paragraph separator %U", name, r)
+		case r >= utf8.RuneSelf || !strings.ContainsRune(nameChars, r):
+			return fmt.Errorf("name %q contains %q (%U): names use only ASCII letters, digits and %s", name, r, r, namePunct)
 		}
 	}
 	return nil

@@ -12,7 +12,18 @@ func TestValidateName(t *testing.T) {
 	}{
 		{"buf", true},
 		{"kv-cache_0.bin", true},
-		{"ünïcode", true},
+		{"ünïcode", false},
+		{"a+b@c=d,e:f~g.h_i-j", true},
+		{"A-Z_0.9", true},
+		{"caf\u00e9", false},  // NFC é
+		{"cafe\u0301", false}, // NFD: e + combining acute
+		{"a\u200bb", false},   // zero-width space
+		{"\u200d", false},     // zero-width joiner alone
+		{"\ufeffbuf", false},  // byte order mark
+		{"\u212a", false},     // Kelvin sign, NFKC "K"
+		{"a b", false},        // space
+		{"a*b", false},
+		{"$(x)", false},
 		{strings.Repeat("a", 255), true},
 		{strings.Repeat("a", 256), false},
 		{"", false},
@@ -30,7 +41,7 @@ func TestValidateName(t *testing.T) {
 		{"a\u0080b", false},
 		{"a\u0085b", false},
 		{"a\u009fb", false},
-		{"a\u00a0b", true},
+		{"a\u00a0b", false},
 		{"a\u2028b", false},
 		{"a\u2029b", false},
 		{"ok\xc3", false},

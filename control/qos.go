@@ -69,7 +69,7 @@ func (s *Service) QoSUsage() []byte { return marshal(s.e.QoSUsage()) }
 // each document written is a QoSContext, and the handle's next read
 // returns its resolution (ResolveAnswer).
 func (s *Service) ResolveWriter(answer func([]byte)) *DocWriter {
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes),
+	return &DocWriter{doc: s.newDocument(),
 		commit: func(doc []byte) error {
 			out, err := s.Resolve(doc)
 			if err != nil {

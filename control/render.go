@@ -134,6 +134,7 @@ type MemoryInfo struct {
 	BaseAddress uint64 `json:"base_address"`
 	Bytes       uint64 `json:"bytes"`
 	Shm         string `json:"shm,omitempty"`
+	Export      string `json:"export"`
 }
 
 // SegmentInfoJSON is /segments/<name>/info: the engine's info plus the

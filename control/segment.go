@@ -78,7 +78,7 @@ func (s *Service) Segments() []*Segment {
 // c.
 func (s *Service) OpenWriter(c *engine.Caller) *DocWriter {
 	sc := scope{op: "open", name: "segments"}
-	return &DocWriter{doc: NewDocument(s.opts.MaxDocumentBytes), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
+	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 

@@ -47,6 +47,9 @@ type Options struct {
 	DefaultBatchCapacity int
 	// MaxDocumentBytes bounds one JSON document (mount.max_document_bytes).
 	MaxDocumentBytes int
+	// MaxBufferedDocumentBytes bounds the bytes all unfinished documents
+	// may hold together (mount.max_buffered_document_bytes).
+	MaxBufferedDocumentBytes int64
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
 	// IdleBatchTimeout is how long a cloned batch may stay without an
@@ -72,7 +75,7 @@ type Options struct {
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
-		MaxDocumentBytes: int(m.MaxDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
+		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
 		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
@@ -85,6 +88,7 @@ type Service struct {
 	euid    uint32 // the daemon's effective uid: privileged (owner.go)
 	seq     atomic.Uint64
 	closing atomic.Bool
+	docs    *Budget // buffered document bytes, shared by every handle (budget.go)
 
 	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
 	stopCtx    context.Context
@@ -108,6 +112,9 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.MaxDocumentBytes <= 0 {
 		opts.MaxDocumentBytes = 1 << 20
 	}
+	if opts.MaxBufferedDocumentBytes <= 0 {
+		opts.MaxBufferedDocumentBytes = defaultMaxBufferedDocumentBytes
+	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
 	}
@@ -117,7 +124,8 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid())}
+	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid()),
+		docs: NewBudget(opts.MaxBufferedDocumentBytes)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -176,7 +184,7 @@ func (s *Service) fail(sc scope, err error) error {
 	if k := engine.KindOf(err); k == engine.KindUnknown || k == engine.KindIO || k == engine.KindUnquiesced {
 		level = slog.LevelError
 	}
-	attrs := []any{"op", sc.op, "err", err}
+	attrs := []any{"op", sc.op, "err", capText(err.Error(), maxErrorText)}
 	if sc.logKey != "" {
 		attrs = append(attrs, sc.logKey, sc.logName)
 	}
@@ -191,7 +199,7 @@ func (s *Service) record(sc scope, err error) error {
 	err = label(sc.op, sc.name, err)
 	// The error files keep their text until the next failure; the time
 	// says whether it is older than what the reader just did.
-	text := time.Now().UTC().Format(errorTimeLayout) + " " + err.Error()
+	text := time.Now().UTC().Format(errorTimeLayout) + " " + capText(err.Error(), maxErrorText)
 	if sc.batch != nil {
 		sc.batch.setErr(text)
 	} else {

@@ -26,6 +26,9 @@ type MemorySpec struct {
 	// CUDAIPCHandle imports another process's CUDA allocation (the 64-byte
 	// cuIpcGetMemHandle handle as 128 hex digits); cuda:N only.
 	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
+	// Export says what peers may do with it: none (the default), read,
+	// write or read_write; host memory only.
+	Export string `json:"export,omitempty"`
 }
 
 // Location kinds.
@@ -53,10 +56,10 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 	switch {
 	case m.Location == LocationCPU:
 		if m.CUDAIPCHandle != "" {
-			return nil, invalid("cuda_ipc_handle needs location \"cuda:N\", not %q", m.Location)
+			return nil, invalid("cuda_ipc_handle needs location \"cuda:N\", not %s", quoteText(m.Location, quoteRunes))
 		}
 		if m.Shm != "" && !filepath.IsAbs(m.Shm) {
-			return nil, invalid("shm %q: want an absolute path such as /dev/shm/NAME", m.Shm)
+			return nil, invalid("shm %s: want an absolute path such as /dev/shm/NAME", quoteText(m.Shm, 200))
 		}
 	case m.Location == LocationPinned:
 		if m.Shm != "" || m.CUDAIPCHandle != "" {
@@ -65,10 +68,10 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 	case strings.HasPrefix(m.Location, cudaPrefix):
 		n, err := strconv.Atoi(strings.TrimPrefix(m.Location, cudaPrefix))
 		if err != nil || n < 0 {
-			return nil, invalid("location %q: want cpu, pinned or cuda:N with N a device index", m.Location)
+			return nil, invalid("location %s: want cpu, pinned or cuda:N with N a device index", quoteText(m.Location, quoteRunes))
 		}
 		if m.Shm != "" {
-			return nil, invalid("shm goes with location cpu, not %q", m.Location)
+			return nil, invalid("shm goes with location cpu, not %s", quoteText(m.Location, quoteRunes))
 		}
 		if _, err := engine.ParseLocation(m.Location); err != nil {
 			return nil, invalid("%v", err)
@@ -81,10 +84,21 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 	case m.Location == "":
 		return nil, invalid("location is missing: want cpu, pinned or cuda:N")
 	default:
-		return nil, invalid("location %q: want cpu, pinned or cuda:N", m.Location)
+		return nil, invalid("location %s: want cpu, pinned or cuda:N", quoteText(m.Location, quoteRunes))
+	}
+	switch m.Export {
+	case "", ExportNone, "read", "write", "read_write":
+	default:
+		return nil, invalid("export %q: want \"none\", \"read\", \"write\" or \"read_write\"", m.Export)
+	}
+	if m.Export != "" && m.Export != ExportNone && strings.HasPrefix(m.Location, cudaPrefix) {
+		return nil, invalid("export %q of %s memory: peers reach host memory only (cpu, pinned) for now", m.Export, m.Location)
 	}
 	return &m, nil
 }
+
+// ExportNone is the export of a registration peers cannot reach.
+const ExportNone = "none"
 
 // SegmentSpec is the document written to /segments/open.
 type SegmentSpec struct {
@@ -105,8 +119,11 @@ func ParsePermission(s string) (engine.Permission, error) {
 	case "":
 		return 0, fmt.Errorf("permission is missing: want \"read\", \"write\" or \"read_write\"")
 	}
-	return 0, fmt.Errorf("permission %q: want \"read\", \"write\" or \"read_write\"", s)
+	return 0, fmt.Errorf("permission %s: want \"read\", \"write\" or \"read_write\"", quoteText(s, quoteRunes))
 }
+
+// maxURIBytes bounds a segment's uri: "file://" and a PATH_MAX path.
+const maxURIBytes = len("file://") + 4096
 
 // ParseSegmentSpec decodes and validates an open document. The URI's
 // path is checked by the engine (existence, allowed roots).
@@ -121,9 +138,13 @@ func ParseSegmentSpec(data []byte, max int) (*SegmentSpec, engine.Permission, er
 	if s.URI == "" {
 		return nil, 0, invalid("uri is missing: want file:///absolute/path or mem://MEMORY")
 	}
+	if len(s.URI) > maxURIBytes {
+		// Refused before anything quotes it whole.
+		return nil, 0, invalid("uri %s: longer than %d bytes (a path is at most PATH_MAX)", quoteText(s.URI, quoteRunes), maxURIBytes)
+	}
 	if mem, ok := strings.CutPrefix(s.URI, "mem://"); ok {
 		if err := ValidateName(mem); err != nil {
-			return nil, 0, invalid("uri %q: memory name: %v", s.URI, err)
+			return nil, 0, invalid("uri %s: memory name: %v", quoteText(s.URI, 300), err)
 		}
 	} else if _, err := engine.ParseFileURI(s.URI); err != nil {
 		return nil, 0, invalid("%v", err)

@@ -39,7 +39,7 @@ func decodeStrict(data []byte, max int, v any) error {
 		return invalid("empty document: want a JSON object")
 	}
 	if t[0] != '{' {
-		return invalid("want a JSON object starting with '{', got %.20q", t)
+		return invalid("want a JSON object starting with '{', got %s", quotePrefix(t, 20))
 	}
 	// Unmarshal itself refuses anything but whitespace after the value.
 	err := json.Unmarshal(data, v, json.RejectUnknownMembers(true))

@@ -92,7 +92,7 @@ func (a *Address) UnmarshalJSON(b []byte) error {
 	}
 	v, err := strconv.ParseUint(t, base, 64)
 	if err != nil {
-		return fmt.Errorf("address %q: want a decimal or 0x-prefixed hex integer", s)
+		return fmt.Errorf("address %s: want a decimal or 0x-prefixed hex integer", quoteText(s, quoteRunes))
 	}
 	*a = Address(v)
 	return nil
@@ -138,7 +138,7 @@ func (s *Submission) Validate() error {
 	case "":
 		return invalid("op is missing: want \"read\" or \"write\"")
 	default:
-		return invalid("op %q: want \"read\" or \"write\"", s.Op)
+		return invalid("op %s: want \"read\" or \"write\"", quoteText(s.Op, quoteRunes))
 	}
 	if s.Target == "" {
 		return invalid("target is missing: want the name of an open segment")
@@ -227,5 +227,5 @@ func ParseTransport(s string) (engine.TransportKind, error) {
 	case "gds":
 		return engine.TransportGDS, nil
 	}
-	return 0, fmt.Errorf("transport %q: want \"unspec\", \"io_uring\" or \"gds\"", s)
+	return 0, fmt.Errorf("transport %s: want \"unspec\", \"io_uring\" or \"gds\"", quoteText(s, quoteRunes))
 }

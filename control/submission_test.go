@@ -146,6 +146,11 @@ func TestParseMemorySpec(t *testing.T) {
 		{doc: `{"name":"s","location":"cpu","Bytes":1}`, kind: engine.KindInvalid, msg: `unknown field "Bytes"`},
 		{doc: `{"name":"a\u0085b","location":"cpu","bytes":1}`, kind: engine.KindInvalid, msg: "control character U+0085"},
 		{doc: `{"name":"a\u2028b","location":"cpu","bytes":1}`, kind: engine.KindInvalid, msg: "U+2028"},
+		{doc: `{"name":"x","location":"pinned","bytes":1,"export":"read_write"}`, want: MemorySpec{Name: "x", Location: "pinned", Bytes: 1, Export: "read_write"}},
+		{doc: `{"name":"x","location":"cpu","bytes":1,"export":"read"}`, want: MemorySpec{Name: "x", Location: "cpu", Bytes: 1, Export: "read"}},
+		{doc: `{"name":"x","location":"cpu","bytes":1,"export":"rw"}`, kind: engine.KindInvalid, msg: `export "rw": want "none", "read", "write" or "read_write"`},
+		{doc: `{"name":"x","location":"cuda:0","bytes":1,"export":"write"}`, kind: engine.KindInvalid, msg: `export "write" of cuda:0 memory: peers reach host memory only`},
+		{doc: `{"name":"x","location":"cuda:0","bytes":1,"export":"none"}`, want: MemorySpec{Name: "x", Location: "cuda:0", Bytes: 1, Export: "none"}},
 	} {
 		m, err := ParseMemorySpec([]byte(c.doc), 1<<20)
 		if c.kind == 0 {

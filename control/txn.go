@@ -28,12 +28,16 @@
 //     been read (below).
 //   - A document written while the handle's transaction has not been read
 //     to its terminal status is EBUSY and changes nothing; once read, the
-//     next document frees that batch and starts a new transaction.
-//   - Errors are sticky per descriptor as on every document file: after a
-//     failed write, every later write, the close, and a read when no
-//     transaction was accepted fail with the same errno. A transaction
-//     submitted before the failure stays readable, and close still frees
-//     it.
+//     next document starts a new transaction and, once that is accepted,
+//     frees the previous batch. A next document that fails leaves the
+//     previous transaction readable (the sticky rule below promises it).
+//   - Errors are sticky per descriptor as on every document file (except
+//     EAGAIN from the mount's budget of buffered document bytes, which
+//     changes nothing): after a failed write, every later write, the
+//     close, and a read when no transaction was accepted fail with the
+//     same errno. A transaction submitted before the failure stays
+//     readable (the next read serves its status again from its first
+//     byte), and close still frees it.
 //   - Read blocks until the batch is terminal, then serves its status
 //     JSON (the batch's status file) from the offset of the first read
 //     that returns it, so `cat <&3` after `echo ... >&3` and a pread at 0
@@ -46,8 +50,9 @@
 //     /ctl/batches until freed, so in-flight I/O is never lost track of.
 //
 // Invariants:
-//   - A Txn holds at most one batch; it frees it before taking another
-//     and at Close. Every batch a Txn allocated is freed, unless the
+//   - A Txn holds at most one batch, apart from the moment between
+//     submitting a new transaction and freeing the previous one. Every
+//     batch a Txn allocated is freed (the last one at Close), unless the
 //     daemon shuts down first (the engine's Close then cancels and
 //     drains it).
 //   - Txn.mu is held across the engine calls of one write (writes and
@@ -88,7 +93,7 @@ type Txn struct {
 
 // NewTxn returns the state of one open of the transaction file by c.
 func (s *Service) NewTxn(c *engine.Caller) *Txn {
-	return &Txn{s: s, caller: c, doc: NewDocument(s.opts.MaxDocumentBytes), base: -1}
+	return &Txn{s: s, caller: c, doc: s.newDocument(), base: -1}
 }
 
 // RefuseTxnOpen is the failure of an open of the transaction file that
@@ -134,16 +139,22 @@ func (t *Txn) Write(p []byte, off int64) error {
 		if t.bt != nil && t.result == nil {
 			return t.failLocked(detail(engine.KindBusy, "transaction batch %d has not been read to its end: read its status before writing the next submission (or close the file)", t.bt.ID))
 		}
-		t.inDoc, t.next = true, off
+		t.next = off
 	} else if !t.append && off != t.next {
 		t.doc.Reset()
 		return t.failLocked(invalid("write at offset %d: a document's writes are sequential and its next byte is at offset %d", off, t.next))
 	}
-	t.next += int64(len(p))
 	doc, err := t.doc.Append(p)
 	if err != nil {
+		if engine.KindOf(err) == engine.KindExhausted {
+			// The buffer budget is spent: nothing changed, the same
+			// write may be retried (docwriter.go).
+			return t.s.fail(txnScope, err)
+		}
 		return t.failLocked(err)
 	}
+	t.inDoc = true
+	t.next += int64(len(p))
 	if doc == nil {
 		return nil
 	}
@@ -151,14 +162,12 @@ func (t *Txn) Write(p []byte, off int64) error {
 	return t.runLocked(doc)
 }
 
-// runLocked frees the previous (read) batch and runs doc as a new
-// transaction. REQUIRES: t.mu.
+// runLocked runs doc as a new transaction; once it is accepted, it
+// frees the previous (read) batch and takes its place. A document that
+// fails leaves the previous transaction as it was, still readable.
+// REQUIRES: t.mu.
 func (t *Txn) runLocked(doc []byte) error {
 	s := t.s
-	if t.bt != nil {
-		s.releaseTxn(t.bt)
-		t.bt, t.result, t.base = nil, nil, -1
-	}
 	if s.closing.Load() {
 		return t.failLocked(errClosing())
 	}
@@ -168,6 +177,12 @@ func (t *Txn) runLocked(doc []byte) error {
 	}
 	capacity := min(max(len(p.reqs), 1), s.e.Config().MaxBatchRequests)
 	bt, err := s.allocate(t.caller, capacity, false)
+	if err != nil && t.bt != nil && engine.KindOf(err) == engine.KindExhausted {
+		// At engine.max_allocated_batches the previous batch may be the
+		// one in the way: free it and try once more.
+		t.releaseLocked()
+		bt, err = s.allocate(t.caller, capacity, false)
+	}
 	if err != nil {
 		return t.failLocked(err)
 	}
@@ -180,8 +195,18 @@ func (t *Txn) runLocked(doc []byte) error {
 		s.releaseTxn(bt)
 		return t.failLocked(err)
 	}
+	t.releaseLocked()
 	t.bt = bt
 	return nil
+}
+
+// releaseLocked frees the handle's (read) transaction, if any.
+// REQUIRES: t.mu.
+func (t *Txn) releaseLocked() {
+	if t.bt != nil {
+		t.s.releaseTxn(t.bt)
+		t.bt, t.result, t.base = nil, nil, -1
+	}
 }
 
 // failLocked records err in /error and makes it the handle's sticky
@@ -189,6 +214,9 @@ func (t *Txn) runLocked(doc []byte) error {
 func (t *Txn) failLocked(err error) error {
 	t.doc.Reset()
 	t.inDoc = false
+	// The transaction kept from before is served again from the next
+	// read's offset, wherever the failed write left the descriptor.
+	t.base = -1
 	t.failed = t.s.fail(txnScope, err)
 	return t.failed
 }
@@ -254,6 +282,7 @@ func (t *Txn) Close() {
 	t.mu.Lock()
 	bt := t.bt
 	t.bt, t.closed = nil, true
+	t.doc.Reset() // gives an unfinished document's bytes back to the budget
 	t.mu.Unlock()
 	if bt != nil {
 		t.s.releaseTxn(bt)

@@ -237,3 +237,37 @@ func TestTxnConcurrentHandleUse(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestTxnBadSecondDocumentKeepsFirst: a second document that fails (a
+// bad name, an unknown field) leaves the first transaction readable and
+// live until close; the handle's later writes stay refused.
+func TestTxnBadSecondDocumentKeepsFirst(t *testing.T) {
+	for _, bad := range []string{
+		`{"op":"read","target":"nosuch","requests":[{"memory":"buf","length":4096}]}`,
+		`{"op":"read","target":"cache","bogus":1,"requests":[{"memory":"buf","length":4096}]}`,
+		`{"op":"read","target":"cache","requests":[{"memory":"buf","offset":"2MiB","length":4096}]}`,
+	} {
+		s, e, _ := txnService(t, t.TempDir())
+		x := s.NewTxn(nil)
+		if err := x.Write([]byte(txnDoc), 0); err != nil {
+			t.Fatal(err)
+		}
+		first := txnStatus(t, x, int64(len(txnDoc)))
+		if err := x.Write([]byte(bad), 9000); err == nil {
+			t.Fatalf("bad second document %s accepted", bad)
+		}
+		if s.Batch(first.ID) == nil {
+			t.Fatalf("%s: the first transaction's batch %d was freed by a failed second document", bad, first.ID)
+		}
+		if st := txnStatus(t, x, 0); st.ID != first.ID || st.State != "completed" {
+			t.Errorf("%s: reading after the failure: %+v, want batch %d completed", bad, st, first.ID)
+		}
+		if err := x.Write([]byte(txnDoc), 20000); engine.KindOf(err) != engine.KindInvalid && engine.KindOf(err) != engine.KindNotFound && engine.KindOf(err) != engine.KindRange {
+			t.Errorf("%s: write after the failure: %v (want the sticky error)", bad, err)
+		}
+		x.Close()
+		if n := len(s.Batches()); n != 0 || e.Stats().Batches != 0 {
+			t.Errorf("%s: after close: %d batches in the table, %d in the engine", bad, n, e.Stats().Batches)
+		}
+	}
+}

@@ -77,6 +77,7 @@ type groupAdm struct {
 	atHead  bool     // the contract charge is taken at the batch head
 	win     []uint64 // per request: window bytes held (0: none)
 	wait    waitKind // what it waits for, when it is a waiter
+	asks    need     // and how much of it
 	w       *worker  // the worker to poke when it may go on
 	// bytesDeferred: the engine-wide max_inflight_bytes charge is taken
 	// at the batch head (a delay contract), bytesHeld once it is. Set
@@ -101,6 +102,9 @@ type admission struct {
 	}
 	// onGrant, when set (tests), sees every window grant in order.
 	onGrant func(g *group, i int)
+	// quiet (tests) stops returned capacity from poking waiters, so a
+	// waiter stays where its last gate left it.
+	quiet bool
 }
 
 func newAdmission(cfg config.Engine) *admission {

@@ -42,3 +42,19 @@ func (e *Engine) OnGrantForTest(fn func(batch uint64, task int)) {
 	e.adm.onGrant = func(g *group, i int) { fn(g.b.id, g.first+i) }
 	e.adm.mu.Unlock()
 }
+
+// QuietWakesForTest stops returned capacity from poking waiters until
+// the returned func runs (which pokes them all): a waiter then stays
+// exactly where its last gate left it, as one poked but not yet re-run.
+func (e *Engine) QuietWakesForTest() (resume func()) {
+	a := e.adm
+	a.mu.Lock()
+	a.quiet = true
+	a.mu.Unlock()
+	return func() {
+		a.mu.Lock()
+		a.quiet = false
+		a.wakeLocked()
+		a.mu.Unlock()
+	}
+}

@@ -259,6 +259,10 @@ func (e *Engine) Close(timeout time.Duration) error {
 		if e.file != nil && r.anon {
 			e.file.ForgetBuffer(r.key)
 		}
+		if e.gdsForgetRegion(r) != nil {
+			keptRegions++
+			continue // cuFile may still reference it
+		}
 		r.free()
 	}
 	e.staged.close()

@@ -39,13 +39,23 @@ func TestQoSFullContractHoldsBackOnlyItsOwn(t *testing.T) {
 	for _, c := range []struct {
 		name         string
 		aPrio, bPrio string // contract priority of a, request priority of b
+		// tight: 6 KiB of engine-wide max_inflight_bytes, so b's 4 KiB
+		// and one of a's would not both fit: a's waiters still cannot
+		// use them while their own contract is full.
+		tight bool
 	}{
-		{"a high, b low", `,"priority":"high"`, "low"},
-		{"a medium, b medium", "", "medium"},
+		{"a high, b low", `,"priority":"high"`, "low", false},
+		{"a medium, b medium", "", "medium", false},
+		{"engine bytes tight", "", "low", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const cap = 8 << 20
 			e := newEngine(t, func(cfg *config.Engine) {
+				if c.tight {
+					cfg.MaxInflightBytes = 6 << 10
+					cfg.MaxTransferBytes = 4 << 10
+					cfg.CallerFastPathBytes = 4 << 10
+				}
 				cfg.RuntimeQueue.Enabled = true
 				cfg.QoS = mustQoS(t, fmt.Sprintf(`{"qos":{"defaults":{"max_inflight_bytes":"8MiB","allowed_degraded_actions":["delay"]},
 					"tenants":[{"name":"a","defaults":{"max_inflight_bytes":"8MiB"%s}},{"name":"b"}]}}`, c.aPrio))
@@ -125,6 +135,78 @@ func TestQoSSharedBytesKeepOrder(t *testing.T) {
 		}
 		bb.Free()
 	}
+}
+
+// A waiter whose capacity has come back but that has not re-run its gate
+// yet (held there: no wake-ups) holds back nobody it would fit beside: a
+// later low-priority read, of another contract or of its own, goes at
+// once although a's waiter is better placed. The read's deadline comes
+// before the workers' own 1 s poll, so a read held back would fail.
+func TestQoSWaiterThatFitsHoldsBackNobody(t *testing.T) {
+	for _, tenant := range []string{"b", "a"} {
+		t.Run("later read of "+tenant, func(t *testing.T) {
+			e := newEngine(t, func(c *config.Engine) {
+				c.RuntimeQueue.Enabled = true
+				c.RuntimeQueue.PriorityAging = 0
+				c.ProgressFallbackInterval = 0
+				c.QoS = mustQoS(t, `{"qos":{"tenants":[
+					{"name":"a","defaults":{"max_inflight_requests":2,"allowed_degraded_actions":["delay"]}},
+					{"name":"b","defaults":{"allowed_degraded_actions":["delay"]}}]}}`)
+			})
+			seg, reg := smallTarget(t, e, 16<<10)
+			pa := resolve(t, e, "a", "", nil)
+			low := config.PriorityLow
+			pl := resolve(t, e, tenant, "", &low)
+			hold := e.HoldQoSForTest(pa, 2, 0)
+			a := submitWith(t, e, seg, read4k(reg, 0), engine.SubmitOptions{QoS: pa, Timeout: time.Minute})
+			waitFor(t, "a to wait for its contract", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+			resume := e.QuietWakesForTest()
+			hold() // room for two again; a is not poked
+			l := submitWith(t, e, seg, read4k(reg, 4096), engine.SubmitOptions{QoS: pl, Timeout: 900 * time.Millisecond})
+			st, err := l.Wait(10 * time.Second)
+			resume()
+			if err != nil || st != engine.StateCompleted {
+				ts, _ := l.TaskStatus(0)
+				t.Fatalf("low read beside a waiter that fits: %v %v (%v), want completed at once", st, err, ts.Err)
+			}
+			l.Free()
+			if st, err := a.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+				t.Fatalf("a: %v %v", st, err)
+			}
+			a.Free()
+		})
+	}
+}
+
+// The same for the dispatch window: a better window waiter that would
+// fit beside a later one, but has not re-run its gate, does not hold it
+// back.
+func TestRuntimeQueueWaiterThatFitsHoldsBackNobody(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners = 2
+		c.RuntimeQueue.PriorityAging = 0
+		c.ProgressFallbackInterval = 0
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	high, low := config.PriorityHigh, config.PriorityLow
+	hold := e.HoldWindowForTest(2, 0)
+	h := submitWith(t, e, seg, read4k(reg, 0), engine.SubmitOptions{QoS: resolve(t, e, "", "", &high), Timeout: time.Minute})
+	waitFor(t, "h to wait for the window", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	resume := e.QuietWakesForTest()
+	hold() // room for two owners; h is not poked
+	l := submitWith(t, e, seg, read4k(reg, 4096), engine.SubmitOptions{QoS: resolve(t, e, "", "", &low), Timeout: 900 * time.Millisecond})
+	st, err := l.Wait(10 * time.Second)
+	resume()
+	if err != nil || st != engine.StateCompleted {
+		ts, _ := l.TaskStatus(0)
+		t.Fatalf("low read beside a window waiter that fits: %v %v (%v), want completed at once", st, err, ts.Err)
+	}
+	l.Free()
+	if st, err := h.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+		t.Fatalf("h: %v %v", st, err)
+	}
+	h.Free()
 }
 
 // Aging: a low-priority waiter that has waited priority_aging goes before

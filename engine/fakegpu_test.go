@@ -37,6 +37,13 @@ type fakeGPU struct {
 	slowCopy    atomic.Int64
 	busyCopies  atomic.Int64
 	hang        chan struct{}
+	// HtoD copies to device addresses at or above holdFrom (0: none)
+	// run only once held is closed.
+	holdFrom atomic.Uint64
+	held     chan struct{}
+	// failHtoDAt fails the enqueue of every HtoD copy to that device
+	// address (0: none).
+	failHtoDAt atomic.Uint64
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -47,6 +54,14 @@ func (f *fakeGPU) Probe() error          { return nil }
 func (f *fakeGPU) Close() error          { return nil }
 func (f *fakeGPU) Devices() (int, error) { return f.devices, nil }
 func (f *fakeGPU) pinnedCount() int      { f.mu.Lock(); defer f.mu.Unlock(); return f.pinned }
+
+// allocated reports whether the allocation at ptr is still live.
+func (f *fakeGPU) allocated(ptr uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, ok := f.allocs[ptr]
+	return ok
+}
 
 // hostBytes views memory outside the Go heap (mappings) as a slice.
 func hostBytes(addr uintptr, n uint64) []byte {
@@ -119,12 +134,19 @@ type fakeStream struct {
 }
 
 func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
+	if a := s.f.failHtoDAt.Load(); a != 0 && dst == a {
+		return errors.New("fake: cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE")
+	}
+	hold := s.f.holdFrom.Load()
 	s.work <- func() {
 		if s.f.hang != nil {
 			<-s.f.hang
 		}
 		if d := s.f.slowCopy.Load(); d > 0 {
 			time.Sleep(time.Duration(d))
+		}
+		if hold > 0 && dst >= hold {
+			<-s.f.held
 		}
 		copy(hostBytes(uintptr(dst), n), hostBytes(src, n))
 		s.f.copies.Add(1)
@@ -198,22 +220,55 @@ type fakeGDS struct {
 	reads  atomic.Int64
 	opened atomic.Int64
 	closed atomic.Int64
+	// uncertainRegister makes RegisterBuffer fail with ErrUncertain;
+	// failDeregister and failClose fail DeregisterBuffer and handle
+	// destroys (counted in deregs and closed either way).
+	uncertainRegister atomic.Bool
+	failDeregister    atomic.Bool
+	failClose         atomic.Bool
+	deregs            atomic.Int64
+	lastFD            atomic.Int64 // the fd of the last OpenFile
+	probes            atomic.Int64
+	callMu            sync.Mutex
+	callSizes         []uint64 // every cuFile read/write's length, in call order
 }
 
-func (g *fakeGDS) Probe() error { return nil }
+func (g *fakeGDS) sizes() []uint64 {
+	g.callMu.Lock()
+	defer g.callMu.Unlock()
+	return append([]uint64(nil), g.callSizes...)
+}
+
+func (g *fakeGDS) record(n uint64) {
+	g.callMu.Lock()
+	g.callSizes = append(g.callSizes, n)
+	g.callMu.Unlock()
+}
+
+func (g *fakeGDS) Probe() error { g.probes.Add(1); return nil }
 func (g *fakeGDS) Close() error { return nil }
 func (g *fakeGDS) Mode() string { return "compat-forced" }
 func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	g.opened.Add(1)
+	g.lastFD.Store(int64(fd))
 	return &fakeGDSFile{g: g, fd: fd}, nil
 }
 func (g *fakeGDS) RegisterBuffer(dev int, ptr, n uint64) error {
+	if g.uncertainRegister.Load() {
+		return fmt.Errorf("fake: cuFileBufRegister timed out: %w", engine.ErrUncertain)
+	}
 	if g.failRegister.Load() {
 		return fmt.Errorf("fake: cuFileBufRegister: CU_FILE_INTERNAL_ERROR")
 	}
 	return nil
 }
-func (g *fakeGDS) DeregisterBuffer(dev int, ptr uint64) error { return nil }
+func (g *fakeGDS) DeregisterBuffer(dev int, ptr uint64) error {
+	g.deregs.Add(1)
+	if g.failDeregister.Load() {
+		return errors.New("fake: cuFileBufDeregister: CU_FILE_INTERNAL_ERROR")
+	}
+	return nil
+}
 
 type fakeGDSFile struct {
 	g  *fakeGDS
@@ -222,6 +277,7 @@ type fakeGDSFile struct {
 
 func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 	nth := f.g.reads.Add(1)
+	f.g.record(n)
 	if f.g.hang != nil {
 		<-f.g.hang
 	}
@@ -232,9 +288,16 @@ func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 }
 func (f *fakeGDSFile) Write(dev int, ptr, n, off uint64) (int, error) {
 	f.g.writes.Add(1)
+	f.g.record(n)
 	if f.g.failWrites.Add(-1) >= 0 {
 		return -1, errors.New("fake: cuFileWrite: CU_FILE_IO_ERROR")
 	}
 	return unix.Pwrite(f.fd, hostBytes(uintptr(ptr), n), int64(off))
 }
-func (f *fakeGDSFile) Close() error { f.g.closed.Add(1); return nil }
+func (f *fakeGDSFile) Close() error {
+	f.g.closed.Add(1)
+	if f.g.failClose.Load() {
+		return errors.New("fake: cuFileHandleDeregister: CU_FILE_INTERNAL_ERROR")
+	}
+	return nil
+}

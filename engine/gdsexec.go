@@ -7,6 +7,11 @@
 // failed registration is counted and leaves the region to staging
 // (an explicit gds request for it is Unavailable).
 //
+// A registration that failed uncertainly (ErrUncertain), a failed
+// deregistration and a failed handle destroy keep what cuFile may still
+// reference: the device allocation is never freed, the O_DIRECT fd never
+// closed, and the call is never retried (counted in GDSStats.Retained).
+//
 // A job's units are slices of at most 16 MiB (gdsSlice) of one device
 // range; gds_batch_depth lanes shared by every batch (lanepool.go) run
 // them, each a blocking cuFile call on its own goroutine. A call that does not return by deadline +
@@ -43,6 +48,7 @@ type gdsState struct {
 	refused map[uint64]error   // entries cuFile would not register
 
 	regFailures atomic.Uint64
+	retained    atomic.Uint64
 	reads       atomic.Uint64
 	writes      atomic.Uint64
 	unquiesced  atomic.Uint64
@@ -60,6 +66,10 @@ type GDSStats struct {
 	Reads                      uint64 `json:"reads"`
 	Writes                     uint64 `json:"writes"`
 	Unquiesced                 uint64 `json:"unquiesced_calls"`
+	// Retained counts device allocations and file descriptors kept for
+	// good because cuFile may still reference them (an uncertain
+	// registration, a failed deregistration or handle destroy).
+	Retained uint64 `json:"retained"`
 }
 
 // gdsReady probes cuFile once.
@@ -97,7 +107,7 @@ func (e *Engine) gdsMode() string {
 
 func (e *Engine) gdsStats() GDSStats {
 	s := GDSStats{Mode: e.gdsMode(), BufferRegistrationFailures: e.gds.regFailures.Load(),
-		Reads: e.gds.reads.Load(), Writes: e.gds.writes.Load(), Unquiesced: e.gds.unquiesced.Load()}
+		Reads: e.gds.reads.Load(), Writes: e.gds.writes.Load(), Unquiesced: e.gds.unquiesced.Load(), Retained: e.gds.retained.Load()}
 	if e.gds.probed.Load() && e.gds.probeErr != nil {
 		s.ProbeError = e.gds.probeErr.Error()
 	}
@@ -142,18 +152,34 @@ func (e *Engine) gdsRegister(r *Region) error {
 	return err
 }
 
-// gdsForgetRegion deregisters r before its memory is freed.
-func (e *Engine) gdsForgetRegion(r *Region) {
+// gdsForgetRegion deregisters r before its memory is freed. It returns
+// why r's memory must never be freed (cuFile may still reference it), or
+// nil.
+func (e *Engine) gdsForgetRegion(r *Region) error {
 	if e.gds.b == nil || r.dev == nil {
-		return
+		return nil
 	}
 	e.gds.mu.Lock()
 	err, ok := e.gds.regs[r.key]
 	delete(e.gds.regs, r.key)
 	e.gds.mu.Unlock()
-	if ok && err == nil {
-		e.gds.b.DeregisterBuffer(r.dev.Device(), r.BaseAddress())
+	switch {
+	case !ok:
+		return nil
+	case errors.Is(err, ErrUncertain):
+		// Never deregistered: whether there is a registration to undo
+		// is what is unknown.
+	case err != nil:
+		return nil // a clean failure registered nothing
+	default:
+		if err = e.gds.b.DeregisterBuffer(r.dev.Device(), r.BaseAddress()); err == nil {
+			return nil
+		}
+		err = fmt.Errorf("cuFile deregistration of %s failed: %w", r.name(), err)
 	}
+	e.gds.retained.Add(1)
+	e.log.Error("device memory retained for good", "region", r.name(), "err", err)
+	return err
 }
 
 // gdsHandle returns the entry's cuFile handle, registering it on first
@@ -200,10 +226,12 @@ func (e *Engine) gdsDone(ent *segEntry) {
 }
 
 // gdsForgetFile deregisters the entry's handle before its fds close.
-// A handle with a call still in flight (unquiesced) is never closed.
-func (e *Engine) gdsForgetFile(ent *segEntry) {
+// A handle with a call still in flight (unquiesced) is never closed. It
+// reports whether the entry's O_DIRECT fd must stay open for good (the
+// handle's destroy failed: cuFile may still use the fd).
+func (e *Engine) gdsForgetFile(ent *segEntry) (keepDirect bool) {
 	if e.gds.b == nil {
-		return
+		return false
 	}
 	e.gds.mu.Lock()
 	f, ok := e.gds.files[ent.direct.Key]
@@ -215,8 +243,13 @@ func (e *Engine) gdsForgetFile(ent *segEntry) {
 	delete(e.gds.refused, ent.direct.Key)
 	e.gds.mu.Unlock()
 	if ok && !busy {
-		f.Close()
+		if err := f.Close(); err != nil {
+			e.gds.retained.Add(1)
+			e.log.Error("cuFile handle destroy failed; its O_DIRECT fd stays open for good", "segment", ent.path, "err", err)
+			return true
+		}
 	}
+	return false
 }
 
 // gdsExec is the engine-wide cuFile executor: gds_batch_depth lanes,

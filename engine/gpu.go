@@ -14,6 +14,13 @@
 
 package engine
 
+import "errors"
+
+// ErrUncertain is wrapped by a GPU backend error when the call's outcome
+// is unknown (it may or may not have taken effect): the engine then keeps
+// whatever the call might still reference, never frees or retries it.
+var ErrUncertain = errors.New("outcome uncertain")
+
 // Backend is anything New accepts: a transport or a GPU backend.
 type Backend interface {
 	// Probe reports availability: nil when usable, an error wrapping
@@ -87,8 +94,12 @@ type GDS interface {
 	// OpenFile registers an O_DIRECT fd with cuFile.
 	OpenFile(fd int) (GDSFile, error)
 	// RegisterBuffer registers device memory for cuFile I/O. A failure
-	// leaves the memory usable by other paths.
+	// leaves the memory usable by other paths; one wrapping ErrUncertain
+	// (cuFile may hold the registration) makes the engine keep the
+	// allocation for good.
 	RegisterBuffer(dev int, ptr, n uint64) error
+	// DeregisterBuffer undoes RegisterBuffer; on failure the engine keeps
+	// the allocation for good and never retries.
 	DeregisterBuffer(dev int, ptr uint64) error
 }
 
@@ -99,5 +110,7 @@ type GDSFile interface {
 	Read(dev int, ptr, n, off uint64) (int, error)
 	// Write writes n bytes from device memory ptr to file offset off.
 	Write(dev int, ptr, n, off uint64) (int, error)
+	// Close destroys the handle; on failure the engine keeps the fd it
+	// was registered on open for good and never retries.
 	Close() error
 }

@@ -705,3 +705,49 @@ func TestDeviceGroupDeadlineInfeasible(t *testing.T) {
 		})
 	}
 }
+
+// TestOffRingProgressPerUnit: a running device-memory task publishes its
+// byte count as its units land in order (spec: the count advances as
+// contiguous receipts arrive), not only at its last unit. One staging
+// lane with two 64 KiB chunks takes units two at a time in file order;
+// the fake GPU holds every host-to-device copy past the first 128 KiB of
+// the region, so exactly the first two units land.
+func TestOffRingProgressPerUnit(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes, c.StagingChunkCount = 1, 2 })
+	const size = 1 << 20
+	path, orig := randomFile(t, t.TempDir(), "f", size)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, size)
+	gpu.held = make(chan struct{})
+	gpu.holdFrom.Store(d.BaseAddress() + 128<<10)
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(gpu.held)
+		}
+	}
+	defer release()
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: size}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	waitFor(t, "the first two units' bytes in the running task's count", func() bool {
+		ts, _ := b.TaskStatus(0)
+		return ts.State == engine.TaskRunning && ts.Transferred == 128<<10
+	})
+	release()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v %v", st, err)
+	}
+	if ts, _ := b.TaskStatus(0); ts.Transferred != size {
+		t.Fatalf("task %+v", ts)
+	}
+	got := make([]byte, size)
+	d.ReadAt(got, 0)
+	if !bytes.Equal(got, orig) {
+		t.Fatal("device bytes differ")
+	}
+}

@@ -13,10 +13,12 @@
 // Invariants:
 //   - A unit resolves exactly once (resolve); a task reports once, when
 //     its last unit resolves, through Batch.finishOffRing and task.go's
-//     endTaskLocked (the path every executor's outcome takes).
-//   - A unit starts only before its deadline and while no earlier unit
-//     of its task failed (startable); units of a task waiting for its
-//     producer event are released only after it (gate).
+//     endTaskLocked (the path every executor's outcome takes). Before
+//     that, each resolve that extends the task's fully successful prefix
+//     publishes it as the running task's byte count.
+//   - A unit starts only before its deadline and, for a WRITE, while no
+//     earlier unit of its task failed (startable); units of a task
+//     waiting for its producer event are released only after it (gate).
 //   - A task's transferred bytes are its consecutive fully successful
 //     units from the start, plus the returned prefix of the first short
 //     one; a gap stops the count even if later units succeeded.
@@ -86,9 +88,10 @@ type offRing struct {
 	// and never handed out.
 	avail atomic.Int64
 	skip  []atomic.Bool
-	// broken: a unit of the task failed or came back short, so its
-	// units not yet started are failed without I/O (bytes past a gap
-	// would not count, and a WRITE would change the file for nothing).
+	// broken: a WRITE unit of the task failed or came back short, so its
+	// units not yet started are failed without I/O: bytes past the gap
+	// would not count, and would change the file for nothing. (READ units
+	// past a gap still land; they hold the file's bytes.)
 	broken []atomic.Bool
 
 	ready    []sync.Once // per task: its producer event consumed once
@@ -99,6 +102,10 @@ type offRing struct {
 	left      []int // per task: units not yet resolved
 	first     []int // per task: index of its first unit
 	undrained bool
+	// Per task: the first unit not yet counted in its published prefix,
+	// and that prefix's bytes (allocated on the first resolve).
+	cursor []int
+	prefix []uint64
 }
 
 // newOffRing splits the group's requests into units of at most size
@@ -210,11 +217,11 @@ func (x *offRing) take() int {
 	}
 }
 
-// errBroken fails a unit whose task already failed.
+// errBroken fails a WRITE unit whose task already failed.
 var errBroken = errors.New("not started: an earlier part of the request failed")
 
-// startable returns why unit k must not start (its task already broke,
-// or the deadline passed), or nil.
+// startable returns why unit k must not start (an earlier WRITE unit of
+// its task failed, or the deadline passed), or nil.
 func (x *offRing) startable(k int) error {
 	u := &x.units[k]
 	switch {
@@ -291,18 +298,59 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	}
 	r.done, r.got, r.err = true, got, err
 	i := x.units[k].task
-	if err != nil || got < x.units[k].n {
+	if x.g.op == OpWrite && (err != nil || got < x.units[k].n) {
 		x.broken[i].Store(true)
 	}
 	x.left[i]--
 	if x.left[i] > 0 {
+		got, grew := x.advancePrefixLocked(i)
 		x.mu.Unlock()
+		if grew {
+			x.g.b.progressOffRing(x.g, i, got)
+		}
 		return
 	}
 	transferred, terr, effect := x.taskResultLocked(i)
 	drained := !x.undrained
 	x.mu.Unlock()
 	x.g.b.finishOffRing(x.g, i, transferred, terr, effect, drained)
+}
+
+// advancePrefixLocked extends task i's count of consecutive fully
+// successful units from its start (spec: a task's byte count advances as
+// contiguous receipts arrive) and reports it when it grew. Amortized
+// O(1) per unit. REQUIRES: x.mu.
+func (x *offRing) advancePrefixLocked(i int) (uint64, bool) {
+	if x.cursor == nil {
+		x.cursor = append([]int(nil), x.first...)
+		x.prefix = make([]uint64, len(x.first))
+	}
+	end := len(x.units)
+	if i+1 < len(x.first) {
+		end = x.first[i+1]
+	}
+	grew := false
+	for k := x.cursor[i]; k < end; k++ {
+		r := &x.res[k]
+		if !r.done || r.err != nil || r.got < x.units[k].n {
+			break
+		}
+		x.prefix[i] += x.units[k].n
+		x.cursor[i] = k + 1
+		grew = true
+	}
+	return x.prefix[i], grew
+}
+
+// progressOffRing publishes a running task's prefix so far; the final
+// count comes with its last unit (finishOffRing).
+func (b *Batch) progressOffRing(g *group, i int, got uint64) {
+	b.mu.Lock()
+	if t := &b.mu.tasks[g.first+i]; t.state == TaskRunning && !t.parked && got > t.transferred {
+		t.transferred = got
+		b.changedLocked()
+	}
+	b.mu.Unlock()
 }
 
 // taskResultLocked folds task i's units. REQUIRES: x.mu.

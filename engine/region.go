@@ -206,7 +206,11 @@ func (e *Engine) Unregister(r *Region) error {
 	if e.file != nil && r.anon {
 		e.file.ForgetBuffer(r.key)
 	}
-	e.gdsForgetRegion(r)
+	if err := e.gdsForgetRegion(r); err != nil {
+		// Unregistered, but cuFile may still reference the allocation:
+		// it is never freed.
+		return wrap(KindIO, "unregister", r.name(), fmt.Errorf("%w; the device memory stays allocated for good", err))
+	}
 	e.log.Info("memory unregistered", "region", r.name(), "bytes", r.Len())
 	err := r.free()
 	if r.dev == nil {

@@ -9,18 +9,19 @@
 // higher priority; then, with deadline_aware, the earlier deadline (EDF);
 // then admission order (FIFO). Within a batch, groups dispatch FIFO
 // regardless (the worker only ever offers its head), so the order decides
-// between batches. Aging is what keeps a low priority from starving: a
-// waiter is passed for at most priority_aging by waiters that are not
-// older than it.
+// between batches. Aging is what keeps a low priority from starving:
+// once it has waited priority_aging, only promoted deadlines and older
+// waiters still go before it.
 //
-// Who competes with whom: the order only matters between waiters for the
-// same capacity, so a waiter holds back only those it competes with.
-// Every window waiter competes for the one dispatch window. At the batch
-// head, two waiters compete for a contract's capacity when both need
-// that same contract, and for the engine-wide max_inflight_bytes when
-// both need it and the better one is held back by nothing else (its own
-// contract has room): a waiter on a full contract never holds back a
-// waiter of another contract that has room.
+// Who competes with whom: the order only matters under scarcity, so a
+// waiter h holds back a later-ordered g only when h is short of capacity
+// g would take: h lacks it already, or would once g took its share.
+// Window waiters compete for the one dispatch window. At the batch head,
+// h and g compete for a contract when both need that same contract, and
+// for the engine-wide max_inflight_bytes when both need them and h's own
+// contract has room (a waiter on a full contract cannot use the bytes, so
+// it never holds back another contract's waiter). A waiter that would fit
+// beside g, typically one poked but not yet re-run, holds back nothing.
 //
 // Invariants:
 //   - A gate that says "wait" has registered g as a waiter (with the
@@ -52,11 +53,15 @@ const (
 	waitBytes           // engine-wide max_inflight_bytes (and its contract) at the batch head
 )
 
-// need is what a group asks for at the gate that evaluates it.
+// need is what a group asks for at the gate that evaluates it; a waiter
+// keeps the need it waits with (groupAdm.asks).
 type need struct {
-	window bool // a dispatch window share
-	slot   bool // its contract's capacity (at the batch head)
-	bytes  bool // engine-wide max_inflight_bytes (at the batch head)
+	window bool   // a dispatch window share ...
+	owners uint64 // ... of this many owners
+	size   uint64 // ... and bytes
+	slot   bool   // its contract's capacity (at the batch head)
+	bytes  bool   // engine-wide max_inflight_bytes (at the batch head) ...
+	free   uint64 // ... of which this much is not charged now
 }
 
 // better reports whether g goes before h at now.
@@ -106,34 +111,35 @@ func (a *admission) first(g *group, n need, now time.Time) bool {
 	return true
 }
 
-// competes reports whether waiter h waits for capacity that g, needing
-// n, would take from it (see the file comment). REQUIRES: a.mu.
+// competes reports whether waiter h is short of capacity that g, needing
+// n, would take: h already lacks it, or would once g took its share
+// (see the file comment). A waiter that fits even after g's charge, or
+// that waits for its own full contract, loses nothing to g. REQUIRES:
+// a.mu.
 func (a *admission) competes(h, g *group, n need) bool {
+	hn := h.adm.asks
 	if n.window {
-		return h.adm.wait == waitWindow
+		return h.adm.wait == waitWindow && !a.windowFits(hn.owners+n.owners, hn.size+n.size)
 	}
 	if h.adm.wait != waitSlot && h.adm.wait != waitBytes {
 		return false
 	}
 	hc := a.contract(h)
-	hSlot := h.adm.atHead && !h.adm.qosHeld
-	if n.slot && hSlot && hc == a.contract(g) {
+	if n.slot && hn.slot && hc == a.contract(g) && !a.fits(hc, h.adm.owners+g.adm.owners, h.adm.bytes+g.adm.bytes) {
 		return true
 	}
-	// h waits for the engine-wide bytes (waitBytes) and its own contract
-	// would let it go: only the bytes hold it back.
-	return n.bytes && h.adm.wait == waitBytes && (!hSlot || a.fits(hc, h.adm.owners, h.adm.bytes))
+	return n.bytes && hn.bytes && (!hn.slot || a.fits(hc, h.adm.owners, h.adm.bytes)) && h.adm.bytes+g.adm.bytes > n.free
 }
 
-// waitFor registers g as a waiter. REQUIRES: a.mu, w's Batch.mu.
-func (a *admission) waitFor(g *group, kind waitKind, w *worker, now time.Time) {
+// waitFor registers g as a waiter for n. REQUIRES: a.mu, w's Batch.mu.
+func (a *admission) waitFor(g *group, kind waitKind, n need, w *worker, now time.Time) {
 	if g.adm.wait == waitNone {
 		a.waiters = append(a.waiters, g)
 		if kind != waitWindow {
 			a.st.delayed++
 		}
 	}
-	g.adm.wait, g.adm.w = kind, w
+	g.adm.wait, g.adm.w, g.adm.asks = kind, w, n
 	w.admWait = true
 	until := g.deadline
 	// The order changes without a poke when g ages or is promoted: wake
@@ -170,6 +176,9 @@ func (a *admission) unwait(g *group) {
 
 // wakeLocked pokes every waiter's worker. REQUIRES: a.mu.
 func (a *admission) wakeLocked() {
+	if a.quiet {
+		return
+	}
 	for _, h := range a.waiters {
 		if h.adm.w != nil {
 			h.adm.w.poke()
@@ -196,9 +205,13 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 		if needBytes {
 			kind = waitBytes
 		}
+		n := need{slot: needSlot, bytes: needBytes}
+		if in, limit := e.inflightBytes.Load(), uint64(e.cfg.MaxInflightBytes); in < limit {
+			n.free = limit - in
+		}
 		fits := (!needSlot || a.fits(c, g.adm.owners, g.adm.bytes)) &&
-			(!needBytes || e.inflightBytes.Load()+g.charge <= uint64(e.cfg.MaxInflightBytes))
-		fits = fits && a.first(g, need{slot: needSlot, bytes: needBytes}, now)
+			(!needBytes || g.charge <= n.free)
+		fits = fits && a.first(g, n, now)
 		// The bytes are charged atomically (no engine-wide lock): a
 		// concurrent charge may have taken the room since the check.
 		if fits && needBytes {
@@ -212,7 +225,7 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 				u := a.slots[c.slot]
 				return false, errorf(KindExhausted, g.op.String(), w.b.name(), "qos contract %q filled after enqueue (%s; in use: %d requests, %d bytes); nothing was sent", c.name(), c.caps(), u.Owners, u.Bytes)
 			}
-			a.waitFor(g, kind, w, now)
+			a.waitFor(g, kind, n, w, now)
 			return false, nil
 		}
 		if needSlot {
@@ -241,8 +254,9 @@ func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 			owners++
 			bytes += t.length
 		}
-		if !a.windowFits(owners, bytes) || !a.first(g, need{window: true}, now) {
-			a.waitFor(g, waitWindow, w, now)
+		n := need{window: true, owners: owners, size: bytes}
+		if !a.windowFits(owners, bytes) || !a.first(g, n, now) {
+			a.waitFor(g, waitWindow, n, w, now)
 			return false, nil
 		}
 		a.unwait(g)
@@ -296,8 +310,9 @@ func (w *worker) ownerGate(g *group, i int, now time.Time) ownerVerdict {
 		w.dropInfeasibleLocked(g, i, now)
 		return ownerDrop
 	}
-	if !a.windowFits(1, t.length) || !a.first(g, need{window: true}, now) {
-		a.waitFor(g, waitWindow, w, now)
+	n := need{window: true, owners: 1, size: t.length}
+	if !a.windowFits(1, t.length) || !a.first(g, n, now) {
+		a.waitFor(g, waitWindow, n, w, now)
 		return ownerWait
 	}
 	a.unwait(g)

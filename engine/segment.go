@@ -15,6 +15,8 @@
 //   - (dev, ino) is fixed at open and names the file itself: two entries
 //     (another permission, another path, a hard link) on one inode fence
 //     against each other (group.conflicts).
+//   - An entry is shared only by handles of one caller identity
+//     (segKey), and its file was opened with that identity (caller.go).
 //   - Lock order: Engine.mu before segEntry.mu.
 
 package engine
@@ -263,7 +265,7 @@ func (e *Engine) openEntry(c *Caller, path string, perm Permission) (*segEntry, 
 	ok := false
 	defer func() {
 		if !ok {
-			ent.closeFDs()
+			ent.closeFDs(false)
 		}
 	}()
 	var st unix.Stat_t
@@ -415,9 +417,9 @@ func openErr(path string, err error) error {
 // and Engine.Close may both get here). The fd numbers stay in place:
 // readers racing a close see a stale number, never a torn write, and
 // admit refuses them before any I/O.
-func (ent *segEntry) closeFDs() {
+func (ent *segEntry) closeFDs(keepDirect bool) {
 	ent.closeOnce.Do(func() {
-		if ent.direct.FD >= 0 {
+		if ent.direct.FD >= 0 && !keepDirect {
 			unix.Close(ent.direct.FD)
 		}
 		if ent.buffered.FD >= 0 {
@@ -429,12 +431,12 @@ func (ent *segEntry) closeFDs() {
 // closeEntry drops the entry's fd registrations from the transport, then
 // closes its fds. Only for an entry no group can use any more.
 func (e *Engine) closeEntry(ent *segEntry) {
-	e.gdsForgetFile(ent)
+	keepDirect := e.gdsForgetFile(ent)
 	if e.file != nil {
 		e.file.ForgetFile(ent.buffered.Key)
 		e.file.ForgetFile(ent.direct.Key)
 	}
-	ent.closeFDs()
+	ent.closeFDs(keepDirect)
 }
 
 // currentSize fstats the bound inode.

@@ -520,29 +520,34 @@ func (l *lane) fill() {
 	}
 }
 
-// fallback gives a lane with no live slot one pageable buffer, only
-// while no other lane has a live slot. A refused charge fails the next
-// unit (the old per-job rule: no staging, no I/O). It reports whether the
-// lane now has a slot.
+// fallback gives a lane with no live slot one pageable buffer for the
+// next unit, only while no other lane has a live slot (they take the
+// queue otherwise). A refused charge fails that unit before any I/O (no
+// chunk, no room under max_inflight_bytes). It reports whether the lane
+// now has a free slot.
 func (l *lane) fallback() bool {
 	s := l.s
 	s.mu.Lock()
 	others := s.live
 	s.mu.Unlock()
-	if others > 0 {
+	if others > 0 || !s.hasWork() {
+		return false
+	}
+	x, k := s.take()
+	if k < 0 {
 		return false
 	}
 	cs, err := s.e.getChunks(l.p, 1, true)
 	if err != nil {
-		if x, k := s.take(); k >= 0 {
-			x.resolve(k, 0, err)
-		}
+		x.resolve(k, 0, err)
 		return false
 	}
 	for _, c := range cs {
 		l.slots = append(l.slots, slot{c: c, k: -1})
 	}
-	return l.liveSlot()
+	l.liveSlot()
+	l.start(len(l.slots)-1, x, k)
+	return true
 }
 
 // start stages unit k of job x in slot i and prepares its SQE.

@@ -81,7 +81,8 @@ type worker struct {
 	choseDirect bool
 	// admWait (guarded by Batch.mu) is set when the last fill stopped at
 	// an admission gate (runqueue.go): the worker sleeps on wake, no
-	// later than admUntil (the waiting group's deadline).
+	// later than admUntil (the waiting group's deadline, or the moment
+	// it ages or is promoted).
 	admWait  bool
 	admUntil time.Time
 }

@@ -7,7 +7,8 @@
 //     reach these nodes, whatever size Getattr reports.
 //   - Write returns the action's error (bash's echo reports only that);
 //     Flush reports a docFile handle's sticky error or an incomplete
-//     document but never acts; Release only drops the handle.
+//     document but never acts; Release drops the handle and whatever it
+//     buffered (its bytes go back to the mount-wide budget).
 
 package fusefs
 
@@ -110,7 +111,8 @@ func window(b, dest []byte, off int64) []byte {
 // the credentials of its open).
 type docFile struct {
 	writableNode
-	newWriter func(c *engine.Caller) *control.DocWriter
+	newWriter  func(c *engine.Caller) *control.DocWriter
+	opensFiles bool // its documents open files as the caller: needs groups
 }
 
 func newDocFile(f *fsys, o who, t time.Time, newWriter func(c *engine.Caller) *control.DocWriter) *docFile {
@@ -123,7 +125,11 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_WRONLY {
 		return nil, 0, syscall.EACCES
 	}
-	w := n.newWriter(n.f.caller(ctx))
+	c := n.f.caller(ctx)
+	if n.opensFiles {
+		c = n.f.fileCaller(ctx)
+	}
+	w := n.newWriter(c)
 	if flags&syscall.O_APPEND != 0 {
 		w.Append()
 	}
@@ -134,8 +140,9 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 type docHandle struct{ w *control.DocWriter }
 
 var (
-	_ fs.FileWriter  = (*docHandle)(nil)
-	_ fs.FileFlusher = (*docHandle)(nil)
+	_ fs.FileWriter   = (*docHandle)(nil)
+	_ fs.FileFlusher  = (*docHandle)(nil)
+	_ fs.FileReleaser = (*docHandle)(nil)
 )
 
 func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
@@ -146,6 +153,13 @@ func (h *docHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 }
 
 func (h *docHandle) Flush(ctx context.Context) syscall.Errno { return errno(h.w.Flush()) }
+
+// Release gives an unfinished document's buffer back to the mount's
+// budget of buffered document bytes.
+func (h *docHandle) Release(ctx context.Context) syscall.Errno {
+	h.w.Close()
+	return 0
+}
 
 // cmdFile is a write-only file where each write is one action, for the
 // caller of the write.

@@ -6,8 +6,9 @@
 // Invariants:
 //   - The mount is private to its owner unless Options.AllowOther: the
 //     kernel refuses other users, and default_permissions makes it check
-//     the modes (0700/0400/0200/0600) too. With AllowOther the modes grant
-//     group and others what the owner has.
+//     the modes (0700/0400/0200/0600) too. With AllowOther the mount's
+//     own files grant group and others what the owner has, and each
+//     object's files belong to its creator (fsys.go).
 //   - The kernel caches only what cannot go stale (cache.go): attributes
 //     of every node but the root, entries of names that live as long as
 //     the mount, never negative entries; so the tree is never stale.

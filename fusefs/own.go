@@ -8,7 +8,7 @@
 //   - The check is advisory against races (a symlink can change between
 //     the check and the engine's open); it exists to stop a user from
 //     deadlocking the daemon by accident, not as a security boundary
-//     (the mount is private to its owner).
+//     (the device check after the open is one; control/segment.go).
 
 package fusefs
 

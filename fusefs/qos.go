@@ -46,6 +46,7 @@ var _ fs.NodeOpener = (*resolveFile)(nil)
 func (n *resolveFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	h := &resolveHandle{base: -1}
 	h.w = n.f.svc.ResolveWriter(h.set)
+	h.w.Restartable() // each document starts where the last answer's read left off
 	if flags&syscall.O_APPEND != 0 {
 		h.w.Append()
 	}
@@ -60,10 +61,16 @@ type resolveHandle struct {
 }
 
 var (
-	_ fs.FileWriter  = (*resolveHandle)(nil)
-	_ fs.FileReader  = (*resolveHandle)(nil)
-	_ fs.FileFlusher = (*resolveHandle)(nil)
+	_ fs.FileWriter   = (*resolveHandle)(nil)
+	_ fs.FileReader   = (*resolveHandle)(nil)
+	_ fs.FileFlusher  = (*resolveHandle)(nil)
+	_ fs.FileReleaser = (*resolveHandle)(nil)
 )
+
+func (h *resolveHandle) Release(ctx context.Context) syscall.Errno {
+	h.w.Close()
+	return 0
+}
 
 func (h *resolveHandle) Flush(ctx context.Context) syscall.Errno { return errno(h.w.Flush()) }
 

@@ -69,7 +69,9 @@ type memoryKids struct{ f *fsys }
 func (k memoryKids) register() child {
 	f := k.f
 	return child{name: "register", ino: inoRegister, node: func() fs.InodeEmbedder {
-		return newDocFile(f, who{}, f.svc.Started(), f.svc.RegisterWriter)
+		d := newDocFile(f, who{}, f.svc.Started(), f.svc.RegisterWriter)
+		d.opensFiles = true // shm
+		return d
 	}}
 }
 
@@ -130,7 +132,9 @@ type segmentsKids struct{ f *fsys }
 func (k segmentsKids) open() child {
 	f := k.f
 	return child{name: "open", ino: inoOpen, node: func() fs.InodeEmbedder {
-		return newDocFile(f, who{}, f.svc.Started(), f.svc.OpenWriter)
+		d := newDocFile(f, who{}, f.svc.Started(), f.svc.OpenWriter)
+		d.opensFiles = true
+		return d
 	}}
 }
 

@@ -27,6 +27,7 @@ func topCommands() []command {
 	return []command{
 		{"mount", mountSynopsis, "serve the control filesystem at MOUNTPOINT in the foreground", runMount},
 		{"bench", "SUBCOMMAND [flags]", "measure the engine; subcommands below", benchMain},
+		{"peer", "read|write|regions --addr HOST:PORT [flags]", "move bytes between a local file and a peer daemon's exported region (docs/peers.md)", runPeer},
 		{"version", "", "print the release, the commit and \"dirty\" if built with uncommitted changes", runVersion},
 		{"help", "", "print this text (also -h, --help)", nil},
 	}

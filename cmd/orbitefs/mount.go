@@ -105,6 +105,16 @@ func runMount(args []string) int {
 	}
 	svc := control.New(e, sopts)
 
+	psrv, err := startPeerServer(cfg.Peer, svc, lg)
+	if err != nil {
+		e.Close(time.Second)
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
+	if psrv != nil {
+		defer psrv.Close()
+	}
+
 	// Signals are caught before mounting, so one arriving during the
 	// mount still leads to an orderly unmount.
 	sigs := make(chan os.Signal, 2)
@@ -142,6 +152,9 @@ func runMount(args []string) int {
 			lg.Warn("shutdown already in progress; it is bounded by mount.shutdown_timeout", "op", "shutdown", "signal", s.String())
 		}
 	}()
+	if psrv != nil {
+		psrv.Close() // peers first: nothing reaches the regions while the engine drains
+	}
 	if err := svc.Shutdown(cfg.Mount.ShutdownTimeout.D()); err != nil {
 		lg.Warn("engine close", "op", "shutdown", "err", err)
 	}

@@ -19,6 +19,10 @@ var forbidden = map[string][]string{
 	"control": {"unsafe", "github.com/pawelgaczynski/giouring", "github.com/ebitengine/purego", module + "fusefs", module + "backends/"},
 	"fusefs":  {"unsafe", "github.com/pawelgaczynski/giouring", "github.com/ebitengine/purego", module + "backends/"},
 	"config":  {"unsafe", module + "engine", module + "control", module + "fusefs", module + "backends/"},
+	// peer is a transport beside the backends: it sees the engine's
+	// error kinds and nothing above them; wire is pure encoding.
+	"peer":      {"unsafe", "github.com/pawelgaczynski/giouring", "github.com/ebitengine/purego", module + "fusefs", module + "control", module + "backends/"},
+	"peer/wire": {"unsafe", module + "engine", module + "control", module + "fusefs", module + "backends/", module + "config"},
 }
 
 func TestLayering(t *testing.T) {

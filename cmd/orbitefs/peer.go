@@ -1,0 +1,199 @@
+// peer.go owns the daemon's peer listener (started by `orbitefs mount`
+// when [peer] listen is set) and `orbitefs peer read|write`, which moves
+// bytes between a local file and a peer's exported region.
+
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/peer"
+	"github.com/orbitefs/orbitefs/peer/wire"
+)
+
+// serviceExports shows the control Service's exported registrations to
+// the peer server; a registration's Seq is its descriptor id.
+type serviceExports struct{ s *control.Service }
+
+func exportOf(m *control.Memory) peer.Export {
+	perm, _ := wire.ParsePerm(m.Export) // validated at registration
+	return peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
+		Bytes: m.Len(), Perm: perm}, Mem: m}
+}
+
+func (x serviceExports) Exports() []peer.Export {
+	var out []peer.Export
+	for _, m := range x.s.Exported() {
+		out = append(out, exportOf(m))
+	}
+	return out
+}
+
+func (x serviceExports) Export(id uint64) (peer.Export, bool) {
+	m := x.s.ExportedBySeq(id)
+	if m == nil {
+		return peer.Export{}, false
+	}
+	return exportOf(m), true
+}
+
+// peerName is [peer] name, or the host name.
+func peerName(c config.Peer) string {
+	if c.Name != "" {
+		return c.Name
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "orbitefs"
+	}
+	return h
+}
+
+// startPeerServer starts the listener when [peer] listen is set; nil
+// when it is not.
+func startPeerServer(c config.Peer, svc *control.Service, lg *slog.Logger) (*peer.Server, error) {
+	if c.Listen == "" {
+		return nil, nil
+	}
+	key, err := peer.LoadKey(c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer.key_file: %w", err)
+	}
+	var allowed []netip.Prefix
+	for _, n := range c.AllowedNetworks {
+		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
+	}
+	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
+		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg}, serviceExports{svc})
+	if err := s.Listen(c.Listen); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// peerResult is the JSON line `orbitefs peer` prints.
+type peerResult struct {
+	Op      string  `json:"op"`
+	Peer    string  `json:"peer"`
+	Name    string  `json:"peer_name,omitempty"`
+	Region  string  `json:"region"`
+	Offset  uint64  `json:"offset"`
+	Bytes   uint64  `json:"bytes"`
+	Lanes   int     `json:"lanes"`
+	Effect  string  `json:"effect,omitempty"`
+	Seconds float64 `json:"seconds"`
+	Error   string  `json:"error,omitempty"`
+}
+
+func runPeer(args []string) int {
+	if len(args) < 1 || (args[0] != "read" && args[0] != "write" && args[0] != "regions") {
+		fmt.Fprint(os.Stderr, `usage: orbitefs peer read|write|regions --addr HOST:PORT [flags]
+
+  peer write --addr A --region R [--offset N] --file F   F's bytes into the peer's region R at N
+  peer read  --addr A --region R [--offset N] [--length N] --file F
+                                                         the region's bytes into F (created or truncated)
+  peer regions --addr A                                  the peer's exported regions as JSON lines
+The key, lanes and timeouts come from --config's [peer] section.
+`)
+		return 2
+	}
+	op := args[0]
+	fl := flag.NewFlagSet("peer "+op, flag.ContinueOnError)
+	cfgPath := fl.String("config", "", "TOML config `file` whose [peer] section gives key_file, lanes and timeouts")
+	addr := fl.String("addr", "", "the peer's `host:port` ([peer] listen on its side)")
+	region := fl.String("region", "", "the peer's exported region `name`")
+	offset := fl.Uint64("offset", 0, "byte `offset` in the region")
+	length := fl.Uint64("length", 0, "bytes to read (default: to the region's end)")
+	file := fl.String("file", "", "local `file`: the source of a write, the destination of a read")
+	lanes := fl.Int("lanes", 0, "data lanes (default: [peer] lanes)")
+	if err := fl.Parse(args[1:]); err != nil {
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(os.Stderr, "orbitefs peer %s: %s\n", op, fmt.Sprintf(format, a...))
+		return 1
+	}
+	if fl.NArg() != 0 {
+		return fail("unexpected argument %q", fl.Arg(0))
+	}
+	if *addr == "" || (op != "regions" && (*region == "" || *file == "")) {
+		return fail("--addr, --region and --file are required (regions needs only --addr)")
+	}
+	cfg, err := config.Load(*cfgPath)
+	if err != nil {
+		return fail("%v", err)
+	}
+	pc := cfg.Peer
+	if *lanes != 0 {
+		if *lanes < 1 || *lanes > config.MaxPeerLanes {
+			return fail("--lanes %d: want 1 to %d", *lanes, config.MaxPeerLanes)
+		}
+		pc.Lanes = *lanes
+	}
+	if pc.KeyFile == "" {
+		return fail("no key: set [peer] key_file in the --config file")
+	}
+	key, err := peer.LoadKey(pc.KeyFile)
+	if err != nil {
+		return fail("peer.key_file: %v", err)
+	}
+	ctx := context.Background()
+	c, err := peer.Dial(ctx, *addr, peer.Config{Name: peerName(pc), Key: key, Lanes: pc.Lanes,
+		DialTimeout: pc.DialTimeout.D(), IOTimeout: pc.IOTimeout.D(), KeepAlive: pc.KeepAliveInterval.D(),
+		PayloadChecksum: pc.PayloadChecksum, MaxSlice: uint64(pc.MaxSliceBytes)})
+	if err != nil {
+		return fail("%v", err)
+	}
+	defer c.Close()
+	out := json.NewEncoder(os.Stdout)
+	if op == "regions" {
+		for _, d := range c.Regions() {
+			out.Encode(map[string]any{"name": d.Name, "location": d.Location, "bytes": d.Bytes, "export": d.Perm.String()})
+		}
+		return 0
+	}
+	res := peerResult{Op: op, Peer: *addr, Name: c.PeerName(), Region: *region, Offset: *offset, Lanes: pc.Lanes}
+	start := time.Now()
+	var buf []byte
+	if op == "write" {
+		if buf, err = os.ReadFile(*file); err != nil {
+			return fail("%v", err)
+		}
+		err = c.Write(ctx, *region, *offset, buf)
+		res.Effect = peer.EffectOf(err).String()
+	} else {
+		n := *length
+		if n == 0 {
+			for _, d := range c.Regions() {
+				if d.Name == *region && d.Bytes > *offset {
+					n = d.Bytes - *offset
+				}
+			}
+		}
+		if n == 0 {
+			return fail("nothing to read: region %q is not exported by %s, or --offset %d is at its end; give --length", *region, *addr, *offset)
+		}
+		buf = make([]byte, n)
+		if err = c.Read(ctx, *region, *offset, buf); err == nil {
+			err = os.WriteFile(*file, buf, 0o644)
+		}
+	}
+	res.Seconds = time.Since(start).Seconds()
+	if err != nil {
+		res.Error = err.Error()
+		out.Encode(res)
+		return fail("%v", err)
+	}
+	res.Bytes = uint64(len(buf))
+	out.Encode(res)
+	return 0
+}

@@ -1,0 +1,94 @@
+// peer.go owns the [peer] section: the listener for other engines
+// (off while listen is empty), this engine's advertised name, the key
+// file, and the client side's lanes and timeouts.
+//
+// Invariants:
+//   - With listen set, key_file is required: a daemon never serves peers
+//     without authentication.
+//   - Every bound is checked at load with the key's name and value.
+
+package config
+
+import (
+	"net"
+	"net/netip"
+	"strconv"
+)
+
+// Peer configures engine-to-engine transfers.
+type Peer struct {
+	// Listen is host:port to accept peers on; "" disables the listener.
+	Listen string `toml:"listen"`
+	// Name is this engine's advertised name; "" is the host name.
+	Name string `toml:"name"`
+	// KeyFile holds the shared secret (mode 0600, at least 16 bytes).
+	KeyFile string `toml:"key_file"`
+	// AllowedNetworks, when not empty, are the only networks (CIDR) peers
+	// may connect from; others are closed before the handshake.
+	AllowedNetworks []string `toml:"allowed_networks"`
+	// Lanes is the number of data connections a client opens to one
+	// peer: 1 is tcp, more is hp_tcp (large requests striped).
+	Lanes int `toml:"lanes"`
+	// DialTimeout bounds connecting and the handshake.
+	DialTimeout Duration `toml:"dial_timeout"`
+	// IOTimeout bounds one frame and its reply once begun.
+	IOTimeout Duration `toml:"io_timeout"`
+	// KeepAliveInterval is the control connection's ping interval, and
+	// the idleness after which a lane is pinged before it carries data.
+	KeepAliveInterval Duration `toml:"keepalive_interval"`
+	// PayloadChecksum adds a CRC32C of every payload.
+	PayloadChecksum bool `toml:"payload_checksum"`
+	// MaxSliceBytes is the largest payload of one frame (and so of one
+	// slice of a striped request).
+	MaxSliceBytes Size `toml:"max_slice_bytes"`
+}
+
+// The bounds of [peer].
+const (
+	MaxPeerLanes    = 64
+	MinPeerSlice    = 1 << 20
+	MaxPeerSlice    = 1 << 30
+	maxPeerNameLen  = 255
+	minPeerDuration = Duration(1e6) // 1ms
+)
+
+func (c *Peer) validate(p *problems) {
+	if c.Listen != "" {
+		host, port, err := net.SplitHostPort(c.Listen)
+		n, perr := strconv.Atoi(port)
+		switch {
+		case err != nil:
+			p.addf("peer.listen %q: want host:port, such as 127.0.0.1:7070 or [::]:7070 (%v)", c.Listen, err)
+		case perr != nil || n < 0 || n > 65535:
+			p.addf("peer.listen %q: port %q is not a number in [0, 65535]", c.Listen, port)
+		case host != "" && net.ParseIP(host) == nil && host != "localhost":
+			p.addf("peer.listen %q: host %q is not an IP address (a name could resolve to several)", c.Listen, host)
+		}
+		if c.KeyFile == "" {
+			p.addf("peer.key_file is empty but peer.listen is %q: a listener needs the shared key (a file of mode 0600 with at least 16 bytes)", c.Listen)
+		}
+	}
+	for _, n := range c.AllowedNetworks {
+		if _, err := netip.ParsePrefix(n); err != nil {
+			p.addf("peer.allowed_networks: %q is not a network in CIDR form, such as 10.0.0.0/8 or fd00::/8", n)
+		}
+	}
+	if len(c.Name) > maxPeerNameLen {
+		p.addf("peer.name is %d bytes, more than %d", len(c.Name), maxPeerNameLen)
+	}
+	p.between("peer.lanes", c.Lanes, 1, MaxPeerLanes)
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"peer.dial_timeout", c.DialTimeout}, {"peer.io_timeout", c.IOTimeout}} {
+		if d.v < minPeerDuration {
+			p.addf("%s (%s) must be at least 1ms", d.key, d.v)
+		}
+	}
+	if c.KeepAliveInterval != 0 && c.KeepAliveInterval < minPeerDuration {
+		p.addf("peer.keepalive_interval (%s) must be 0 (off) or at least 1ms", c.KeepAliveInterval)
+	}
+	if c.MaxSliceBytes < MinPeerSlice || c.MaxSliceBytes > MaxPeerSlice {
+		p.addf("peer.max_slice_bytes (%s) must be in [1MiB, 1GiB]", c.MaxSliceBytes)
+	}
+}

@@ -1,0 +1,47 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPeerDefaultsOff(t *testing.T) {
+	d, err := Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Peer
+	if p.Listen != "" || p.Lanes != 1 || p.IOTimeout.String() != "30s" || p.DialTimeout.String() != "5s" ||
+		p.KeepAliveInterval.String() != "15s" || p.MaxSliceBytes != 64<<20 || p.PayloadChecksum {
+		t.Fatalf("peer defaults %+v", p)
+	}
+}
+
+func TestPeerValidation(t *testing.T) {
+	for _, tc := range []struct{ toml, want string }{
+		{`listen = "127.0.0.1:7070"`, `peer.key_file is empty but peer.listen is "127.0.0.1:7070"`},
+		{`listen = "7070"
+key_file = "/k"`, `peer.listen "7070": want host:port`},
+		{`listen = "127.0.0.1:70700"
+key_file = "/k"`, `port "70700" is not a number in [0, 65535]`},
+		{`listen = "example.com:7070"
+key_file = "/k"`, `host "example.com" is not an IP address`},
+		{`lanes = 0`, `peer.lanes (0) must be in [1, 64]`},
+		{`lanes = 65`, `peer.lanes (65) must be in [1, 64]`},
+		{`io_timeout = "0s"`, `peer.io_timeout (0s) must be at least 1ms`},
+		{`dial_timeout = "10us"`, `peer.dial_timeout (10µs) must be at least 1ms`},
+		{`keepalive_interval = "1us"`, `peer.keepalive_interval (1µs) must be 0 (off) or at least 1ms`},
+		{`max_slice_bytes = "512KiB"`, `peer.max_slice_bytes (512KiB) must be in [1MiB, 1GiB]`},
+		{`lanse = 2`, `lanse`},
+		{`allowed_networks = ["10.0.0.0/8", "10.1.2.3"]`, `peer.allowed_networks: "10.1.2.3" is not a network in CIDR form`},
+	} {
+		_, err := Parse("[peer]\n" + tc.toml + "\n")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+	d, err := Parse("[peer]\nlisten = \"127.0.0.1:0\"\nkey_file = \"/k\"\nlanes = 4\nkeepalive_interval = \"0s\"\n")
+	if err != nil || d.Peer.Lanes != 4 || d.Peer.Listen != "127.0.0.1:0" {
+		t.Fatalf("a valid [peer]: %v %+v", err, d)
+	}
+}

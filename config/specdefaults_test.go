@@ -1,0 +1,61 @@
+package config
+
+// specdefaults_test.go pins every default and limit the specification
+// states as a number or a switch against the value the specification
+// gives, transcribed from its text (the quote says where): a default
+// changed in code, default.toml and docs together still fails here.
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSpecDefaults(t *testing.T) {
+	d := DefaultEngine()
+	cases := []struct {
+		key  string
+		spec string // what the specification says, paraphrased
+		got  any
+		want any
+	}{
+		// Local file transfers.
+		{"max_file_segments", "bounds open and draining names (default 1024, maximum 4096)", d.MaxFileSegments, 1024},
+		{"max_file_segments ceiling", "maximum 4096", MaxFileSegmentsCeiling, 4096},
+		{"file_info_ttl", "file_segment_info caches size for up to one hour", d.FileInfoTTL.D(), time.Hour},
+		{"max_vector_elements", "the limit is 1024 elements per vector", d.MaxVectorElements, 1024},
+		{"max_vector_elements ceiling", "the limit is 1024 elements per vector", MaxVectorElementsCeiling, 1024},
+		{"caller_fast_path_bytes", "one contiguous host request of at most 64 KiB on its caller", uint64(d.CallerFastPathBytes), uint64(64 << 10)},
+		{"caller_fast_path_wait", "block for a CQE for at most 200 µs", d.CallerFastPathWait.D(), 200 * time.Microsecond},
+		{"quiesce_grace", "one cutoff, 30 seconds after the submission deadline", d.QuiesceGrace.D(), 30 * time.Second},
+		{"io_uring.pinned_staging", "set pinned_staging to enable TENT's optional file pool", d.IOUring.PinnedStaging, false},
+		{"io_uring.staging_slot_kb", "staging_slot_kb defaults to 4096", d.IOUring.StagingSlotKB, 4096},
+		{"io_uring.staging_slots", "staging_slots defaults to 32", d.IOUring.StagingSlots, 32},
+		{"staging total ceiling", "the checked total is at most 1 GiB", uint64(MaxStagingTotal), uint64(1 << 30)},
+		{"gds_enabled", "gds_enabled defaults to true in a GDS build", d.GDSEnabled, true},
+		{"gds_batch_depth", "one native batch at gds_batch_depth (default 32)", d.GDSBatchDepth, 32},
+		// Asynchronous batches.
+		{"enable_progress_worker", "by default, free() on a busy batch returns BatchBusy; enable_progress_worker opts in to deferred free", d.EnableProgressWorker, false},
+		{"merge_requests", "memory requests merge by default", d.MergeRequests, true},
+		{"max_failover_attempts", "defaults to three additional attempts", d.MaxFailoverAttempts, 3},
+		{"enable_auto_failover_on_poll", "enable_auto_failover_on_poll defaults to true", d.EnableAutoFailoverOnPoll, true},
+		{"progress_fallback_interval", "the default fallback interval is 50 ms", d.ProgressFallbackInterval.D(), 50 * time.Millisecond},
+		{"runtime_queue.enabled", "runtime_queue defaults to None", d.RuntimeQueue.Enabled, false},
+		{"runtime_queue.max_outstanding_owners", "defaults allow 1,024 outstanding owners", d.RuntimeQueue.MaxOutstandingOwners, 1024},
+		{"runtime_queue.max_outstanding_bytes", "defaults allow ... and 1 GiB", uint64(d.RuntimeQueue.MaxOutstandingBytes), uint64(1 << 30)},
+		{"runtime_queue.max_dispatch_owners", "with 64 owners ... in the dispatch window", d.RuntimeQueue.MaxDispatchOwners, 64},
+		{"runtime_queue.max_dispatch_bytes", "with ... 64 MiB in the dispatch window", uint64(d.RuntimeQueue.MaxDispatchBytes), uint64(64 << 20)},
+		{"runtime_queue.staging_owner_reserve", "staging_owner_reserve and staging_byte_reserve default to zero", d.RuntimeQueue.StagingOwnerReserve, 0},
+		{"runtime_queue.staging_byte_reserve", "staging_owner_reserve and staging_byte_reserve default to zero", uint64(d.RuntimeQueue.StagingByteReserve), uint64(0)},
+		{"runtime_queue.promotion_slack", "the default, zero, disables promotion", d.RuntimeQueue.PromotionSlack.D(), time.Duration(0)},
+		{"qos", "qos defaults to None", d.QoS == nil && d.QoSFile == "" && d.QoSJSON == "", true},
+		{"max_receiver_credit_sessions", "defaults to zero (disabled)", d.MaxReceiverCreditSessions, 0},
+	}
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("%s = %v (%T), the spec says %v: %q", c.key, c.got, c.got, c.want, c.spec)
+		}
+	}
+	if err := d.Validate(); err != nil {
+		t.Errorf("the spec's defaults do not validate: %v", err)
+	}
+}

@@ -1,0 +1,37 @@
+// export.go owns what other engines (peers) may reach: the
+// registrations made with an export other than none, and their bytes.
+// The peer server asks on every request, so an rmdir'd registration is
+// unreachable at once, and a name registered again is a new object with
+// a new Seq that an old descriptor never reaches.
+
+package control
+
+// Exported returns the registrations peers may reach, in name order.
+func (s *Service) Exported() []*Memory {
+	var out []*Memory
+	for _, m := range s.Memories() {
+		if m.Export != ExportNone {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ExportedBySeq finds an exported registration by its Seq, or nil.
+func (s *Service) ExportedBySeq(seq uint64) *Memory {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.mu.memory {
+		if m != nil && m.seq == seq && m.Export != ExportNone {
+			return m
+		}
+	}
+	return nil
+}
+
+// ReadAt copies region bytes into p (the region's rules: ErrBusy while a
+// transfer holds them, ErrRange past the end).
+func (m *Memory) ReadAt(p []byte, off int64) (int, error) { return m.region.ReadAt(p, off) }
+
+// WriteAt copies p into the region, with the region's rules.
+func (m *Memory) WriteAt(p []byte, off int64) (int, error) { return m.region.WriteAt(p, off) }

@@ -1,0 +1,125 @@
+// handshake.go owns the hello exchange that opens every connection:
+//
+//	client: hello     {name, epoch, role, session, client nonce}
+//	server: challenge {name, epoch, server nonce, server proof}
+//	client: auth      {client proof}
+//	server: welcome   {session, max payload} or error {auth}
+//
+// Invariants:
+//   - Each side checks the other's proof before it sends anything more:
+//     the client never sends a request to a server that did not prove
+//     the key, the server never serves a client that did not.
+//   - Neither side sends the key; proofs are bound to both nonces.
+
+package peer
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/orbitefs/orbitefs/peer/wire"
+)
+
+// handshakeLimits: no handshake frame carries a payload.
+var handshakeLimits = wire.Limits{MaxPayload: 0}
+
+// newEpoch is a random, nonzero 64-bit epoch.
+func newEpoch() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		if e := binary.LittleEndian.Uint64(b[:]); e != 0 {
+			return e
+		}
+	}
+}
+
+// readMsg reads one frame of type want (or a TypeError) and decodes its
+// metadata into m.
+func readMsg(r io.Reader, want wire.Type, m interface{ Unmarshal([]byte) error }) error {
+	buf := make([]byte, wire.HeaderLen)
+	h, err := wire.ReadHeader(r, buf, handshakeLimits)
+	if err != nil {
+		return err
+	}
+	meta, err := wire.ReadMeta(r, &h)
+	if err != nil {
+		return err
+	}
+	if h.Type == wire.TypeError {
+		var e wire.Error
+		if err := e.Unmarshal(meta); err != nil {
+			return err
+		}
+		return &remoteError{e}
+	}
+	if h.Type != want {
+		return fmt.Errorf("%w: got a %s frame, want %s", wire.ErrCorrupt, h.Type, want)
+	}
+	return m.Unmarshal(meta)
+}
+
+func writeMsg(w io.Writer, t wire.Type, meta []byte) error {
+	f := wire.Frame{Type: t, Meta: meta}
+	_, err := f.Write(w)
+	return err
+}
+
+// clientHandshake runs the client's half on c and returns the server's
+// challenge (its name and epoch) and its welcome. With
+// wantEpoch set (a lane of an existing Conn), a server with another epoch
+// is left at the challenge: errRestarted.
+func clientHandshake(c net.Conn, key []byte, h *wire.Hello, wantEpoch uint64) (*wire.Challenge, *wire.Welcome, error) {
+	rand.Read(h.Nonce[:])
+	if err := writeMsg(c, wire.TypeHello, h.Marshal()); err != nil {
+		return nil, nil, err
+	}
+	var ch wire.Challenge
+	if err := readMsg(c, wire.TypeChallenge, &ch); err != nil {
+		return nil, nil, err
+	}
+	if !wire.ProofOK(ch.Proof, wire.Proof(key, true, h, &ch)) {
+		return nil, nil, fmt.Errorf("authentication failed: the server %q did not prove the shared key (different key files?)", ch.Name)
+	}
+	if wantEpoch != 0 && ch.Epoch != wantEpoch {
+		return nil, nil, errRestarted
+	}
+	a := wire.Auth{Proof: wire.Proof(key, false, h, &ch)}
+	if err := writeMsg(c, wire.TypeAuth, a.Marshal()); err != nil {
+		return nil, nil, err
+	}
+	var w wire.Welcome
+	if err := readMsg(c, wire.TypeWelcome, &w); err != nil {
+		return nil, nil, err
+	}
+	return &ch, &w, nil
+}
+
+// serverHandshake runs the server's half on c: it returns the client's
+// hello once its proof checked, or why it did not (the caller logs the
+// reason and closes c).
+func serverHandshake(c net.Conn, key []byte, name string, epoch uint64) (*wire.Hello, error) {
+	var h wire.Hello
+	if err := readMsg(c, wire.TypeHello, &h); err != nil {
+		return nil, fmt.Errorf("hello: %w", err)
+	}
+	ch := wire.Challenge{Name: name, Epoch: epoch}
+	rand.Read(ch.Nonce[:])
+	ch.Proof = wire.Proof(key, true, &h, &ch)
+	if err := writeMsg(c, wire.TypeChallenge, ch.Marshal()); err != nil {
+		return &h, fmt.Errorf("challenge: %w", err)
+	}
+	var a wire.Auth
+	if err := readMsg(c, wire.TypeAuth, &a); err != nil {
+		return &h, fmt.Errorf("auth: %w", err)
+	}
+	if !wire.ProofOK(a.Proof, wire.Proof(key, false, &h, &ch)) {
+		e := wire.Error{Code: wire.CodeAuth, Message: "authentication failed"}
+		writeMsg(c, wire.TypeError, e.Marshal())
+		return &h, fmt.Errorf("authentication failed: the client's proof does not match the shared key")
+	}
+	return &h, nil
+}

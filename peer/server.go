@@ -1,0 +1,484 @@
+// server.go owns the listening side: it accepts connections, runs the
+// handshake, and serves READ, WRITE, region lists and pings against the
+// exported regions.
+//
+// Invariants:
+//   - Nothing is served before the client proved the key (and, with
+//     allowed networks, came from one); a refused peer is logged with the
+//     reason and its connection closed.
+//   - A region is reachable only while exported, and only with the
+//     permission it was exported with; a refusal (permission, range,
+//     stale id, busy) happens before any byte of the region is touched
+//     and says so (AppliedNone).
+//   - A WRITE is acknowledged only after WriteAt returned: the bytes are
+//     in the region's memory.
+//   - A frame that fails a check ends its connection: after a corrupt
+//     header the stream cannot be trusted to be in step.
+//   - A lane belongs to one control session; when the control connection
+//     ends, its lanes are closed.
+
+package peer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/orbitefs/orbitefs/engine"
+	"github.com/orbitefs/orbitefs/peer/wire"
+)
+
+// Memory is an exported region's bytes (engine.Region satisfies it).
+type Memory interface {
+	ReadAt(p []byte, off int64) (int, error)
+	WriteAt(p []byte, off int64) (int, error)
+}
+
+// Export is one exported region.
+type Export struct {
+	wire.Descriptor
+	Mem Memory
+}
+
+// Exports is the set of regions a server may serve; it is asked on
+// every request, so an unregistered region is unreachable at once.
+type Exports interface {
+	// Exports lists the regions with a permission other than none.
+	Exports() []Export
+	// Export finds one by descriptor id.
+	Export(id uint64) (Export, bool)
+}
+
+// ServerConfig configures a Server.
+type ServerConfig struct {
+	Name      string        // advertised in the challenge
+	Key       []byte        // the shared secret
+	IOTimeout time.Duration // bound on a handshake and on each frame once begun
+	MaxSlice  uint64        // largest payload of one frame
+	// Allowed, when not empty, are the only networks peers may connect
+	// from; any other address is closed before the handshake.
+	Allowed []netip.Prefix
+	Logger  *slog.Logger
+}
+
+// Stats are a server's counters.
+type Stats struct {
+	Sessions, Lanes   int    // open now
+	Refused           uint64 // connections refused at the handshake
+	Reads, Writes     uint64 // requests served (including refused ones)
+	BytesIn, BytesOut uint64 // payload bytes
+	Corrupt           uint64 // connections ended by a frame that failed a check
+}
+
+// Server serves exported regions to authenticated peers.
+type Server struct {
+	cfg   ServerConfig
+	exp   Exports
+	epoch uint64
+	log   *slog.Logger
+	ln    net.Listener
+	wg    sync.WaitGroup
+
+	mu struct {
+		sync.Mutex
+		closed   bool
+		conns    map[net.Conn]struct{}
+		sessions map[uint64]*session
+		next     uint64
+	}
+	refused, reads, writes, bytesIn, bytesOut, corrupt atomic.Uint64
+
+	// hook, when set (tests), runs at the named points of a WRITE with the
+	// request's header and the connection, and may close it.
+	hook func(point hookPoint, h *wire.Header, c net.Conn)
+}
+
+type hookPoint int
+
+const (
+	hookWriteBody    hookPoint = iota // header and metadata read, payload not yet
+	hookWriteApplied                  // bytes written to the region, ack not yet sent
+)
+
+// session is one authenticated client: its control connection and lanes.
+type session struct {
+	id    uint64
+	name  string
+	epoch uint64
+	ctrl  net.Conn
+	lanes map[net.Conn]struct{}
+}
+
+// NewServer makes a server for exp with a fresh random epoch.
+func NewServer(cfg ServerConfig, exp Exports) *Server {
+	s := &Server{cfg: cfg, exp: exp, epoch: newEpoch(), log: cfg.Logger}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.mu.conns = map[net.Conn]struct{}{}
+	s.mu.sessions = map[uint64]*session{}
+	return s
+}
+
+// Epoch is this server's epoch: random, new at every start.
+func (s *Server) Epoch() uint64 { return s.epoch }
+
+// Listen starts accepting on addr (host:port). Multipath TCP is off:
+// the kernel's MPTCP path adds a copy and its own scheduling to every
+// byte, and peers stripe over plain lanes themselves.
+func (s *Server) Listen(addr string) error {
+	var lc net.ListenConfig
+	lc.SetMultipathTCP(false)
+	ln, err := lc.Listen(context.Background(), "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("peer listen %s: %w", addr, err)
+	}
+	s.mu.Lock()
+	if s.mu.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return fmt.Errorf("peer listen %s: %w", addr, errClosed)
+	}
+	s.ln = ln
+	s.mu.Unlock()
+	s.log.Info("peer listening", "op", "peer", "addr", ln.Addr().String(), "name", s.cfg.Name, "epoch", fmt.Sprintf("%016x", s.epoch))
+	s.wg.Add(1)
+	go s.accept(ln)
+	return nil
+}
+
+// Addr is the listening address (after Listen).
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Close stops listening, closes every connection and waits for their
+// goroutines. A WRITE cut by it has an unknown effect for its client.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.mu.closed = true
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	for c := range s.mu.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	return nil
+}
+
+// Stats returns the counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	st := Stats{Sessions: len(s.mu.sessions)}
+	for _, ss := range s.mu.sessions {
+		st.Lanes += len(ss.lanes)
+	}
+	s.mu.Unlock()
+	st.Refused, st.Reads, st.Writes = s.refused.Load(), s.reads.Load(), s.writes.Load()
+	st.BytesIn, st.BytesOut, st.Corrupt = s.bytesIn.Load(), s.bytesOut.Load(), s.corrupt.Load()
+	return st
+}
+
+func (s *Server) accept(ln net.Listener) {
+	defer s.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				s.log.Error("peer accept", "op", "peer", "err", err)
+			}
+			return
+		}
+		s.mu.Lock()
+		if s.mu.closed {
+			s.mu.Unlock()
+			c.Close()
+			return
+		}
+		s.mu.conns[c] = struct{}{}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.wg.Done()
+			s.handle(c)
+			s.mu.Lock()
+			delete(s.mu.conns, c)
+			s.mu.Unlock()
+			c.Close()
+		}()
+	}
+}
+
+func (s *Server) handle(c net.Conn) {
+	remote := c.RemoteAddr().String()
+	if !s.allowed(c.RemoteAddr()) {
+		s.refused.Add(1)
+		s.log.Warn("peer refused", "op", "peer", "remote", remote, "reason", "its address is in none of the allowed networks")
+		return
+	}
+	c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch)
+	if err != nil {
+		s.refused.Add(1)
+		name := ""
+		if h != nil {
+			name = h.Name
+		}
+		s.log.Warn("peer refused", "op", "peer", "remote", remote, "name", name, "reason", err)
+		return
+	}
+	ss, err := s.join(c, h)
+	if err != nil {
+		s.refused.Add(1)
+		e := wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
+		writeMsg(c, wire.TypeError, e.Marshal())
+		s.log.Warn("peer refused", "op", "peer", "remote", remote, "name", h.Name, "reason", err)
+		return
+	}
+	defer s.leave(c, ss)
+	w := wire.Welcome{Session: ss.id, MaxPayload: s.cfg.MaxSlice}
+	if err := writeMsg(c, wire.TypeWelcome, w.Marshal()); err != nil {
+		return
+	}
+	if h.Role == wire.RoleControl {
+		s.log.Info("peer connected", "op", "peer", "remote", remote, "name", h.Name,
+			"epoch", fmt.Sprintf("%016x", h.Epoch), "session", ss.id)
+	}
+	if err := s.serve(c, h.Role); err != nil {
+		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
+	}
+}
+
+// allowed says whether a peer at a may connect.
+func (s *Server) allowed(a net.Addr) bool {
+	if len(s.cfg.Allowed) == 0 {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(a.String())
+	if err != nil {
+		return false
+	}
+	ip := ap.Addr().Unmap()
+	for _, p := range s.cfg.Allowed {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// join records c in a new session (control) or its session (lane).
+func (s *Server) join(c net.Conn, h *wire.Hello) (*session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h.Role == wire.RoleControl {
+		s.mu.next++
+		ss := &session{id: s.mu.next, name: h.Name, epoch: h.Epoch, ctrl: c, lanes: map[net.Conn]struct{}{}}
+		s.mu.sessions[ss.id] = ss
+		return ss, nil
+	}
+	ss := s.mu.sessions[h.Session]
+	switch {
+	case ss == nil:
+		return nil, fmt.Errorf("lane for session %d, which is not open (its control connection ended)", h.Session)
+	case ss.name != h.Name || ss.epoch != h.Epoch:
+		return nil, fmt.Errorf("lane for session %d from %q epoch %016x, but the session is %q epoch %016x",
+			h.Session, h.Name, h.Epoch, ss.name, ss.epoch)
+	}
+	ss.lanes[c] = struct{}{}
+	return ss, nil
+}
+
+func (s *Server) leave(c net.Conn, ss *session) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ss.ctrl != c {
+		delete(ss.lanes, c)
+		return
+	}
+	delete(s.mu.sessions, ss.id)
+	for l := range ss.lanes {
+		l.Close()
+	}
+}
+
+// bufs recycles payload buffers of up to MaxSlice bytes.
+var bufs sync.Pool
+
+func getBuf(n uint64) []byte {
+	if p, ok := bufs.Get().(*[]byte); ok && uint64(cap(*p)) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n)
+}
+
+func putBuf(b []byte) { bufs.Put(&b) }
+
+// serve answers requests on c until it ends. It returns nil for an
+// orderly end (the client closed).
+func (s *Server) serve(c net.Conn, role wire.Role) error {
+	br := bufio.NewReaderSize(c, 64<<10)
+	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
+	hb := make([]byte, wire.HeaderLen)
+	for {
+		c.SetDeadline(time.Time{}) // an idle connection may wait for ever
+		h, err := wire.ReadHeader(br, hb, lim)
+		if err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			return s.refuseFrame(c, &h, err)
+		}
+		c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+		meta, err := wire.ReadMeta(br, &h)
+		if err != nil {
+			return s.refuseFrame(c, &h, err)
+		}
+		reply := wire.Frame{Type: wire.TypeError, ID: h.ID, Slice: h.Slice, PayloadCRC: h.Flags&wire.FlagPayloadCRC != 0}
+		var buf []byte
+		switch {
+		case h.Type == wire.TypePing && h.PayloadLen == 0:
+			reply.Type, reply.Meta = wire.TypePong, (&wire.Pong{Epoch: s.epoch}).Marshal()
+		case h.Type == wire.TypeRegions && h.PayloadLen == 0:
+			var rs wire.Regions
+			for _, x := range s.exp.Exports() {
+				rs.List = append(rs.List, x.Descriptor)
+			}
+			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
+		case h.Type == wire.TypeRead && role == wire.RoleLane && h.PayloadLen == 0:
+			s.reads.Add(1)
+			var m wire.Read
+			if err := m.Unmarshal(meta); err != nil {
+				return s.refuseFrame(c, &h, err)
+			}
+			buf, reply.Meta = s.read(&m, &reply)
+			reply.Payload = buf
+		case h.Type == wire.TypeWrite && role == wire.RoleLane:
+			s.writes.Add(1)
+			var m wire.Write
+			if err := m.Unmarshal(meta); err != nil {
+				return s.refuseFrame(c, &h, err)
+			}
+			var err error
+			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
+				return err
+			}
+		default:
+			return s.refuseFrame(c, &h, fmt.Errorf("%w: a %s frame with %d payload bytes is not a request on a %s connection",
+				wire.ErrCorrupt, h.Type, h.PayloadLen, roleName(role)))
+		}
+		_, err = reply.Write(c)
+		if buf != nil {
+			putBuf(buf)
+		}
+		if err != nil {
+			return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
+		}
+		s.bytesOut.Add(uint64(len(reply.Payload)))
+	}
+}
+
+func roleName(r wire.Role) string {
+	if r == wire.RoleControl {
+		return "control"
+	}
+	return "lane"
+}
+
+// refuseFrame answers a frame that failed a check and ends the
+// connection: after a bad header nothing later on it is trusted.
+func (s *Server) refuseFrame(c net.Conn, h *wire.Header, err error) error {
+	s.corrupt.Add(1)
+	e := wire.Error{Code: wire.CodeCorrupt, Message: err.Error()}
+	f := wire.Frame{Type: wire.TypeError, ID: h.ID, Slice: h.Slice, Meta: e.Marshal()}
+	f.Write(c)
+	return fmt.Errorf("frame refused: %w", err)
+}
+
+// lookup finds the export for id and checks perm and [off, off+n).
+func (s *Server) lookup(id, off, n uint64, perm wire.Perm) (Export, *wire.Error) {
+	x, ok := s.exp.Export(id)
+	switch {
+	case !ok:
+		return x, &wire.Error{Code: wire.CodeNotFound, Message: fmt.Sprintf("no exported region with id %d (unregistered, or a descriptor from before a restart)", id)}
+	case x.Perm&perm == 0:
+		return x, &wire.Error{Code: wire.CodeDenied, Message: fmt.Sprintf("region %q is exported %s, not %s", x.Name, x.Perm, perm)}
+	case n > s.cfg.MaxSlice:
+		return x, &wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("%d bytes in one frame, over the server's %d", n, s.cfg.MaxSlice)}
+	case off > x.Bytes || n > x.Bytes-off:
+		return x, &wire.Error{Code: wire.CodeRange, Message: fmt.Sprintf("[%d, %d+%d) is outside region %q (%d bytes)", off, off, n, x.Name, x.Bytes)}
+	}
+	return x, nil
+}
+
+// memError is the reply for a failed ReadAt/WriteAt that moved n bytes.
+func memError(name string, n int, err error) *wire.Error {
+	e := &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("region %q: %v", name, err)}
+	if errors.Is(err, engine.ErrBusy) {
+		e.Code = wire.CodeBusy
+	}
+	if n > 0 {
+		e.Applied = wire.AppliedUnknown
+	}
+	return e
+}
+
+// read fills the reply to a READ: its payload buffer and metadata.
+func (s *Server) read(m *wire.Read, reply *wire.Frame) ([]byte, []byte) {
+	x, bad := s.lookup(m.Region, m.Offset, m.Length, wire.PermRead)
+	if bad != nil {
+		return nil, bad.Marshal()
+	}
+	buf := getBuf(m.Length)
+	if n, err := x.Mem.ReadAt(buf, int64(m.Offset)); err != nil || uint64(n) != m.Length {
+		putBuf(buf)
+		if err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		e := memError(x.Name, 0, err)
+		return nil, e.Marshal()
+	}
+	reply.Type = wire.TypeReadData
+	return buf, nil
+}
+
+// write serves a WRITE: it reads the payload, writes it to the region
+// and returns the reply's metadata. An error ends the connection.
+func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, reply *wire.Frame) ([]byte, error) {
+	x, bad := s.lookup(m.Region, m.Offset, h.PayloadLen, wire.PermWrite)
+	if bad != nil {
+		// Consume the refused payload so the lane stays in step.
+		if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
+			return nil, fmt.Errorf("discarding refused write %d: %w", h.ID, err)
+		}
+		return bad.Marshal(), nil
+	}
+	if s.hook != nil {
+		s.hook(hookWriteBody, h, c)
+	}
+	buf := getBuf(h.PayloadLen)
+	defer putBuf(buf)
+	if err := wire.ReadPayload(br, h, buf); err != nil {
+		if errors.Is(err, wire.ErrCorrupt) {
+			return nil, s.refuseFrame(c, h, err)
+		}
+		return nil, fmt.Errorf("write %d slice %d payload: %w", h.ID, h.Slice, err)
+	}
+	s.bytesIn.Add(h.PayloadLen)
+	if n, err := x.Mem.WriteAt(buf, int64(m.Offset)); err != nil {
+		return memError(x.Name, n, err).Marshal(), nil
+	}
+	if s.hook != nil {
+		s.hook(hookWriteApplied, h, c)
+	}
+	reply.Type = wire.TypeWriteAck
+	return nil, nil
+}
