@@ -247,7 +247,8 @@ func TestRuleStagingExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Free()
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the second group to be dispatched", func() bool { ts, _ := b.TaskStatus(0); return ts.State != engine.TaskPending })
+	time.Sleep(100 * time.Millisecond) // room for a wrong failure
 	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskRunning {
 		t.Fatalf("with every chunk busy the second group is %v (%v), want running (waiting for a chunk)", ts.State, ts.Err)
 	}
