@@ -58,6 +58,9 @@ type Mount struct {
 	IdleBatchTimeout Duration `toml:"idle_batch_timeout"`
 	// ShutdownTimeout bounds the drain on SIGINT/SIGTERM.
 	ShutdownTimeout Duration `toml:"shutdown_timeout"`
+	// ExitTimeout bounds SIGINT/SIGTERM to process exit: past it the
+	// daemon aborts its FUSE connection and exits whatever is left.
+	ExitTimeout Duration `toml:"exit_timeout"`
 	// MaxWrite is the largest FUSE write request the kernel sends.
 	MaxWrite Size `toml:"max_write"`
 	// LogLevel is debug, info, warn or error.
@@ -185,6 +188,9 @@ func (d *Daemon) Validate() error {
 	}
 	p.positiveDur("mount.close_timeout", m.CloseTimeout)
 	p.positiveDur("mount.shutdown_timeout", m.ShutdownTimeout)
+	if m.ExitTimeout <= m.ShutdownTimeout {
+		p.addf("mount.exit_timeout (%s) must be longer than mount.shutdown_timeout (%s): the drain has to end before the process is forced out", m.ExitTimeout, m.ShutdownTimeout)
+	}
 	if m.IdleBatchTimeout < Duration(time.Second) || m.IdleBatchTimeout > Duration(24*time.Hour) {
 		p.addf("mount.idle_batch_timeout (%s) must be in [1s, 24h]", m.IdleBatchTimeout)
 	}

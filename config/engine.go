@@ -50,6 +50,10 @@ type Engine struct {
 	// (engine/callercopy.go); false keeps every such group on io_uring.
 	CallerCopy     bool     `toml:"caller_copy" json:"caller_copy"`
 	DefaultTimeout Duration `toml:"default_timeout" json:"default_timeout"`
+	// StoreCallTimeout bounds one open or stat of a segment's file that
+	// the kernel may block on (a stalled FUSE or network store): the
+	// caller gets ETIMEDOUT after it (engine/storewait.go).
+	StoreCallTimeout Duration `toml:"store_call_timeout" json:"store_call_timeout"`
 	// MaxRegisteredBytes bounds all registered host memory together; 0
 	// means AutoRegistered (half of MemTotal, capped). See memory.go.
 	MaxRegisteredBytes Size `toml:"max_registered_bytes" json:"max_registered_bytes"`
@@ -151,6 +155,7 @@ func DefaultEngine() Engine {
 		CallerFastPathWait:       Duration(200 * time.Microsecond),
 		CallerCopy:               true,
 		DefaultTimeout:           Duration(30 * time.Second),
+		StoreCallTimeout:         Duration(5 * time.Second),
 		MergeRequests:            true,
 		MaxFailoverAttempts:      3,
 		EnableAutoFailoverOnPoll: true,
@@ -237,6 +242,7 @@ func (c *Engine) validate(p *problems, pre string) {
 	p.positiveDur(pre+"file_info_ttl", c.FileInfoTTL)
 	p.positiveDur(pre+"quiesce_grace", c.QuiesceGrace)
 	p.positiveDur(pre+"default_timeout", c.DefaultTimeout)
+	p.positiveDur(pre+"store_call_timeout", c.StoreCallTimeout)
 	if c.CallerFastPathBytes > c.MaxTransferBytes {
 		p.addf("%scaller_fast_path_bytes (%s) must be <= max_transfer_bytes (%s)", pre, c.CallerFastPathBytes, c.MaxTransferBytes)
 	}

@@ -43,7 +43,7 @@ var kindTable = []ErrnoRow{
 	{engine.KindExhausted, syscall.EAGAIN, "EAGAIN", "resource exhausted: engine limits, batch capacity, in-flight caps, mount.max_buffered_document_bytes (retry the write)"},
 	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled, txn document before the previous status was read"},
 	{engine.KindUnavailable, syscall.EOPNOTSUPP, "EOPNOTSUPP", "unavailable: transport or memory location not built (gds, pinned, cuda:N) or not supported by the kernel"},
-	{engine.KindTimeout, syscall.ETIMEDOUT, "ETIMEDOUT", "deadline passed, deadline infeasible, segment close did not drain within mount.close_timeout"},
+	{engine.KindTimeout, syscall.ETIMEDOUT, "ETIMEDOUT", "deadline passed, deadline infeasible, segment close did not drain within mount.close_timeout, a segment's filesystem did not answer within engine.store_call_timeout"},
 	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, submission over max_batch_requests descriptors, request over max_transfer_bytes"},
 	{engine.KindIO, syscall.EIO, "EIO", "i/o error: backend fault"},
 	{engine.KindUnquiesced, syscall.EIO, "EIO", "unquiesced: a completion never arrived within engine.quiesce_grace after the deadline; the transfer's memory, file and ring stay retained (locally_drained false)"},

@@ -70,7 +70,17 @@ type Options struct {
 	// be raced by a symlink swapped between the check and the open, the
 	// device of the opened inode cannot. Nil skips the check.
 	OwnDevice func() string
+	// StoreCallTimeout bounds the OwnMount walk (engine.store_call_timeout):
+	// it lstats every component of a path, and one on a filesystem whose
+	// server stopped answering waits in the kernel. Past it the open is
+	// KindTimeout; 0 waits as long as the kernel does.
+	StoreCallTimeout time.Duration
 }
+
+// maxStuckPathChecks bounds the OwnMount walks left waiting in the kernel
+// after their timeout (each holds an OS thread): past it, opens fail at
+// once until one returns.
+const maxStuckPathChecks = 64
 
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
@@ -89,6 +99,8 @@ type Service struct {
 	seq     atomic.Uint64
 	closing atomic.Bool
 	docs    *Budget // buffered document bytes, shared by every handle (budget.go)
+	// pathChecks counts OwnMount walks still running (stuck ones included).
+	pathChecks atomic.Int64
 
 	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
 	stopCtx    context.Context
@@ -152,11 +164,36 @@ func (s *Service) MaxDocumentBytes() int { return s.opts.MaxDocumentBytes }
 func (s *Service) nextSeq() uint64 { return s.seq.Add(1) }
 
 // checkOutsideMount refuses a path leading into the daemon's own mount.
+// The walk runs on a helper bounded by StoreCallTimeout: a path through a
+// stalled filesystem must not hold the client's write(2).
 func (s *Service) checkOutsideMount(path string) error {
-	if s.opts.OwnMount != nil && s.opts.OwnMount(path) {
-		return detail(engine.KindPermission, "%s leads into the orbitefs mount itself; the daemon never does I/O on its own mount", path)
+	if s.opts.OwnMount == nil {
+		return nil
 	}
-	return nil
+	if n := s.pathChecks.Add(1); n > maxStuckPathChecks {
+		s.pathChecks.Add(-1)
+		return detail(engine.KindTimeout, "%d path checks are still waiting for their filesystems; try again when they return", n-1)
+	}
+	res := make(chan bool, 1)
+	go func() {
+		defer s.pathChecks.Add(-1)
+		res <- s.opts.OwnMount(path)
+	}()
+	var timeout <-chan time.Time
+	if d := s.opts.StoreCallTimeout; d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case own := <-res:
+		if own {
+			return detail(engine.KindPermission, "%s leads into the orbitefs mount itself; the daemon never does I/O on its own mount", path)
+		}
+		return nil
+	case <-timeout:
+		return detail(engine.KindTimeout, "%s: looking up its components did not return within store_call_timeout (%s): a filesystem on the path does not answer", path, s.opts.StoreCallTimeout)
+	}
 }
 
 // errClosing is returned by creators after Shutdown began.

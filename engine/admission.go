@@ -204,7 +204,9 @@ func (a *admission) admit(g *group, pol *QoSPolicy) error {
 			a.st.queueRejected++
 			return errorf(KindExhausted, verb, name, "a physical owner of %d bytes exceeds runtime_queue.max_dispatch_bytes (%d)", g.adm.maxOwn, uint64(q.MaxDispatchBytes))
 		}
-		if g.offRing && (g.adm.owners > uint64(q.MaxDispatchOwners) || g.adm.bytes > uint64(q.MaxDispatchBytes)) {
+		// Device-memory groups take the window whole at their batch head
+		// (runqueue.go); memory-segment groups take no window share.
+		if g.offRing && g.mem == nil && (g.adm.owners > uint64(q.MaxDispatchOwners) || g.adm.bytes > uint64(q.MaxDispatchBytes)) {
 			a.st.queueRejected++
 			return errorf(KindExhausted, verb, name, "a device-memory submission of %d requests and %d bytes exceeds the dispatch window (%d owners, %d bytes); it dispatches whole", g.adm.owners, g.adm.bytes, q.MaxDispatchOwners, uint64(q.MaxDispatchBytes))
 		}

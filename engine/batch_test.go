@@ -370,9 +370,10 @@ func TestIdleEngine(t *testing.T) {
 	if n := ioUringFDs(t); n != baseFDs {
 		t.Fatalf("%d io_uring fds after construction, open and info (was %d)", n, baseFDs)
 	}
-	if g := runtime.NumGoroutine(); g > baseG {
-		t.Fatalf("%d goroutines after construction (was %d)", g, baseG)
-	}
+	// Opens run on a short-lived helper (bounded store calls); it may
+	// still be on its way out, so allow it a moment, but no goroutine
+	// may stay.
+	waitFor(t, "no goroutine left after construction, open and info", func() bool { return runtime.NumGoroutine() <= baseG })
 	maps, _ := os.ReadFile("/proc/self/maps")
 	for _, lib := range []string{"libcuda", "libcufile"} {
 		if strings.Contains(string(maps), lib) {

@@ -40,7 +40,7 @@ import (
 // callerCopyEligible reports whether g may be copied by its submitter.
 func (g *group) callerCopyEligible() bool {
 	e := g.b.e
-	if !e.cfg.CallerCopy || g.offRing || g.mem != nil || g.ent == nil || !g.ent.inMemory || len(g.scratch) > 0 || e.adm.gates() {
+	if !e.cfg.CallerCopy || g.offRing || g.mem != nil || g.ent == nil || !g.ent.inMemory || g.ent.blocking || len(g.scratch) > 0 || e.adm.gates() {
 		return false
 	}
 	var total uint64

@@ -40,6 +40,11 @@
 // successful prefix. A missing completion is waited for until
 // quiesce_grace after the deadline, then the group ends unquiesced and
 // keeps every resource the kernel might still touch.
+// A segment on a filesystem that cannot do non-blocking I/O (FUSE, NFS,
+// SMB, ...) has every ring op punted to io-wq and never runs on the
+// caller; opens and its stats are bounded by store_call_timeout
+// (storewait.go), so a store that stops answering holds no caller and no
+// worker past its deadline plus quiesce_grace.
 //
 // # Lock order
 //

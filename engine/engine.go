@@ -58,8 +58,13 @@ type Engine struct {
 	// entry's users: a test holds concurrent closes there.
 	closeDrained func()
 
-	segMu   sync.Mutex // serializes segment opens
-	closeMu sync.Mutex // serializes Close
+	// segMu serializes the share-or-insert step of segment opens; it is
+	// never held across the open itself, which may block on the store.
+	segMu sync.Mutex
+	// openHelpers counts segment opens running on a helper goroutine
+	// (storewait.go), stuck ones included; bounded by max_file_segments.
+	openHelpers atomic.Int64
+	closeMu     sync.Mutex // serializes Close
 
 	mu struct {
 		sync.RWMutex

@@ -227,10 +227,15 @@ type fakeGDS struct {
 	failDeregister    atomic.Bool
 	failClose         atomic.Bool
 	deregs            atomic.Int64
-	lastFD            atomic.Int64 // the fd of the last OpenFile
-	probes            atomic.Int64
-	callMu            sync.Mutex
-	callSizes         []uint64 // every cuFile read/write's length, in call order
+	registers         atomic.Int64
+	// callDelay makes every cuFile read/write take at least that long;
+	// calls and maxCalls count the calls in flight and their peak.
+	callDelay       atomic.Int64
+	calls, maxCalls atomic.Int64
+	lastFD          atomic.Int64 // the fd of the last OpenFile
+	probes          atomic.Int64
+	callMu          sync.Mutex
+	callSizes       []uint64 // every cuFile read/write's length, in call order
 }
 
 func (g *fakeGDS) sizes() []uint64 {
@@ -245,6 +250,18 @@ func (g *fakeGDS) record(n uint64) {
 	g.callMu.Unlock()
 }
 
+// inCall counts a call in flight for its duration; call the result at
+// its end.
+func (g *fakeGDS) inCall() func() {
+	n := g.calls.Add(1)
+	for m := g.maxCalls.Load(); n > m && !g.maxCalls.CompareAndSwap(m, n); m = g.maxCalls.Load() {
+	}
+	if d := g.callDelay.Load(); d > 0 {
+		time.Sleep(time.Duration(d))
+	}
+	return func() { g.calls.Add(-1) }
+}
+
 func (g *fakeGDS) Probe() error { g.probes.Add(1); return nil }
 func (g *fakeGDS) Close() error { return nil }
 func (g *fakeGDS) Mode() string { return "compat-forced" }
@@ -254,6 +271,7 @@ func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	return &fakeGDSFile{g: g, fd: fd}, nil
 }
 func (g *fakeGDS) RegisterBuffer(dev int, ptr, n uint64) error {
+	g.registers.Add(1)
 	if g.uncertainRegister.Load() {
 		return fmt.Errorf("fake: cuFileBufRegister timed out: %w", engine.ErrUncertain)
 	}
@@ -278,6 +296,7 @@ type fakeGDSFile struct {
 func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 	nth := f.g.reads.Add(1)
 	f.g.record(n)
+	defer f.g.inCall()()
 	if f.g.hang != nil {
 		<-f.g.hang
 	}
@@ -289,6 +308,7 @@ func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 func (f *fakeGDSFile) Write(dev int, ptr, n, off uint64) (int, error) {
 	f.g.writes.Add(1)
 	f.g.record(n)
+	defer f.g.inCall()()
 	if f.g.failWrites.Add(-1) >= 0 {
 		return -1, errors.New("fake: cuFileWrite: CU_FILE_IO_ERROR")
 	}

@@ -709,12 +709,14 @@ func TestDeviceGroupDeadlineInfeasible(t *testing.T) {
 // TestOffRingProgressPerUnit: a running device-memory task publishes its
 // byte count as its units land in order (spec: the count advances as
 // contiguous receipts arrive), not only at its last unit. One staging
-// lane with two 64 KiB chunks takes units two at a time in file order;
-// the fake GPU holds every host-to-device copy past the first 128 KiB of
-// the region, so exactly the first two units land.
+// lane with one 64 KiB chunk moves the units one after the other in file
+// order; the fake GPU holds every host-to-device copy past the first
+// 128 KiB of the region, so exactly the first two units land. (With two
+// chunks a third unit's held copy could enter the in-order stream ahead
+// of the first unit's.)
 func TestOffRingProgressPerUnit(t *testing.T) {
 	gpu := newFakeGPU(1)
-	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes, c.StagingChunkCount = 1, 2 })
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes, c.StagingChunkCount = 1, 1 })
 	const size = 1 << 20
 	path, orig := randomFile(t, t.TempDir(), "f", size)
 	seg := openSeg(t, e, path, engine.PermRead)
@@ -734,10 +736,18 @@ func TestOffRingProgressPerUnit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Free()
-	waitFor(t, "the first two units' bytes in the running task's count", func() bool {
-		ts, _ := b.TaskStatus(0)
-		return ts.State == engine.TaskRunning && ts.Transferred == 128<<10
-	})
+	var last engine.TaskStatus
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		last, _ = b.TaskStatus(0)
+		if last.State == engine.TaskRunning && last.Transferred == 128<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("task %+v: want it running with the first two units' bytes", last)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	release()
 	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
 		t.Fatalf("state %v %v", st, err)

@@ -135,9 +135,9 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindUnavailable, Err: err.(*Error).Err}
 	}
 	ent := seg.ent
-	size, err := ent.currentSize()
+	size, err := e.currentSize(ent)
 	if err != nil {
-		return nil, wrap(KindIO, verb, b.name(), err)
+		return nil, wrap(KindOf(err), verb, b.name(), err)
 	}
 	deadline := time.Now().Add(timeout)
 	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
@@ -337,7 +337,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 		buf = Buffer{} // fixed buffers only pay off with the direct fd
 	}
 	g.ops[i] = FileOp{Write: g.op == OpWrite, File: file, Offset: r.TargetOffset, Iov: iov, Buf: buf,
-		Offload: offload(file == g.ent.buffered, extent)}
+		Offload: offload(file == g.ent.buffered, extent) || g.ent.blocking}
 	return nil
 }
 
@@ -397,7 +397,8 @@ func (g *group) fastPathEligible() bool {
 	e := g.b.e
 	return !g.offRing && g.n == 1 && !g.vector && len(g.scratch) == 0 && len(g.ops[0].Iov) == 1 &&
 		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0 &&
-		!e.adm.gates() // admission may make it wait: never on the caller
+		!e.adm.gates() && // admission may make it wait: never on the caller
+		(g.ent == nil || !g.ent.blocking) // its server may never answer (storewait.go)
 }
 
 func (g *group) unmapScratch() {

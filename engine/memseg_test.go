@@ -355,3 +355,34 @@ func TestMemSegmentDelayContract(t *testing.T) {
 		}
 	}
 }
+
+// TestMemSegmentLargerThanWindow: memory-segment owners take no dispatch
+// window share, so a memory submission with more owners and bytes than
+// the window is admitted and runs (a device-memory group that size is
+// refused: it takes the window whole).
+func TestMemSegmentLargerThanWindow(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners, c.RuntimeQueue.MaxDispatchBytes = 2, 64<<10
+		c.CallerFastPathBytes = 16 << 10
+	})
+	local, target := register(t, e, 1<<20), register(t, e, 1<<20)
+	want := fillRandom(t, target)
+	ms := openMem(t, e, target, engine.PermRead)
+	var reqs []engine.Request
+	for i := uint64(0); i < 4; i++ { // four owners (target gaps), 128 KiB
+		reqs = append(reqs, engine.Request{Address: local.BaseAddress() + i*64<<10, TargetOffset: i * 128 << 10, Length: 32 << 10})
+	}
+	got := runOwners(t, e, engine.OpRead, ms, reqs)
+	if got[3] != 3 {
+		t.Fatalf("owners %v, want four", got)
+	}
+	lb := regionBytes(t, local)
+	for _, r := range reqs {
+		off := r.Address - local.BaseAddress()
+		if !bytes.Equal(lb[off:off+r.Length], want[r.TargetOffset:r.TargetOffset+r.Length]) {
+			t.Fatal("bytes differ")
+		}
+	}
+}

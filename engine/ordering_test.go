@@ -15,6 +15,11 @@ import (
 	"github.com/orbitefs/orbitefs/engine"
 )
 
+// TestFenceAcrossEntries: 256 write/read pairs through different entries
+// of one file, every read after the write of its bytes. It can only catch
+// a missing fence by chance (when the ring reorders a pair), and never on
+// tmpfs, where each small group is copied inside its Submit;
+// TestFenceAcrossEntriesHeld checks the fence deterministically.
 func TestFenceAcrossEntries(t *testing.T) {
 	needIOUring(t)
 	for fsName, dir := range filesystems(t) {

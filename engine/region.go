@@ -19,8 +19,8 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 
@@ -145,9 +145,36 @@ func (e *Engine) RegisterSharedFileAs(c *Caller, path string, bytes uint64) (*Re
 func (e *Engine) registerSharedFile(c *Caller, path string, bytes uint64) (*Region, error) {
 	// The open is confined like a segment's: no symlink or ".." leads
 	// out of the allowed roots, and c must be allowed to open the file.
-	fd, err := e.openConfined(c, path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK)
+	// The open and the statfs may block on a store that does not answer:
+	// bounded (storewait.go). A file on such a filesystem is refused: a
+	// page fault on its mapping would stall whichever thread touched it.
+	type opened struct {
+		fd     int
+		fsType int64
+	}
+	o, err := boundedCall(e.cfg.StoreCallTimeout.D(), "open "+path, nil, func() (opened, error) {
+		fd, err := e.openConfined(c, path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK)
+		if err != nil {
+			return opened{}, err
+		}
+		var sfs unix.Statfs_t
+		if err := unix.Fstatfs(fd, &sfs); err != nil {
+			unix.Close(fd)
+			return opened{}, wrap(KindIO, "", "", os.NewSyscallError("fstatfs", err))
+		}
+		return opened{fd: fd, fsType: int64(sfs.Type)}, nil
+	}, func(o opened, err error) {
+		if err == nil {
+			unix.Close(o.fd)
+		}
+	})
 	if err != nil {
-		return nil, &Error{Op: "register", Name: "memory", Kind: KindOf(err), Err: errors.Unwrap(err)}
+		return nil, openError("register", "memory", err)
+	}
+	fd := o.fd
+	if isBlockingFS(o.fsType) {
+		go unix.Close(fd) // a FUSE close waits for the server's FLUSH
+		return nil, errorf(KindInvalid, "register", "memory", "shm %s lives on a %s filesystem, which may stop answering: its pages would stall whoever touches them; use a local filesystem such as /dev/shm", path, fsName(o.fsType))
 	}
 	m, err := hostmem.SharedFile(fd, path, bytes)
 	unix.Close(fd)

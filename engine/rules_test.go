@@ -80,7 +80,7 @@ func TestRuleMergeCappedAtMaxTransfer(t *testing.T) {
 func TestRuleExpiredDeadlineEndsRetry(t *testing.T) {
 	r := newFailoverRig(t, func(c *config.Engine) { c.EnableAutoFailoverOnPoll = false })
 	r.gds.failReads.Store(1)
-	const timeout = time.Second
+	const timeout = 2 * time.Second // room for the cuFile attempt to fail and park first
 	b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Address: r.dev.BaseAddress(), Length: 64 << 10}}, nil, timeout)
 	start := time.Now()
 	if err != nil {
@@ -435,25 +435,6 @@ func TestRuleStagingReserves(t *testing.T) {
 	}
 }
 
-// TestRuleBatchCapacity: a batch's capacity is positive and at most
-// max_batch_requests.
-func TestRuleBatchCapacity(t *testing.T) {
-	e := newEngine(t, func(c *config.Engine) { c.MaxBatchRequests = 8 })
-	for _, n := range []int{0, -1, 9} {
-		if b, err := e.AllocateBatch(n); err == nil {
-			b.Free()
-			t.Fatalf("capacity %d accepted", n)
-		} else {
-			wantKind(t, err, engine.KindInvalid)
-		}
-	}
-	b, err := e.AllocateBatch(8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.Free()
-}
-
 // TestRuleWaitTimeoutKeepsWork: a wait that times out neither cancels nor
 // releases the work it waited for: the running task keeps its loan and
 // completes, the queued one (fenced behind it: same memory) still runs.
@@ -612,5 +593,136 @@ func TestRuleProgressStartsParkedAttempt(t *testing.T) {
 	}
 	if ts, _ := b.TaskStatus(0); ts.FailoverCount != 1 || ts.Transport != engine.TransportIOUring {
 		t.Fatalf("task %+v", ts)
+	}
+}
+
+// TestRuleDeviceRegistersOnFirstGDSUse: device memory is registered with
+// cuFile on its first GDS use, once: not at RegisterDevice, not again on
+// later transfers.
+func TestRuleDeviceRegistersOnFirstGDSUse(t *testing.T) {
+	r := newFailoverRig(t, nil)
+	if n := r.gds.registers.Load(); n != 0 {
+		t.Fatalf("%d cuFile registrations before any transfer", n)
+	}
+	for range 3 {
+		if tr := gdsRead(t, r); tr != engine.TransportGDS {
+			t.Fatalf("transport %v, want gds", tr)
+		}
+	}
+	if n := r.gds.registers.Load(); n != 1 {
+		t.Fatalf("%d cuFile registrations after three transfers, want 1", n)
+	}
+}
+
+// TestRuleStagedChunkFD: a staging chunk uses the O_DIRECT fd when the
+// unit's offset and length satisfy the file's DIO alignment, the buffered
+// fd otherwise (read back from the kernel by the spy transport).
+func TestRuleStagedChunkFD(t *testing.T) {
+	needIOUring(t)
+	dir, ok := filesystems(t)["ext4"]
+	if !ok {
+		t.Skip("no ext4 directory: the O_DIRECT path is not available")
+	}
+	cfg := config.DefaultEngine()
+	cfg.StagingChunkCount, cfg.StagingChunkSize, cfg.StagingLanes = 4, 64<<10, 1
+	spy := &spyTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}
+	e := newEngineOver(t, cfg, spy, newFakeGPU(1))
+	path, orig := randomFile(t, dir, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	for _, c := range []struct {
+		off, n uint64
+		direct bool
+	}{
+		{0, 128 << 10, true},
+		{100, 4096, false},
+	} {
+		spy.take()
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), TargetOffset: c.off, Length: c.n}}, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		ops := spy.take()
+		if len(ops) == 0 {
+			t.Fatalf("offset %d: no op reached the ring", c.off)
+		}
+		for _, op := range ops {
+			if op.direct != c.direct {
+				t.Fatalf("offset %d length %d: ops %+v, want O_DIRECT %v", c.off, c.n, ops, c.direct)
+			}
+		}
+		got := make([]byte, c.n)
+		d.ReadAt(got, 0)
+		if !bytes.Equal(got, orig[c.off:c.off+c.n]) {
+			t.Fatalf("offset %d: bytes differ", c.off)
+		}
+	}
+}
+
+// TestRuleDefaultContractApplies: a submission without a policy is held
+// to the global default contract (it cannot bypass a configured default
+// budget), and an intent's budget is charged to the intent alone, not
+// also to its tenant's default.
+func TestRuleDefaultContractApplies(t *testing.T) {
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.QoS = mustQoS(t, `{"qos":{"defaults":{"max_inflight_requests":1},"tenants":[{"name":"a","defaults":{"max_inflight_requests":1},"intents":{"get":{"max_inflight_requests":1}}}]}}`)
+	})
+	seg, reg := smallTarget(t, e, 16<<10)
+	release := e.HoldWindowForTest(64, 0) // nothing dispatches: admitted groups stay charged
+	var bs []*engine.Batch
+	defer func() {
+		release()
+		for _, b := range bs {
+			b.CancelAll()
+			waitState(t, b)
+			b.Free()
+		}
+	}()
+	submit := func(pol *engine.QoSPolicy, off uint64) error {
+		b, _ := e.AllocateBatch(1)
+		bs = append(bs, b)
+		_, err := b.SubmitWith(engine.OpRead, seg, read4k(reg, off), nil, engine.SubmitOptions{QoS: pol})
+		return err
+	}
+	if err := submit(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	wantKind(t, submit(nil, 4096), engine.KindExhausted) // the default's one request is taken
+	if err := submit(resolve(t, e, "a", "get", nil), 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := submit(resolve(t, e, "a", "", nil), 12288); err != nil {
+		t.Fatalf("tenant a's default after its intent took its own budget: %v", err)
+	}
+	for _, u := range e.QoSUsage() {
+		if u.Owners != 1 {
+			t.Fatalf("usage %+v: want one owner charged to each contract", e.QoSUsage())
+		}
+	}
+}
+
+// TestRuleGDSBatchDepth: at most gds_batch_depth cuFile calls of one job
+// are in flight at once (a 64 MiB WRITE is four 16 MiB calls).
+func TestRuleGDSBatchDepth(t *testing.T) {
+	gpu, gds := newFakeGPU(1), &fakeGDS{}
+	e := gpuEngine(t, gpu, gds, func(c *config.Engine) { c.GDSBatchDepth = 2 })
+	const n = 64 << 20
+	path, _ := randomFile(t, t.TempDir(), "f", n)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, n)
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = byte(i * 7)
+	}
+	d.WriteAt(out, 0)
+	gds.callDelay.Store(int64(20 * time.Millisecond))
+	if _, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if m, w := gds.maxCalls.Load(), gds.writes.Load(); m > 2 || w != 4 {
+		t.Fatalf("peak cuFile calls in flight %d of %d writes, want at most 2 of 4", m, w)
+	}
+	if back, _ := os.ReadFile(path); !bytes.Equal(back, out) {
+		t.Fatal("the file differs from the device bytes")
 	}
 }

@@ -22,7 +22,6 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,6 +59,12 @@ type segEntry struct {
 	// inMemory: the file lives in memory (tmpfs, ramfs, hugetlbfs), so
 	// a buffered copy never waits for a disk (callercopy.go).
 	inMemory bool
+	// blocking: the filesystem cannot do non-blocking I/O and may wait on
+	// a server that never answers (storewait.go): ring ops are punted to
+	// io-wq, no caller path runs them, metadata calls are bounded.
+	blocking bool
+	// statBusy admits one bounded fstat at a time on a blocking entry.
+	statBusy atomic.Bool
 	dev      uint64 // st_dev of the bound inode
 	ino      uint64 // st_ino of the bound inode: (dev, ino) names the file for fences
 
@@ -106,12 +111,16 @@ type SegmentInfo struct {
 	DIOMemAlign    uint64     `json:"dio_mem_alignment"`
 	DIOOffsetAlign uint64     `json:"dio_offset_alignment"`
 	Filesystem     string     `json:"filesystem"`
-	Device         string     `json:"device"` // "major:minor" of the filesystem holding the inode
-	GDSMode        string     `json:"gds_mode"`
-	Aliases        int        `json:"aliases"`
-	Users          int        `json:"users"`
-	Draining       bool       `json:"draining"`
-	SizeCachedAt   time.Time  `json:"size_cached_at"`
+	// BlockingFS: the filesystem cannot do non-blocking I/O (FUSE, NFS,
+	// SMB, ...); its ops run on the kernel's worker threads, never on
+	// the submitting caller, and its metadata calls are bounded.
+	BlockingFS   bool      `json:"blocking_filesystem"`
+	Device       string    `json:"device"` // "major:minor" of the filesystem holding the inode
+	GDSMode      string    `json:"gds_mode"`
+	Aliases      int       `json:"aliases"`
+	Users        int       `json:"users"`
+	Draining     bool      `json:"draining"`
+	SizeCachedAt time.Time `json:"size_cached_at"`
 }
 
 // URI is the text the segment was opened with.
@@ -185,53 +194,100 @@ func (e *Engine) OpenFileSegmentAs(c *Caller, uri string, perm Permission) (*Seg
 	}
 	key := segKey(path, perm, c)
 
-	e.segMu.Lock() // serializes opens so two racing opens share one entry
-	defer e.segMu.Unlock()
-
 	// Sharing an entry checks the caller's right to open the file again,
 	// as a new open(2) would be: a mode changed since the entry opened
-	// counts.
+	// counts. That open may block on the store like any other: bounded.
 	e.mu.Lock()
 	_, shared := e.mu.segments[key]
 	e.mu.Unlock()
 	if shared && !c.self() {
-		fd, err := e.openConfined(c, path, accessFlags(perm)|unix.O_NONBLOCK|unix.O_NOCTTY)
+		_, err := boundedCall(e.cfg.StoreCallTimeout.D(), "open "+path, nil, func() (struct{}, error) {
+			fd, err := e.openConfined(c, path, accessFlags(perm)|unix.O_NONBLOCK|unix.O_NOCTTY)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return struct{}{}, err
+		}, nil)
 		if err != nil {
-			return nil, &Error{Op: op, Name: name, Kind: KindOf(err), Err: errors.Unwrap(err)}
+			return nil, openError(op, name, err)
 		}
-		unix.Close(fd)
 	}
-
-	e.mu.Lock()
-	if ent, ok := e.mu.segments[key]; ok {
-		ent.mu.Lock()
-		if !ent.mu.draining && !ent.mu.gone {
-			ent.mu.handles++
-			ent.mu.Unlock()
-			e.mu.Unlock()
-			return &Segment{e: e, ent: ent, uri: uri}, nil
-		}
-		ent.mu.Unlock()
-		e.mu.Unlock()
-		return nil, errorf(KindBusy, op, name, "%s is draining after a close timed out; close every alias first", path)
+	if s, ok, err := e.shareEntry(key, uri, name, path); ok {
+		return s, err
 	}
-	if n := len(e.mu.segments); n >= e.cfg.MaxFileSegments {
-		e.mu.Unlock()
-		return nil, errorf(KindExhausted, op, name, "%d open or draining segments reach max_file_segments (%d)", n, e.cfg.MaxFileSegments)
+	// The open, fstat and statfs may block in the kernel on a store that
+	// does not answer: they run on a helper, and the caller waits at most
+	// store_call_timeout (storewait.go). segMu is not held meanwhile, so
+	// opens of other files go on.
+	if n := e.openHelpers.Add(1); n > int64(e.cfg.MaxFileSegments) {
+		e.openHelpers.Add(-1)
+		return nil, errorf(KindExhausted, op, name, "%d segment opens are still waiting for their filesystems, more than max_file_segments (%d)", n-1, e.cfg.MaxFileSegments)
 	}
-	e.mu.Unlock()
-
-	ent, err := e.openEntry(c, path, perm)
+	ent, err := boundedCall(e.cfg.StoreCallTimeout.D(), "open "+path, nil,
+		func() (*segEntry, error) {
+			defer e.openHelpers.Add(-1)
+			return e.openEntry(c, path, perm)
+		},
+		func(ent *segEntry, err error) {
+			if err == nil {
+				e.closeEntry(ent)
+				e.log.Warn("segment open returned after its caller gave up; closed", "segment", uri, "path", path)
+			}
+		})
 	if err != nil {
-		return nil, &Error{Op: op, Name: name, Kind: KindOf(err), Err: errors.Unwrap(err)}
+		return nil, openError(op, name, err)
 	}
 	ent.key = key
-	ent.mu.handles = 1
+	e.segMu.Lock() // two racing opens of one key share the first entry
+	defer e.segMu.Unlock()
+	if s, ok, err := e.shareEntry(key, uri, name, path); ok {
+		e.closeEntry(ent)
+		return s, err
+	}
 	e.mu.Lock()
+	if n := len(e.mu.segments); n >= e.cfg.MaxFileSegments {
+		e.mu.Unlock()
+		e.closeEntry(ent)
+		return nil, errorf(KindExhausted, op, name, "%d open or draining segments reach max_file_segments (%d)", n, e.cfg.MaxFileSegments)
+	}
+	ent.mu.handles = 1
 	e.mu.segments[key] = ent
 	e.mu.Unlock()
-	e.log.Info("segment opened", "segment", uri, "path", path, "permission", perm.String(), "direct_io", ent.direct.FD >= 0, "filesystem", ent.fsType, "for", c.String())
+	e.log.Info("segment opened", "segment", uri, "path", path, "permission", perm.String(), "direct_io", ent.direct.FD >= 0, "filesystem", ent.fsType, "blocking_filesystem", ent.blocking, "for", c.String())
 	return &Segment{e: e, ent: ent, uri: uri}, nil
+}
+
+// openError gives an open's error its context. openEntry's and
+// openConfined's errors carry a kind and no context; a bounded call's
+// timeout is a kinded detail.
+func openError(op, name string, err error) error {
+	cause := err
+	if ee, ok := err.(*Error); ok {
+		cause = ee.Err
+	}
+	return &Error{Op: op, Name: name, Kind: KindOf(err), Err: cause}
+}
+
+// shareEntry returns a new handle on the open entry for key, or the
+// reason it cannot be shared (ok true either way); ok is false when
+// there is no entry and max_file_segments leaves room for one.
+func (e *Engine) shareEntry(key, uri, name, path string) (*Segment, bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ent, found := e.mu.segments[key]
+	if !found {
+		if n := len(e.mu.segments); n >= e.cfg.MaxFileSegments {
+			return nil, true, errorf(KindExhausted, "open", name, "%d open or draining segments reach max_file_segments (%d)", n, e.cfg.MaxFileSegments)
+		}
+		return nil, false, nil
+	}
+	ent.mu.Lock()
+	defer ent.mu.Unlock()
+	if !ent.mu.draining && !ent.mu.gone {
+		ent.mu.handles++
+		return &Segment{e: e, ent: ent, uri: uri}, true, nil
+	}
+	return nil, true, errorf(KindBusy, "open", name, "%s is draining after a close timed out; close every alias first", path)
 }
 
 // segKey names an entry: path, permission and the opener's identity.
@@ -285,6 +341,9 @@ func (e *Engine) openEntry(c *Caller, path string, perm Permission) (*segEntry, 
 	if err := unix.Fstatfs(fd, &sfs); err == nil {
 		ent.fsType = fsName(sfs.Type)
 		ent.inMemory = sfs.Type == unix.TMPFS_MAGIC || sfs.Type == unix.RAMFS_MAGIC || sfs.Type == unix.HUGETLBFS_MAGIC
+		ent.blocking = isBlockingFS(int64(sfs.Type))
+	} else {
+		ent.blocking = true // unknown: assume the worst
 	}
 	ent.dioMem, ent.dioOff = 4096, 4096
 	var stx unix.Statx_t
@@ -323,6 +382,9 @@ func fsName(t int64) string {
 		return "btrfs"
 	case unix.OVERLAYFS_SUPER_MAGIC:
 		return "overlayfs"
+	}
+	if n, ok := blockingFS[t]; ok {
+		return n
 	}
 	return fmt.Sprintf("0x%x", t)
 }
@@ -436,10 +498,33 @@ func (e *Engine) closeEntry(ent *segEntry) {
 		e.file.ForgetFile(ent.buffered.Key)
 		e.file.ForgetFile(ent.direct.Key)
 	}
+	if ent.blocking {
+		// close(2) on FUSE sends a FLUSH the kernel waits for without
+		// interruption: on a stalled store only this goroutine waits.
+		go ent.closeFDs(keepDirect)
+		return
+	}
 	ent.closeFDs(keepDirect)
 }
 
-// currentSize fstats the bound inode.
+// currentSize fstats the bound inode; on a blocking filesystem the call
+// is bounded by store_call_timeout (storewait.go). Errors carry a kind:
+// KindTimeout for a store that did not answer, KindIO otherwise.
+func (e *Engine) currentSize(ent *segEntry) (uint64, error) {
+	var n uint64
+	var err error
+	if ent.blocking {
+		n, err = boundedCall(e.cfg.StoreCallTimeout.D(), "fstat "+ent.path, &ent.statBusy, ent.currentSize, nil)
+	} else {
+		n, err = ent.currentSize()
+	}
+	if err != nil && KindOf(err) == KindUnknown {
+		err = detail(KindIO, "%w", err)
+	}
+	return n, err
+}
+
+// currentSize fstats the bound inode, however long the kernel takes.
 func (ent *segEntry) currentSize() (uint64, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(ent.buffered.FD, &st); err != nil {
@@ -475,7 +560,7 @@ func (e *Engine) FileSegmentInfo(s *Segment) (SegmentInfo, error) {
 	return SegmentInfo{
 		URI: s.uri, Path: ent.path, Size: ent.mu.size, Permission: ent.perm,
 		DirectIO: ent.direct.FD >= 0, DIOMemAlign: ent.dioMem, DIOOffsetAlign: ent.dioOff,
-		Filesystem: ent.fsType, Device: fmt.Sprintf("%d:%d", unix.Major(ent.dev), unix.Minor(ent.dev)), GDSMode: e.gdsMode(), Aliases: ent.mu.handles, Users: ent.userCount(),
+		Filesystem: ent.fsType, BlockingFS: ent.blocking, Device: fmt.Sprintf("%d:%d", unix.Major(ent.dev), unix.Minor(ent.dev)), GDSMode: e.gdsMode(), Aliases: ent.mu.handles, Users: ent.userCount(),
 		Draining: ent.mu.draining, SizeCachedAt: ent.mu.sizeAt,
 	}, nil
 }
@@ -485,9 +570,9 @@ func (e *Engine) RefreshFileSegment(s *Segment) error {
 	if err := s.check("refresh"); err != nil {
 		return err
 	}
-	n, err := s.ent.currentSize()
+	n, err := e.currentSize(s.ent)
 	if err != nil {
-		return wrap(KindIO, "refresh", s.name(), err)
+		return wrap(KindOf(err), "refresh", s.name(), err)
 	}
 	s.ent.mu.Lock()
 	s.ent.mu.size, s.ent.mu.sizeAt = n, time.Now()
@@ -503,9 +588,9 @@ func (e *Engine) ResolveFileOffset(s *Segment, op Op, offset, length uint64) (ui
 	if err := s.check("resolve"); err != nil {
 		return 0, err
 	}
-	size, err := s.ent.currentSize()
+	size, err := e.currentSize(s.ent)
 	if err != nil {
-		return 0, wrap(KindIO, "resolve", s.name(), err)
+		return 0, wrap(KindOf(err), "resolve", s.name(), err)
 	}
 	if err := checkFileRange(s, op, offset, length, size); err != nil {
 		return 0, &Error{Op: "resolve", Name: s.name(), Kind: KindOf(err), Err: err}

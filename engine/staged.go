@@ -573,7 +573,8 @@ func (l *lane) start(i int, x *offRing, k int) {
 		}
 	}
 	op := FileOp{Write: g.op == OpWrite, File: fileFor(g.ent, sl.c, u), Offset: u.off,
-		Iov: []IOVec{{Base: sl.c.addr(), Len: u.n}}, Buf: sl.c.fixed, Token: uint64(i)}
+		Iov: []IOVec{{Base: sl.c.addr(), Len: u.n}}, Buf: sl.c.fixed, Token: uint64(i),
+		Offload: g.ent != nil && g.ent.blocking} // storewait.go
 	if err := l.q.Prepare(&op); err != nil {
 		l.p.returned()
 		x.resolve(k, 0, unitErr(g, u, KindIO, err))

@@ -4,7 +4,8 @@
 //
 // Invariants:
 //   - Every handle is opened FOPEN_DIRECT_IO, so reads and writes always
-//     reach these nodes, whatever size Getattr reports.
+//     reach these nodes, whatever size Getattr reports; writable ones
+//     also FOPEN_PARALLEL_DIRECT_WRITES (writableNode).
 //   - Write returns the action's error (bash's echo reports only that);
 //     Flush reports a docFile handle's sticky error or an incomplete
 //     document but never acts; Release drops the handle and whatever it
@@ -56,9 +57,39 @@ func (n *ctlNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAtt
 
 // writableNode is a ctlNode that accepts the truncate to 0 that
 // `echo x > file` sends before writing.
+//
+// Its handles are opened writeOpenFlags and it reports a huge file
+// size, so that the kernel lets writers in at once: a FUSE direct write
+// takes the inode lock exclusively unless the handle allows parallel
+// direct writes and the write ends within the file's size. Exclusive, one
+// client whose write waits in the daemon (a segment open on a store that
+// does not answer) held every other writer of the file in D state.
 type writableNode struct{ ctlNode }
 
-var _ fs.NodeSetattrer = (*writableNode)(nil)
+// writeOpenFlags open a writable control file: direct I/O (every read and
+// write reaches the daemon) without the kernel serializing writers.
+// FOPEN_PARALLEL_DIRECT_WRITES is the kernel's (1 << 6), Linux 6.2+;
+// older kernels ignore it.
+const writeOpenFlags = fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES
+
+// writableSize is the size a writableNode reports: no write offset a
+// client reaches comes near it, so no write extends the file (see
+// writableNode). Half the kernel's largest file size, not all of it: an
+// O_APPEND write starts at the size, and one at the limit is EFBIG.
+const writableSize = 1 << 62
+
+var (
+	_ fs.NodeSetattrer = (*writableNode)(nil)
+	_ fs.NodeGetattrer = (*writableNode)(nil)
+)
+
+func (n *writableNode) fillAttr(a *fuse.Attr) { n.f.attr(a, n.o, n.mode, writableSize, n.t) }
+
+func (n *writableNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fillAttr(&out.Attr)
+	out.SetTimeout(attrTTL) // cache.go
+	return 0
+}
 
 func (n *writableNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	n.fillAttr(&out.Attr)
@@ -133,7 +164,7 @@ func (n *docFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if flags&syscall.O_APPEND != 0 {
 		w.Append()
 	}
-	return &docHandle{w: w}, fuse.FOPEN_DIRECT_IO, 0
+	return &docHandle{w: w}, writeOpenFlags, 0
 }
 
 // docHandle is one open docFile.
@@ -181,7 +212,7 @@ func (n *cmdFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if accessMode(flags) != syscall.O_WRONLY {
 		return nil, 0, syscall.EACCES
 	}
-	return nil, fuse.FOPEN_DIRECT_IO, 0
+	return nil, writeOpenFlags, 0
 }
 
 func (n *cmdFile) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
@@ -225,7 +256,11 @@ func (n *dataFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if n.f.svc.Memory(n.m.Name) != n.m {
 		return nil, 0, syscall.ENOENT
 	}
-	return nil, fuse.FOPEN_DIRECT_IO, 0
+	// FOPEN_NOFLUSH: a data file has nothing to flush, and the kernel
+	// waits for a FLUSH without interruption: a process holding a data
+	// file of a stopped daemon (another orbitefs using it as a store)
+	// could otherwise neither close it nor exit until the daemon resumes.
+	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_NOFLUSH, 0
 }
 
 func (n *dataFile) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

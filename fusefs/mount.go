@@ -233,6 +233,35 @@ func (s *Server) Unmount(grace time.Duration) error {
 	return nil
 }
 
+// Abort ends the FUSE connection at once: every request in flight and
+// every later one fails with ENOTCONN, so no client waits on a daemon that
+// is about to exit; then it detaches the mount, so no dead mount stays
+// behind. It mounts fusectl if nobody did (root only).
+func (s *Server) Abort() error {
+	err := s.abortConn()
+	if derr := s.lazyUnmount(); derr != nil && err == nil {
+		err = fmt.Errorf("detach %s: %w", s.dir, derr)
+	}
+	return err
+}
+
+func (s *Server) abortConn() error {
+	if s.conn == 0 {
+		return fmt.Errorf("abort %s: no FUSE connection number", s.dir)
+	}
+	const ctl = "/sys/fs/fuse/connections"
+	p := fmt.Sprintf("%s/%d/abort", ctl, s.conn)
+	if _, err := os.Stat(p); err != nil {
+		if err := unix.Mount("fusectl", ctl, "fusectl", 0, ""); err != nil {
+			return fmt.Errorf("abort %s: %s is missing and fusectl cannot be mounted: %w", s.dir, p, err)
+		}
+	}
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		return fmt.Errorf("abort %s: %w", s.dir, err)
+	}
+	return nil
+}
+
 func (s *Server) lazyUnmount() error {
 	return detach(s.dir, s.direct)
 }

@@ -50,7 +50,7 @@ func (n *resolveFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, ui
 	if flags&syscall.O_APPEND != 0 {
 		h.w.Append()
 	}
-	return h, fuse.FOPEN_DIRECT_IO, 0
+	return h, writeOpenFlags, 0
 }
 
 type resolveHandle struct {

@@ -38,7 +38,7 @@ func (n *txnFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32
 	if flags&syscall.O_APPEND != 0 {
 		t.Append()
 	}
-	return &txnHandle{t: t}, fuse.FOPEN_DIRECT_IO, 0
+	return &txnHandle{t: t}, writeOpenFlags, 0
 }
 
 // txnHandle is one open of the transaction file.

@@ -86,7 +86,7 @@ echo '`+doc+`' >&3`)
 	if r.code == 0 || !strings.Contains(r.stderr, eNOENT) || !batchID.MatchString(n) {
 		t.Fatalf("a write to a reclaimed batch's open submit file: %s\nwant ENOENT", r)
 	}
-	reason := "batch " + n + " was reclaimed: it had no submission 1s after its clone (mount.idle_batch_timeout)"
+	reason := "batch " + n + " was reclaimed: it had no submission and no write to its submit or ctl file for 1s (mount.idle_batch_timeout)"
 	if want := "reclaim batches/" + n + ": not found: " + reason; !strings.Contains(r.stderr, want) {
 		t.Errorf("/error after the reclaim (in stderr above) lacks %q", want)
 	}

@@ -96,3 +96,38 @@ echo "cancel 1025" > "$M/ctl/batches/%s/ctl"`, region, file, n, name, region, re
 	wantNum(t, "memory submission", mem, "request_index", 0)
 	wantNum(t, "memory submission", mem, "affected_requests", 0)
 }
+
+// TestMemorySegmentQoS: a memory-segment submission is held to its "qos"
+// contract like a file submission. A hard-zero contract (max_inflight_requests
+// 0) used to be ignored for memory segments: the copy ran. Now the write
+// to submit fails with EAGAIN, changes nothing, and the batch's error
+// file names the contract; an uncapped tenant's submission runs.
+func TestMemorySegmentQoS(t *testing.T) {
+	cfg := "[engine]\nqos_json = '" + `{"qos":{"version":1,"tenants":[{"name":"zero","defaults":{"max_inflight_requests":0}},{"name":"free","defaults":{}}]}}` + "'\n"
+	m := startDaemon(t, daemonOpts{config: cfg})
+	src := m.register(t, "src", 65536)
+	dst := m.register(t, "dst", 65536)
+	m.ok(t, fmt.Sprintf(`head -c 65536 /dev/urandom > "$M/memory/%s/data"`, src))
+	name := uniq("memseg")
+	m.ok(t, fmt.Sprintf(`echo '{"name":"%s","uri":"mem://%s","permission":"read"}' > "$M/segments/open"`, name, src))
+	t.Cleanup(func() { m.sh(t, `rmdir "$M/segments/`+name+`" 2>/dev/null`) })
+	doc := func(tenant string) string {
+		return fmt.Sprintf(`{"op":"read","target":"%s","qos":{"tenant":"%s"},"requests":[{"memory":"%s","length":4096}]}`, name, tenant, dst)
+	}
+	n := m.clone(t)
+	r := m.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(doc("zero")), n))
+	if r.code == 0 || !strings.Contains(r.stderr, eAGAIN) {
+		t.Fatalf("memory-segment submission under a hard-zero contract: %s\nwant %s", r, eAGAIN)
+	}
+	if e := m.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/error"`, n)); !strings.Contains(e, `qos contract "zero" allows no requests`) {
+		t.Fatalf("error file %q does not name the contract", e)
+	}
+	if c := m.taskCount(t, n); c != 0 {
+		t.Fatalf("%d tasks after a refused submission", c)
+	}
+	m.ok(t, fmt.Sprintf(`! cmp -s <(head -c 4096 "$M/memory/%s/data") <(head -c 4096 "$M/memory/%s/data")`, dst, src))
+	if _, st := m.run1(t, doc("free")); st != "completed" {
+		t.Fatalf("uncapped tenant: %s", st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp <(head -c 4096 "$M/memory/%s/data") <(head -c 4096 "$M/memory/%s/data")`, dst, src))
+}

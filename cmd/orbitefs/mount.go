@@ -2,7 +2,10 @@
 // the control Service, mount, serve in the foreground, and on SIGINT or
 // SIGTERM shut down in order: refuse new work, drain (bounded by
 // mount.shutdown_timeout), wake waiters, close the engine, unmount (lazily
-// if busy), exit 0.
+// if busy), exit 0. The whole shutdown is bounded by mount.exit_timeout:
+// a step still waiting then (on a store that stopped answering, on a
+// client holding the mount) is left behind, the FUSE connection is
+// aborted, what was left is logged, and the process exits 1.
 
 package main
 
@@ -93,6 +96,7 @@ func runMount(args []string) int {
 		return 1
 	}
 	sopts := control.OptionsFromConfig(cfg.Mount, buildVersion(), lg)
+	sopts.StoreCallTimeout = ecfg.StoreCallTimeout.D()
 	if abs, err := filepath.Abs(dir); err == nil {
 		sopts.OwnMount = fusefs.LeadsInto(abs)
 	}
@@ -147,6 +151,8 @@ func runMount(args []string) int {
 	case <-srv.Done():
 		lg.Warn("the mount went away (unmounted from outside); shutting down", "op", "shutdown", "dir", srv.Dir())
 	}
+	forced := time.AfterFunc(cfg.Mount.ExitTimeout.D(), func() { forceExit(lg, e, srv, cfg.Mount.ExitTimeout.D()) })
+	defer forced.Stop()
 	go func() {
 		for s := range sigs {
 			lg.Warn("shutdown already in progress; it is bounded by mount.shutdown_timeout", "op", "shutdown", "signal", s.String())
@@ -163,6 +169,28 @@ func runMount(args []string) int {
 	}
 	lg.Info("stopped", "op", "shutdown")
 	return 0
+}
+
+// forceExit ends a shutdown that overran mount.exit_timeout: abort the
+// FUSE connection (clients waiting on the mount get ENOTCONN instead of
+// waiting for a process that is going away), log what was left, exit 1.
+// Nothing here may wait on the engine for long: Stats runs on a helper
+// and is skipped if it does not answer within a second.
+func forceExit(lg *slog.Logger, e *engine.Engine, srv *fusefs.Server, bound time.Duration) {
+	if err := srv.Abort(); err != nil {
+		lg.Error("forced exit: cannot abort the FUSE connection; it ends when the process exits", "op", "shutdown", "err", err)
+	}
+	stats := make(chan engine.Stats, 1)
+	go func() { stats <- e.Stats() }()
+	select {
+	case st := <-stats:
+		lg.Error("forced exit: shutdown did not finish within mount.exit_timeout", "op", "shutdown", "exit_timeout", bound,
+			"batches", st.Batches, "workers_running", st.WorkersRunning, "unquiesced_groups", st.UnquiescedGroups,
+			"segments", st.Segments, "segments_draining", st.SegmentsDraining)
+	case <-time.After(time.Second):
+		lg.Error("forced exit: shutdown did not finish within mount.exit_timeout; engine stats did not answer", "op", "shutdown", "exit_timeout", bound)
+	}
+	os.Exit(1)
 }
 
 // engineConfig is the TOML's engine section, or the --engine-json
