@@ -51,14 +51,6 @@ type parked struct {
 	effect      RemoteEffect
 }
 
-// nextRoute is the route after rt in request i's candidate chain.
-func (g *group) nextRoute(i int) (route, bool) {
-	if g.routes[i] == routeGDS && g.policy[i].asked == TransportUnspec {
-		return routeStaged, true
-	}
-	return 0, false
-}
-
 // retryableLocked reports whether a failed attempt of request i may run
 // again. REQUIRES: b.mu.
 func (b *Batch) retryableLocked(g *group, i int, t *task, transferred uint64, effect RemoteEffect, drained bool) bool {

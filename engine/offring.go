@@ -456,18 +456,7 @@ func (w *worker) startOffRingLocked(g *group) {
 // runOffRing hands each executor its share of g's live requests as one
 // job. live must not change meanwhile (the caller holds b.mu).
 func (e *Engine) runOffRing(g *group, live func(i int) bool) {
-	// A host request left on the ring route rides with its group: through
-	// staging when the group touches device memory, else on the host copy
-	// lanes (its task reports the route that moved it).
-	device := false
-	for i := 0; i < g.n; i++ {
-		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
-	}
-	for i := 0; i < g.n; i++ {
-		if g.routes[i] == routeRing && !device {
-			g.routes[i] = routeHostCopy
-		}
-	}
+	g.rideAlong()
 	var seen []route
 	for i := 0; i < g.n; i++ {
 		if !live(i) {

@@ -67,6 +67,31 @@ func (e *Engine) executor(rt route) (route, executor) {
 	return routeStaged, e.staged
 }
 
+// rideAlong routes the host requests a group that leaves the ring left
+// on the ring route: through staging when the group touches device
+// memory, else on the host copy lanes (the task reports the route that
+// moved it). REQUIRES: b.mu (the group is being dispatched).
+func (g *group) rideAlong() {
+	device := false
+	for i := 0; i < g.n; i++ {
+		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
+	}
+	for i := 0; i < g.n; i++ {
+		if g.routes[i] == routeRing && !device {
+			g.routes[i] = routeHostCopy
+		}
+	}
+}
+
+// nextRoute is the route after request i's current one in its candidate
+// chain (failover.go decides whether to take it).
+func (g *group) nextRoute(i int) (route, bool) {
+	if g.routes[i] == routeGDS && g.policy[i].asked == TransportUnspec {
+		return routeStaged, true
+	}
+	return 0, false
+}
+
 // reqMemory summarizes what local memory a request touches.
 type reqMemory struct {
 	device  bool // some range is device memory
