@@ -158,6 +158,17 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 			return fail(i, err)
 		}
 	}
+	if g.offRing {
+		k := 0 // g.ranges are in request order
+		for i := range reqs {
+			for k < len(g.ranges) && g.ranges[k].req < i {
+				k++
+			}
+			if g.routes[i] == routeRing {
+				g.addPieces(i, &reqs[i], k)
+			}
+		}
+	}
 	g.computeBounds()
 
 	if err := e.admitCharge(verb, g, pol); err != nil {
@@ -563,7 +574,15 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		return nil
 	}
 	g.offRing = true
-	// Pieces in file order; ranges appear in g.ranges in element order.
+	g.addPieces(i, r, first)
+	return nil
+}
+
+// addPieces records request i's pieces in file order; its ranges start
+// at g.ranges[first], in element order. Every request of an off-ring
+// group needs them: a host request routed to the ring rides with the
+// group's executor (offring.go).
+func (g *group) addPieces(i int, r *Request, first int) {
 	k := first
 	var rel uint64
 	add := func(p piece) {
@@ -592,5 +611,4 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		lo := el.Address - reg.BaseAddress()
 		add(piece{kind: pieceHost, n: el.Length, addr: el.Address, host: reg.m.Bytes()[lo : lo+el.Length]})
 	}
-	return nil
 }
