@@ -64,7 +64,7 @@ func TestReadmeQuickStart(t *testing.T) {
 // TestReadmeLayout checks the README's layout block against the tree: it
 // names every top-level directory (and .ci) with a line of its own,
 // every path it names exists, and its docs/ line lists every page in
-// docs/.
+// docs/, as does the Documentation table.
 func TestReadmeLayout(t *testing.T) {
 	root, err := repoRoot()
 	if err != nil {
@@ -121,8 +121,11 @@ func TestReadmeLayout(t *testing.T) {
 	}
 	for _, d := range docs {
 		base := strings.TrimSuffix(filepath.Base(d), ".md")
-		if !strings.Contains(docsLine, base) {
+		if !strings.Contains(docsLine, base+".md") {
 			t.Errorf("the README layout's docs/ line does not list docs/%s.md: %q", base, docsLine)
+		}
+		if !strings.Contains(readme, "| [docs/"+base+".md](docs/"+base+".md) | ") {
+			t.Errorf("the README's Documentation table has no row for docs/%s.md", base)
 		}
 	}
 }
