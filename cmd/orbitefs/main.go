@@ -68,7 +68,7 @@ func isHelp(arg string) bool {
 }
 
 // gcPercent is the collector's target unless GOGC says otherwise. The
-// daemon's live heap is small (8-40 MiB, docs/performance.md) and every
+// daemon's live heap is small (RSS 8-40 MiB, docs/performance-log.md) and every
 // small transfer allocates a little, so the default 100 ran a collection
 // every few thousand requests: 11 % of the CPU of 4 KiB tmpfs reads
 // (scanObject), and 400 cut user CPU per request by about 30 %.
