@@ -251,3 +251,19 @@ func TestConfigDocBounds(t *testing.T) {
 	}
 	t.Logf("checked the bounds of %d keys", checked)
 }
+
+// TestConfigDocQoSDefaults: the QoS field table gives max_priority's
+// default as the code has it.
+func TestConfigDocQoSDefaults(t *testing.T) {
+	b, err := os.ReadFile("../docs/config.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?m)^\\| max_priority \\|.*\\(default `([a-z]+)`\\) \\|$").FindStringSubmatch(string(b))
+	if m == nil {
+		t.Fatal("docs/config.md's QoS field table has no max_priority row giving its default")
+	}
+	if m[1] != DefaultMaxPriority.String() {
+		t.Errorf("docs/config.md gives max_priority the default %s; the code's is %s", m[1], DefaultMaxPriority)
+	}
+}
