@@ -210,6 +210,23 @@ rmdir $M/memory/buf
 		}
 	}
 
+	// docs/mount.md's txn and qos/resolve shell examples, as written.
+	setup := strings.ReplaceAll(`head -c 1M /dev/urandom > /tmp/cache.bin
+echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > $M/memory/register
+echo '{"name":"cache","uri":"file:///tmp/cache.bin","permission":"read_write"}' > $M/segments/open
+`, "/tmp/cache.bin", T+"/cache.bin")
+	out := m.ok(t, setup+docBlock(t, "docs/mount.md", "### txn", "```sh\n")+`# the release reaches the daemon just after close(2) returns
+for i in $(seq 50); do [ "$(ls $M/ctl/batches | tr '\n' ' ')" = "clone txn " ] && break; sleep 0.1; done
+ls $M/ctl/batches | tr '\n' ' '
+rmdir $M/segments/cache $M/memory/buf`)
+	if !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"completed_bytes": 4096`) || !strings.HasSuffix(out, "clone txn ") {
+		t.Errorf("docs/mount.md's txn example: want a completed status of 4096 bytes and the batch freed at close, got\n%s", out)
+	}
+	out = m.ok(t, docBlock(t, "docs/mount.md", "### qos/resolve", "```sh\n"))
+	if !strings.Contains(out, `"matched_contract": "disabled"`) || !strings.Contains(out, `"effective_priority": "low"`) {
+		t.Errorf("docs/mount.md's qos/resolve example without QoS: want matched_contract disabled and the priority asked for (low), got\n%s", out)
+	}
+
 	// The README's bad-input example, setting up what it refers to.
 	block := docBlock(t, "README.md", "Bad input fails the write itself", "```sh\n")
 	var cmds, outs []string
@@ -223,10 +240,7 @@ rmdir $M/memory/buf
 	if len(cmds) != 3 || len(outs) != 2 {
 		t.Fatalf("README bad-input example: want 3 commands and 2 output lines, got %q and %q", cmds, outs)
 	}
-	r := m.run(t, strings.ReplaceAll(`head -c 1M /dev/urandom > /tmp/cache.bin
-echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > $M/memory/register
-echo '{"name":"cache","uri":"file:///tmp/cache.bin","permission":"read_write"}' > $M/segments/open
-`, "/tmp/cache.bin", T+"/cache.bin")+cmds[0]+"\n"+cmds[1]+"\necho \"exit $?\" >&2\n"+cmds[2]+`
+	r := m.run(t, setup+cmds[0]+"\n"+cmds[1]+"\necho \"exit $?\" >&2\n"+cmds[2]+`
 rmdir $M/ctl/batches/$N $M/segments/cache $M/memory/buf`)
 	// bash names the script line in a -c script ("bash: line 5: echo:"),
 	// not in an interactive shell as the README shows it.
