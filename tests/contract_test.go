@@ -227,6 +227,21 @@ rmdir $M/segments/cache $M/memory/buf`)
 		t.Errorf("docs/mount.md's qos/resolve example without QoS: want matched_contract disabled and the priority asked for (low), got\n%s", out)
 	}
 
+	// docs/mount.md's loader of a file of any size, on a file of 1 MiB +
+	// 5 KiB in pieces of 256 KiB (CHUNK), 3 in flight (DEPTH): no output
+	// means loaded.
+	loader := docBlock(t, "docs/mount.md", "## Loading a file of any size", "```sh\n")
+	loader = strings.Replace(loader, "load /data/model.safetensors weights buf", "load $T/model weights buf", 1)
+	out = m.ok(t, `head -c $((1048576 + 5120)) /dev/urandom > $T/model
+echo '{"name":"buf","location":"cpu","bytes":"2MiB"}' > $M/memory/register
+echo '{"name":"weights","uri":"file://'"$T"'/model","permission":"read"}' > $M/segments/open
+export CHUNK=262144 DEPTH=3
+`+loader+`cmp -n $((1048576 + 5120)) $M/memory/buf/data $T/model && echo loaded
+rmdir $M/segments/weights $M/memory/buf`)
+	if out != "loaded\n" {
+		t.Errorf("docs/mount.md's loader printed %q, want nothing (and the bytes in place)", out)
+	}
+
 	// The README's bad-input example, setting up what it refers to.
 	block := docBlock(t, "README.md", "Bad input fails the write itself", "```sh\n")
 	var cmds, outs []string
