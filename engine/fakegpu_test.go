@@ -44,6 +44,10 @@ type fakeGPU struct {
 	// failHtoDAt fails the enqueue of every HtoD copy to that device
 	// address (0: none).
 	failHtoDAt atomic.Uint64
+	// latency (ns) is how long after its Record an event completes, the
+	// way a real copy engine finishes later whether or not the host
+	// sleeps: the copies run at once, the event reports done only then.
+	latency atomic.Int64
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -169,7 +173,7 @@ func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
 	return nil
 }
 func (s *fakeStream) Record() (engine.Event, error) {
-	ev := &fakeEvent{f: s.f, done: make(chan struct{})}
+	ev := &fakeEvent{f: s.f, done: make(chan struct{}), at: time.Now().Add(time.Duration(s.f.latency.Load()))}
 	s.work <- func() { close(ev.done) }
 	return ev, nil
 }
@@ -182,6 +186,7 @@ func (s *fakeStream) Close() error { close(s.work); return nil }
 type fakeEvent struct {
 	f    *fakeGPU
 	done chan struct{}
+	at   time.Time // not done before (fakeGPU.latency)
 }
 
 func (e *fakeEvent) Done() (bool, error) {
@@ -190,7 +195,7 @@ func (e *fakeEvent) Done() (bool, error) {
 	}
 	select {
 	case <-e.done:
-		return true, nil
+		return !time.Now().Before(e.at), nil
 	default:
 		return false, nil
 	}
@@ -200,6 +205,7 @@ func (e *fakeEvent) Wait() error {
 		return errors.New("fake: CUDA_ERROR_LAUNCH_FAILED")
 	}
 	<-e.done
+	time.Sleep(time.Until(e.at))
 	return nil
 }
 func (e *fakeEvent) Close() error { return nil }

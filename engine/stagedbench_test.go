@@ -1,0 +1,135 @@
+package engine_test
+
+// stagedbench_test.go measures the KV-swap pattern through the staged
+// executor against the same groups into host memory: many clients, each
+// a batch of 16 groups of 128 KiB at a time, from a tmpfs file, on real
+// io_uring and the fake GPU with a per-copy latency.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// BenchmarkKVSwap: GB/s of READ (and 50 % WRITE) batches of 16 x
+// 128 KiB groups, into cpu and into the fake cuda:0 (copies complete
+// 20 µs after their event is recorded).
+func BenchmarkKVSwap(b *testing.B) {
+	if !haveIOUring {
+		b.Skip("io_uring backend not built")
+	}
+	const group, perBatch, fileSize = 128 << 10, 16, 256 << 20
+	dir := "/dev/shm"
+	if _, err := os.Stat(dir); err != nil {
+		b.Skip("no /dev/shm")
+	}
+	f, err := os.CreateTemp(dir, "kvswap-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	path := f.Name()
+	defer os.Remove(path)
+	if err := f.Truncate(fileSize); err != nil {
+		b.Fatal(err)
+	}
+	f.Close()
+	for _, writePct := range []int{0, 50} {
+		for _, dst := range []string{"cpu", "cuda:0"} {
+			for _, clients := range []int{1, 4, 16} {
+				b.Run(fmt.Sprintf("write=%d/%s/clients=%d", writePct, dst, clients), func(b *testing.B) {
+					gpu := newFakeGPU(1)
+					gpu.latency.Store(int64(20 * time.Microsecond))
+					cfg := config.DefaultEngine()
+					bs := []engine.Backend{gpu}
+					for _, tr := range realTransports(cfg) {
+						bs = append(bs, tr)
+					}
+					e, err := engine.New(cfg, bs...)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer e.Close(5 * time.Second)
+					seg, err := e.OpenFileSegment("file://"+path, engine.PermReadWrite)
+					if err != nil {
+						b.Fatal(err)
+					}
+					n := uint64(clients * perBatch * group)
+					var r *engine.Region
+					if dst == "cpu" {
+						r, err = e.RegisterMemory(n)
+					} else {
+						r, err = e.RegisterDevice(0, n)
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.SetBytes(perBatch * group)
+					var next sync.Mutex
+					left := b.N
+					var wg sync.WaitGroup
+					errs := make(chan error, clients)
+					b.ResetTimer()
+					for c := range clients {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							rng := rand.New(rand.NewPCG(uint64(c), 1))
+							for {
+								next.Lock()
+								if left == 0 {
+									next.Unlock()
+									return
+								}
+								left--
+								next.Unlock()
+								if err := kvBatch(e, seg, r, rng, c, writePct); err != nil {
+									errs <- err
+									return
+								}
+							}
+						}()
+					}
+					wg.Wait()
+					b.StopTimer()
+					close(errs)
+					for err := range errs {
+						b.Fatal(err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// kvBatch moves one batch of 16 groups between client c's slice of r
+// and random group-aligned offsets of seg.
+func kvBatch(e *engine.Engine, seg *engine.Segment, r *engine.Region, rng *rand.Rand, c, writePct int) error {
+	const group, perBatch, groups = 128 << 10, 16, (256 << 20) / (128 << 10)
+	bt, err := e.AllocateBatch(perBatch)
+	if err != nil {
+		return err
+	}
+	defer bt.Free()
+	for i := range perBatch {
+		op := engine.OpRead
+		if rng.IntN(100) < writePct {
+			op = engine.OpWrite
+		}
+		req := engine.Request{Address: r.BaseAddress() + uint64((c*perBatch+i)*group),
+			TargetOffset: uint64(rng.IntN(groups)) * group, Length: group}
+		if _, err := bt.Submit(op, seg, []engine.Request{req}, nil, 0); err != nil {
+			return err
+		}
+	}
+	bt.Seal()
+	if st, err := bt.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+		return fmt.Errorf("batch %d: %v %v", bt.ID(), st, err)
+	}
+	return nil
+}
