@@ -516,6 +516,9 @@ func (l *lane) fill() {
 				return
 			}
 			l.start(i, x, k)
+			// A unit copied on the lane took a while: resolve the units
+			// whose device copies finished meanwhile, not after the fill.
+			l.retireCopies(time.Time{})
 		}
 	}
 }
