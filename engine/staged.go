@@ -516,9 +516,6 @@ func (l *lane) fill() {
 				return
 			}
 			l.start(i, x, k)
-			// A unit copied on the lane took a while: resolve the units
-			// whose device copies finished meanwhile, not after the fill.
-			l.retireCopies(time.Time{})
 		}
 	}
 }
@@ -575,17 +572,6 @@ func (l *lane) start(i int, x *offRing, k int) {
 			return
 		}
 	}
-	if g.ent.inMemory && !g.ent.blocking {
-		// A memory-speed file: the bytes move with one pread/pwrite on
-		// the lane, and its result goes through complete as a CQE would.
-		sl.x, sl.k, sl.state = x, k, slotIO
-		l.inIO++
-		if g.op == OpWrite {
-			x.markSubmitted(k)
-		}
-		l.complete(Completion{Token: uint64(i), Res: copyFile(g.op, g.ent.buffered.FD, sl.c.b[:u.n], u.off)})
-		return
-	}
 	op := FileOp{Write: g.op == OpWrite, File: fileFor(g.ent, sl.c, u), Offset: u.off,
 		Iov: []IOVec{{Base: sl.c.addr(), Len: u.n}}, Buf: sl.c.fixed, Token: uint64(i),
 		Offload: g.ent != nil && g.ent.blocking} // storewait.go
@@ -597,32 +583,6 @@ func (l *lane) start(i int, x *offRing, k int) {
 	sl.x, sl.k, sl.state = x, k, slotIO
 	l.inIO++
 	l.pending = append(l.pending, i)
-}
-
-// copyFile moves b at off with one pread/pwrite on fd: the bytes done,
-// or -errno, as a CQE reports them (complete retries the rest of a short
-// count).
-func copyFile(op Op, fd int, b []byte, off uint64) int32 {
-	for {
-		var n int
-		var err error
-		if op == OpWrite {
-			n, err = unix.Pwrite(fd, b, int64(off))
-		} else {
-			n, err = unix.Pread(fd, b, int64(off))
-		}
-		if err == unix.EINTR {
-			continue
-		}
-		var errno unix.Errno
-		if errors.As(err, &errno) {
-			return -int32(errno)
-		}
-		if err != nil {
-			return -int32(unix.EIO)
-		}
-		return int32(n)
-	}
 }
 
 // fileFor picks the O_DIRECT fd when the unit satisfies its alignment.
@@ -830,41 +790,17 @@ func (l *lane) drainStreams(cut time.Time) bool {
 // waitEvent polls ev until it completes or until cut (zero: no wait at
 // all). It never blocks past cut: a copy that never completes must not
 // hang its group (the caller ends it unquiesced).
-//
-// Between polls it yields for a few microseconds, then sleeps in the
-// kernel (nanosleep), never with time.Sleep: a copy of a staged unit
-// completes in tens of microseconds, while a Go sleep shorter than a
-// millisecond lasts a whole millisecond once the process is otherwise
-// idle (the runtime waits for timers in whole milliseconds). That sleep
-// held every slot about a millisecond per unit: 128 KiB units into
-// cuda:0 stopped near 7 GB/s over 16 lanes on the H200
-// (docs/performance.md).
 func waitEvent(ev Event, cut time.Time) (bool, error) {
-	start := time.Now()
 	pause := 20 * time.Microsecond
 	for {
 		done, err := ev.Done()
-		if done || err != nil || cut.IsZero() {
+		if done || err != nil || cut.IsZero() || !time.Now().Before(cut) {
 			return done, err
 		}
-		now := time.Now()
-		if !now.Before(cut) {
-			return false, nil
-		}
-		if now.Sub(start) < copySpin {
-			runtime.Gosched()
-			continue
-		}
-		d := min(pause, cut.Sub(now))
-		ts := unix.NsecToTimespec(d.Nanoseconds())
-		unix.Nanosleep(&ts, nil) // woken early (EINTR): poll again
+		time.Sleep(pause)
 		pause = min(2*pause, time.Millisecond)
 	}
 }
-
-// copySpin is how long waitEvent yields before it sleeps: about the
-// time a 128 KiB copy takes to complete.
-const copySpin = 20 * time.Microsecond
 
 // retireCopies frees slots whose device copies completed. With a
 // nonzero cut it first waits (polling, never past cut) for the oldest
