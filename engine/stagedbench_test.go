@@ -88,6 +88,7 @@ func BenchmarkKVSwap(b *testing.B) {
 							b.Fatal(err)
 						}
 						b.SetBytes(perBatch * group)
+						gpu.calls.Store(0)
 						var next sync.Mutex
 						left := b.N
 						var wg sync.WaitGroup
@@ -115,6 +116,9 @@ func BenchmarkKVSwap(b *testing.B) {
 						}
 						wg.Wait()
 						b.StopTimer()
+						if dst != "cpu" {
+							b.ReportMetric(float64(gpu.calls.Load())/float64(b.N*perBatch), "gpu-calls/group")
+						}
 						close(errs)
 						for err := range errs {
 							b.Fatal(err)
