@@ -2,8 +2,9 @@
 // registers in and watches (discovery), off while etcd_endpoints is empty.
 //
 // Invariants:
-//   - With etcd_endpoints set, peer.listen must be set too: a member with
-//     no peer listener has nothing to advertise.
+//   - A daemon with etcd_endpoints set needs peer.listen too (CheckMember,
+//     at mount): a member with no peer listener has nothing to advertise.
+//     A client (orbitefs peer) only resolves names and needs no listener.
 //   - The advertised address is a host:port peers can dial: a wildcard
 //     listen address needs an explicit advertise.
 //   - cert_file and key_file come together; every file named exists.
@@ -58,7 +59,7 @@ func (c Cluster) AdvertiseAddr(bound string) string {
 	return bound
 }
 
-func (c *Cluster) validate(p *problems, peer Peer) {
+func (c *Cluster) validate(p *problems) {
 	if !c.Enabled() {
 		return
 	}
@@ -81,11 +82,7 @@ func (c *Cluster) validate(p *problems, peer Peer) {
 	if c.DialTimeout < minPeerDuration || c.DialTimeout > maxClusterDial {
 		p.addf("cluster.dial_timeout (%s) must be in [1ms, 5m]", c.DialTimeout)
 	}
-	if peer.Listen == "" {
-		p.addf("cluster.etcd_endpoints is set but peer.listen is empty: a cluster member advertises its peer listener; set peer.listen (and peer.key_file)")
-	}
-	switch {
-	case c.Advertise != "":
+	if c.Advertise != "" {
 		host, port, err := net.SplitHostPort(c.Advertise)
 		n, perr := strconv.Atoi(port)
 		switch {
@@ -95,14 +92,6 @@ func (c *Cluster) validate(p *problems, peer Peer) {
 			p.addf("cluster.advertise %q: port %q is not a number in [1, 65535]", c.Advertise, port)
 		case isWildcard(host):
 			p.addf("cluster.advertise %q: %s is a wildcard, not an address peers can dial", c.Advertise, host)
-		}
-	case peer.Listen != "":
-		host, _, err := net.SplitHostPort(peer.Listen)
-		if err != nil {
-			break // peer.listen reports it
-		}
-		if host == "" || isWildcard(host) {
-			p.addf("cluster.advertise is empty and peer.listen %q listens on every address: set cluster.advertise to the host:port peers dial", peer.Listen)
 		}
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
@@ -121,4 +110,24 @@ func (c *Cluster) validate(p *problems, peer Peer) {
 func isWildcard(host string) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsUnspecified()
+}
+
+// CheckMember checks what only a cluster member (`orbitefs mount` with
+// cluster.etcd_endpoints set) needs: a peer listener to advertise, at an
+// address peers can dial. A client (`orbitefs peer`) reads [cluster] to
+// resolve names and needs neither. Nil when the cluster is off.
+func (d *Daemon) CheckMember() error {
+	c, peer := d.Cluster, d.Peer
+	if !c.Enabled() {
+		return nil
+	}
+	var p problems
+	if peer.Listen == "" {
+		p.addf("cluster.etcd_endpoints is set but peer.listen is empty: a cluster member advertises its peer listener; set peer.listen (and peer.key_file)")
+	} else if c.Advertise == "" {
+		if host, _, err := net.SplitHostPort(peer.Listen); err == nil && (host == "" || isWildcard(host)) {
+			p.addf("cluster.advertise is empty and peer.listen %q listens on every address: set cluster.advertise to the host:port peers dial", peer.Listen)
+		}
+	}
+	return p.err("invalid config")
 }

@@ -22,15 +22,12 @@ func TestClusterValidation(t *testing.T) {
 	const peer = "[peer]\nlisten = \"127.0.0.1:7070\"\nkey_file = \"/k\"\n"
 	const on = "[cluster]\netcd_endpoints = [\"http://127.0.0.1:2379\"]\n"
 	for _, tc := range []struct{ toml, want string }{
-		{on, `cluster.etcd_endpoints is set but peer.listen is empty`},
 		{peer + "[cluster]\netcd_endpoints = [\"127.0.0.1:2379\"]\n", `cluster.etcd_endpoints: "127.0.0.1:2379" is not an etcd client URL`},
 		{peer + "[cluster]\netcd_endpoints = [\"http://127.0.0.1\"]\n", `"http://127.0.0.1" has no port`},
 		{peer + on + "prefix = \"orbitefs\"\n", `cluster.prefix "orbitefs": want a key prefix that begins and ends with '/'`},
 		{peer + on + "lease_ttl = \"1500ms\"\n", `cluster.lease_ttl (1.5s) must be whole seconds in [1s, 1h]`},
 		{peer + on + "lease_ttl = \"0s\"\n", `cluster.lease_ttl (0s) must be whole seconds`},
 		{peer + on + "dial_timeout = \"0s\"\n", `cluster.dial_timeout (0s) must be in [1ms, 5m]`},
-		{"[peer]\nlisten = \"0.0.0.0:7070\"\nkey_file = \"/k\"\n" + on, `cluster.advertise is empty and peer.listen "0.0.0.0:7070" listens on every address`},
-		{"[peer]\nlisten = \":7070\"\nkey_file = \"/k\"\n" + on, `peer.listen ":7070" listens on every address`},
 		{peer + on + "advertise = \"10.0.0.7\"\n", `cluster.advertise "10.0.0.7": want host:port`},
 		{peer + on + "advertise = \"10.0.0.7:0\"\n", `cluster.advertise "10.0.0.7:0": port "0" is not a number in [1, 65535]`},
 		{peer + on + "advertise = \"[::]:7070\"\n", `cluster.advertise "[::]:7070": :: is a wildcard`},
@@ -47,6 +44,19 @@ func TestClusterValidation(t *testing.T) {
 	if _, err := Parse("[cluster]\nprefix = \"/x/\"\n"); err != nil {
 		t.Fatalf("cluster off: %v", err)
 	}
+	for _, tc := range []struct{ toml, want string }{
+		{on, `cluster.etcd_endpoints is set but peer.listen is empty`},
+		{"[peer]\nlisten = \"0.0.0.0:7070\"\nkey_file = \"/k\"\n" + on, `cluster.advertise is empty and peer.listen "0.0.0.0:7070" listens on every address`},
+		{"[peer]\nlisten = \":7070\"\nkey_file = \"/k\"\n" + on, `peer.listen ":7070" listens on every address`},
+	} {
+		d, err := Parse(tc.toml) // a valid client config ...
+		if err != nil {
+			t.Fatalf("%s: %v", tc.toml, err)
+		}
+		if err := d.CheckMember(); err == nil || !strings.Contains(err.Error(), tc.want) { // ... but no member
+			t.Errorf("%s: %v, want %q", tc.toml, err, tc.want)
+		}
+	}
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
@@ -55,7 +65,10 @@ func TestClusterValidation(t *testing.T) {
 	if err != nil || !d.Cluster.Enabled() || d.Cluster.AdvertiseAddr("0.0.0.0:7070") != "10.0.0.7:7070" {
 		t.Fatalf("a valid [cluster]: %v %+v", err, d)
 	}
-	if d, err = Parse(peer + on); err != nil || d.Cluster.AdvertiseAddr("127.0.0.1:7070") != "127.0.0.1:7070" {
+	if err := d.CheckMember(); err != nil {
+		t.Fatalf("a member with advertise: %v", err)
+	}
+	if d, err = Parse(peer + on); err != nil || d.CheckMember() != nil || d.Cluster.AdvertiseAddr("127.0.0.1:7070") != "127.0.0.1:7070" {
 		t.Fatalf("advertise from peer.listen: %v", err)
 	}
 }

@@ -203,7 +203,7 @@ func (d *Daemon) Validate() error {
 	}
 	d.Engine.validate(&p, "engine.")
 	d.Peer.validate(&p)
-	d.Cluster.validate(&p, d.Peer)
+	d.Cluster.validate(&p)
 	return p.err("invalid config")
 }
 

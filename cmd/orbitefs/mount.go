@@ -76,6 +76,9 @@ func runMount(args []string) int {
 	dir := fl.Arg(0)
 
 	cfg, err := config.Load(*cfgPath)
+	if err == nil {
+		err = cfg.CheckMember()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
