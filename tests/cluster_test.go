@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/orbitefs/orbitefs/peer"
 )
 
@@ -204,8 +206,30 @@ cmp $T/src $M/memory/kv/data`, client))
 	}
 	c.ok(t, `cmp $T/src $M/memory/kv/data`)
 
+	// A record that lists an epoch other than the one answering at its
+	// address (here c's key rewritten, on its own lease, to the old epoch)
+	// sends nothing.
+	stale := fmt.Sprintf(`{"v":1,"name":"c","epoch":%q,"addr":%q,"regions":[{"name":"kv","bytes":1048576,"location":"cpu","permission":"read_write"}]}`,
+		oldC.Epoch, newC.Addr)
+	cur, err := cli.Get(ctx, clusterPrefix+"engines/c")
+	if err != nil || len(cur.Kvs) != 1 {
+		t.Fatalf("c's key: %v %v", cur, err)
+	}
+	if _, err := cli.Put(ctx, clusterPrefix+"engines/c", stale, clientv3.WithIgnoreLease()); err != nil {
+		t.Fatal(err)
+	}
+	r := c.run(t, fmt.Sprintf(`head -c 1048576 /dev/zero > $T/zeros
+$BIN peer write --config %s --addr peer://c/kv --file $T/zeros`, client))
+	if r.code != 1 || !strings.Contains(r.stderr, "but the cluster lists \"c\" epoch "+oldC.Epoch+"; nothing was sent (effect none)") {
+		t.Fatalf("a write by name to a stale record: %s", r)
+	}
+	c.ok(t, `cmp $T/src $M/memory/kv/data`)
+	if _, err := cli.Put(ctx, clusterPrefix+"engines/c", string(cur.Kvs[0].Value), clientv3.WithIgnoreLease()); err != nil {
+		t.Fatal(err)
+	}
+
 	// Names resolve only to live engines.
-	r := c.run(t, fmt.Sprintf(`$BIN peer write --config %s --addr peer://nobody/kv --file $T/src`, client))
+	r = c.run(t, fmt.Sprintf(`$BIN peer write --config %s --addr peer://nobody/kv --file $T/src`, client))
 	if r.code != 1 || !strings.Contains(r.stderr, `peer://nobody: no engine of that name is registered`) {
 		t.Fatalf("a name nobody holds: %s", r)
 	}
