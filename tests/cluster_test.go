@@ -237,3 +237,65 @@ $BIN peer write --config %s --addr peer://c/kv --file $T/zeros`, client))
 		t.Fatalf("a's view at the end: %s", got)
 	}
 }
+
+// TestClusterNameHeld: a daemon restarted right after a kill -9 finds its
+// name still held by its previous incarnation's lease; it waits for the
+// key to expire and then joins with a new epoch. A second live daemon
+// configured with a name in use waits at most lease_ttl + dial_timeout
+// and refuses to start, naming the holder, before mounting.
+func TestClusterNameHeld(t *testing.T) {
+	etcd := startEtcd(t)
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of the cluster test")
+	port := freeLoopbackPort(t)
+	a := startDaemon(t, daemonOpts{config: memberConfig("a", port, key, etcd)})
+	first, ok := clusterPeer(a, "a")
+	if !ok {
+		t.Fatalf("a does not list itself: %s", clusterPeers(a))
+	}
+
+	// A second live "a" (another port): refused, naming the holder.
+	dup := startDaemon(t, daemonOpts{noWait: true, config: memberConfig("a", freeLoopbackPort(t), key, etcd)})
+	code, err := dup.waitExit(clusterTTL + 5*time.Second + 5*time.Second)
+	if err != nil || code != 1 || strings.Contains(dup.logText(), "msg=mounted") ||
+		!strings.Contains(dup.logText(), fmt.Sprintf(`name "a" is held by epoch %s at 127.0.0.1:%d`, first.Epoch, port)) ||
+		!strings.Contains(dup.logText(), "(cluster.lease_ttl + cluster.dial_timeout)") {
+		t.Fatalf("a second live a: exit %d, %v:\n%s", code, err, dup.logText())
+	}
+
+	// kill -9 and start again at once: it waits out the old lease.
+	a.signal(t, syscall.SIGKILL)
+	killed := time.Now()
+	if _, err := a.waitExit(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	b := startDaemon(t, daemonOpts{config: memberConfig("a", port, key, etcd)})
+	took := time.Since(killed)
+	if !strings.Contains(b.logText(), "name held by another epoch; waiting for its lease to expire") {
+		t.Fatalf("the restarted daemon did not wait for its old lease:\n%s", b.logText())
+	}
+	again, ok := clusterPeer(b, "a")
+	if !ok || again.Epoch == first.Epoch || !again.Self {
+		t.Fatalf("after the restart: %+v (first epoch %s)", again, first.Epoch)
+	}
+	if took > clusterTTL+mountWait {
+		t.Fatalf("the restart took %s", took)
+	}
+	t.Logf("restarted and registered %s after the kill (TTL %s)", took.Round(10*time.Millisecond), clusterTTL)
+}
+
+// TestClusterNeedsListen: a member needs a peer listener to advertise;
+// the daemon refuses to start, naming both keys.
+func TestClusterNeedsListen(t *testing.T) {
+	for _, tc := range []struct{ conf, want string }{
+		{"[cluster]\netcd_endpoints = [\"http://127.0.0.1:1\"]\n", "cluster.etcd_endpoints is set but peer.listen is empty"},
+		{"[peer]\nlisten = \"0.0.0.0:0\"\nkey_file = \"/nonexistent\"\n[cluster]\netcd_endpoints = [\"http://127.0.0.1:1\"]\n",
+			`cluster.advertise is empty and peer.listen "0.0.0.0:0" listens on every address`},
+	} {
+		m := startDaemon(t, daemonOpts{noWait: true, config: tc.conf})
+		code, err := m.waitExit(10 * time.Second)
+		if err != nil || code != 1 || !strings.Contains(m.logText(), tc.want) || strings.Contains(m.logText(), "msg=mounted") {
+			t.Errorf("%s: exit %d, %v; want exit 1 before mounting, saying %q:\n%s", tc.conf, code, err, tc.want, m.logText())
+		}
+	}
+}
