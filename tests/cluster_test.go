@@ -299,3 +299,16 @@ func TestClusterNeedsListen(t *testing.T) {
 		}
 	}
 }
+
+// TestNoClusterNoDir: without [cluster] the mount has no /cluster and
+// /stats no "cluster" object: a single daemon looks as it always did.
+func TestNoClusterNoDir(t *testing.T) {
+	m := startDaemon(t, daemonOpts{})
+	out := m.ok(t, `ls $M; test ! -e $M/cluster && echo absent`)
+	if !strings.Contains(out, "absent") {
+		t.Fatalf("ls: %s", out)
+	}
+	if _, ok := m.readJSON(t, "stats")["cluster"]; ok {
+		t.Fatal("/stats has a cluster object without [cluster]")
+	}
+}
