@@ -277,6 +277,9 @@ func TestMaxBufferedDocumentBytes(t *testing.T) {
 		{"max_buffered_document_bytes = \"512KiB\"", "mount.max_buffered_document_bytes (524288) must be in [mount.max_document_bytes (1048576), 64GiB]"},
 		{"max_buffered_document_bytes = \"65GiB\"", "mount.max_buffered_document_bytes (69793218560) must be in"},
 		{"max_buffered_document_bytes = \"1MiB\"", ""},
+		{"max_buffered_document_bytes_per_user = \"512KiB\"", "mount.max_buffered_document_bytes_per_user (524288) must be in [mount.max_document_bytes (1048576), 64GiB]: one user's unfinished document of the largest size must fit"},
+		{"max_buffered_document_bytes_per_user = \"65GiB\"", "mount.max_buffered_document_bytes_per_user (69793218560) must be in"},
+		{"max_buffered_document_bytes = \"1MiB\"\nmax_buffered_document_bytes_per_user = \"1MiB\"", ""},
 	} {
 		p := filepath.Join(t.TempDir(), "c.toml")
 		if err := os.WriteFile(p, []byte("[mount]\n"+c.text+"\n"), 0o644); err != nil {
@@ -291,6 +294,38 @@ func TestMaxBufferedDocumentBytes(t *testing.T) {
 		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: error %v, want %q", c.text, err, c.want)
+		}
+	}
+}
+
+func TestMaxUserShare(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want float64
+		err  string
+	}{
+		{"", 0.5, ""},
+		{"max_user_share = 0.25", 0.25, ""},
+		{"max_user_share = 1.0", 1, ""},
+		{"max_user_share = 0.0", 0, "mount.max_user_share (0) must be a number in (0, 1]"},
+		{"max_user_share = 1.5", 0, "mount.max_user_share (1.5) must be a number in (0, 1]"},
+		{"max_user_share = -0.5", 0, "mount.max_user_share (-0.5) must be"},
+		{"max_user_share = nan", 0, "mount.max_user_share (NaN) must be"},
+		{"max_user_share = inf", 0, "mount.max_user_share (+Inf) must be"},
+	} {
+		p := filepath.Join(t.TempDir(), "c.toml")
+		if err := os.WriteFile(p, []byte("[mount]\n"+c.text+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d, err := Load(p)
+		if c.err == "" {
+			if err != nil || d.Mount.MaxUserShare != c.want {
+				t.Errorf("%q: %v, share %v; want %v", c.text, err, d.Mount.MaxUserShare, c.want)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%q: error %v, want %q", c.text, err, c.err)
 		}
 	}
 }

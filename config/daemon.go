@@ -52,6 +52,13 @@ type Mount struct {
 	// MaxBufferedDocumentBytes bounds the bytes that unfinished documents
 	// on all open control files hold together.
 	MaxBufferedDocumentBytes Size `toml:"max_buffered_document_bytes"`
+	// MaxBufferedDocumentBytesPerUser bounds what one unprivileged uid's
+	// unfinished documents hold of MaxBufferedDocumentBytes.
+	MaxBufferedDocumentBytesPerUser Size `toml:"max_buffered_document_bytes_per_user"`
+	// MaxUserShare is the fraction of each engine-wide object limit
+	// (batches, batch slots, segments, registered bytes) one unprivileged
+	// uid may hold.
+	MaxUserShare float64 `toml:"max_user_share"`
 	// CloseTimeout bounds rmdir of a segment (drain of admitted users).
 	CloseTimeout Duration `toml:"close_timeout"`
 	// IdleBatchTimeout is how long a batch read from clone may go without
@@ -186,6 +193,12 @@ func (d *Daemon) Validate() error {
 	}
 	if m.MaxBufferedDocumentBytes < m.MaxDocumentBytes || m.MaxBufferedDocumentBytes > 64<<30 {
 		p.addf("mount.max_buffered_document_bytes (%d) must be in [mount.max_document_bytes (%d), 64GiB]: one unfinished document of the largest size must fit", m.MaxBufferedDocumentBytes, m.MaxDocumentBytes)
+	}
+	if !(m.MaxUserShare > 0 && m.MaxUserShare <= 1) {
+		p.addf("mount.max_user_share (%g) must be a number in (0, 1]: the fraction of each engine-wide limit one user may hold (1: no share)", m.MaxUserShare)
+	}
+	if m.MaxBufferedDocumentBytesPerUser < m.MaxDocumentBytes || m.MaxBufferedDocumentBytesPerUser > 64<<30 {
+		p.addf("mount.max_buffered_document_bytes_per_user (%d) must be in [mount.max_document_bytes (%d), 64GiB]: one user's unfinished document of the largest size must fit", m.MaxBufferedDocumentBytesPerUser, m.MaxDocumentBytes)
 	}
 	p.positiveDur("mount.close_timeout", m.CloseTimeout)
 	p.positiveDur("mount.shutdown_timeout", m.ShutdownTimeout)

@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -56,12 +57,15 @@ func (bt *Batch) Seq() uint64 { return bt.seq }
 func (bt *Batch) Owner() (uid, gid uint32, ok bool) { return ownerIDs(bt.owner) }
 
 // mine refuses c acting on bt unless it owns it (owner.go). Its error
-// is recorded.
+// is recorded in c's view of /error, not in bt's error file, where a
+// refused stranger would replace the owner's last error.
 func (s *Service) mine(c *engine.Caller, bt *Batch, op string) error {
 	if s.owns(c, bt.owner) {
 		return nil
 	}
-	return s.fail(bt.scope(op), s.notYours(c, bt.name(), bt.owner))
+	sc := bt.scope(op)
+	sc.batch, sc.caller = nil, c
+	return s.fail(sc, s.notYours(c, bt.name(), bt.owner))
 }
 
 // Created is the allocation time.
@@ -70,7 +74,7 @@ func (bt *Batch) Created() time.Time { return bt.created }
 func (bt *Batch) name() string { return fmt.Sprintf("batches/%d", bt.ID) }
 
 func (bt *Batch) scope(op string) scope {
-	return scope{batch: bt, op: op, name: bt.name(), logKey: "batch", logName: bt.ID}
+	return scope{batch: bt, caller: bt.owner, op: op, name: bt.name(), logKey: "batch", logName: bt.ID}
 }
 
 func (bt *Batch) setErr(text string) {
@@ -187,7 +191,7 @@ func (s *Service) live(bt *Batch, op string) error {
 // Clone allocates a batch with the default capacity for c, who owns it
 // (/ctl/batches/clone).
 func (s *Service) Clone(c *engine.Caller) (*Batch, error) {
-	sc := scope{op: "allocate", name: "batches"}
+	sc := scope{caller: c, op: "allocate", name: "batches"}
 	if s.closing.Load() {
 		return nil, s.fail(sc, errClosing())
 	}
@@ -202,6 +206,11 @@ func (s *Service) Clone(c *engine.Caller) (*Batch, error) {
 // table; with idle, its idle timer runs (idle.go). Its error is not
 // recorded.
 func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, error) {
+	done, err := s.reserve(c, quota{batches: 1, slots: uint64(capacity)})
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	b, err := s.e.AllocateBatch(capacity)
 	if err != nil {
 		return nil, err
@@ -224,7 +233,7 @@ func (s *Service) allocate(c *engine.Caller, capacity int, idle bool) (*Batch, e
 // SubmitWriter returns the handle state for one open of the batch's
 // submit file by c.
 func (s *Service) SubmitWriter(c *engine.Caller, bt *Batch) *DocWriter {
-	return &DocWriter{doc: s.newDocument(), onWrite: bt.touch,
+	return &DocWriter{doc: s.newDocument(c), onWrite: bt.touch,
 		commit: func(doc []byte) error { return s.Submit(c, bt, doc) },
 		fail:   func(err error) error { return s.fail(bt.scope("submit"), err) }}
 }
@@ -241,7 +250,7 @@ func (s *Service) Submit(c *engine.Caller, bt *Batch, doc []byte) error {
 		return err
 	}
 	if !bt.beginSubmit() {
-		sc.batch = nil // its error file went with it: /error
+		sc.batch, sc.caller = nil, c // its error file went with it: /error
 		return s.fail(sc, s.errReclaimed(bt))
 	}
 	accepted := false
@@ -276,13 +285,20 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	seg, reqs, err := s.resolve(c, sub)
+	seg, reqs, regions, err := s.resolve(c, sub)
 	if err != nil {
 		return prepared{}, err
 	}
 	opts, err := s.submitOptions(sub) // qos.go
 	if err != nil {
 		return prepared{}, err
+	}
+	// The engine resolves the addresses again when it submits: it must
+	// find them in the regions checked here, not in whatever another
+	// user registered at the same address after c's was unregistered.
+	opts.Regions = regions
+	if s.afterResolve != nil {
+		s.afterResolve()
 	}
 	return prepared{sub: sub, seg: seg, reqs: reqs, opts: opts}, nil
 }
@@ -304,14 +320,16 @@ func (s *Service) submitPrepared(bt *Batch, p prepared) error {
 }
 
 // resolve turns names into the engine's target and requests, refusing
-// a segment or memory that is not c's.
-func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine.Request, error) {
+// a segment or memory that is not c's. For an unprivileged c it also
+// returns the regions the requests were found in (nil for a privileged
+// c, who may use any).
+func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine.Request, []*engine.Region, error) {
 	seg := s.Segment(sub.Target)
 	if seg == nil {
-		return nil, nil, notFound("target %q: no such segment; open it through segments/open", sub.Target)
+		return nil, nil, nil, notFound("target %q: no such segment; open it through segments/open", sub.Target)
 	}
 	if !s.owns(c, seg.owner) {
-		return nil, nil, s.notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
+		return nil, nil, nil, s.notYours(c, fmt.Sprintf("target %q: segment", sub.Target), seg.owner)
 	}
 	rv := resolver{s: s, c: c, priv: s.privileged(c)}
 	reqs := make([]engine.Request, len(sub.Requests))
@@ -322,7 +340,7 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 		if len(r.Elements) == 0 {
 			addr, err := rv.localAddress(r.Memory, r.Offset, r.Address, uint64(*r.Length))
 			if err != nil {
-				return nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
+				return nil, nil, nil, fmt.Errorf("requests[%d]: %w", i, err)
 			}
 			er.Address, er.Length = addr, uint64(*r.Length)
 		} else {
@@ -335,14 +353,17 @@ func (s *Service) resolve(c *engine.Caller, sub *Submission) (*Segment, []engine
 				}
 				addr, err := rv.localAddress(el.Memory, el.Offset, el.Address, uint64(*el.Length))
 				if err != nil {
-					return nil, nil, fmt.Errorf("requests[%d].elements[%d]: %w", i, j, err)
+					return nil, nil, nil, fmt.Errorf("requests[%d].elements[%d]: %w", i, j, err)
 				}
 				er.Elements[j] = engine.Range(addr, uint64(*el.Length))
 			}
 		}
 		reqs[i] = er
 	}
-	return seg, reqs, nil
+	if rv.priv {
+		return seg, reqs, nil, nil
+	}
+	return seg, reqs, append(make([]*engine.Region, 0, len(rv.used)), rv.used...), nil // non-nil: limits the engine
 }
 
 // resolver resolves one submission's memory references for caller c.
@@ -350,8 +371,16 @@ type resolver struct {
 	s    *Service
 	c    *engine.Caller
 	priv bool
-	own  []*Memory // c's registrations, loaded at the first raw address
-	read bool      // own is loaded
+	own  []*Memory        // c's registrations, loaded at the first raw address
+	read bool             // own is loaded
+	used []*engine.Region // the regions the requests lie in, each once
+}
+
+// use notes that a request lies in r.
+func (rv *resolver) use(r *engine.Region) {
+	if !slices.Contains(rv.used, r) {
+		rv.used = append(rv.used, r)
+	}
 }
 
 // localAddress resolves memory+offset against the memory table for c.
@@ -379,6 +408,7 @@ func (rv *resolver) localAddress(memory *string, offset *config.Size, address *A
 	if end > m.Len() {
 		return 0, detail(engine.KindRange, "memory %q: offset %d + length %d = %d is beyond its %d bytes", *memory, off, length, end, m.Len())
 	}
+	rv.use(m.region)
 	return m.region.BaseAddress() + off, nil
 }
 
@@ -423,7 +453,7 @@ func (s *Service) Ctl(caller *engine.Caller, bt *Batch, text string) error {
 func (s *Service) FreeBatch(c *engine.Caller, id uint64) error {
 	bt := s.Batch(id)
 	if bt == nil {
-		return s.fail(scope{op: "free", name: fmt.Sprintf("batches/%d", id), logKey: "batch", logName: id}, notFound("no batch %d", id))
+		return s.fail(scope{caller: c, op: "free", name: fmt.Sprintf("batches/%d", id), logKey: "batch", logName: id}, notFound("no batch %d", id))
 	}
 	if err := s.mine(c, bt, "free"); err != nil {
 		return err
@@ -573,6 +603,7 @@ func (rv *resolver) ownAddress(addr, length uint64) error {
 	for _, m := range rv.own {
 		base := m.region.BaseAddress()
 		if addr >= base && length <= m.Len() && addr-base <= m.Len()-length {
+			rv.use(m.region)
 			return nil
 		}
 	}

@@ -54,6 +54,7 @@ type Document struct {
 	buf     []byte
 	max     int
 	budget  *Budget // nil: unlimited
+	payer   payer   // whom held bytes are charged to (zero: uncapped)
 	held    int     // bytes taken from budget: cap(buf)
 	started bool    // the opening '{' was seen
 	scan    jsonScanner
@@ -142,8 +143,8 @@ func (d *Document) grow(need int) bool {
 		return true
 	}
 	want := max(need, min(max(2*cap(d.buf), minDocumentBuffer), d.max))
-	if !d.budget.take(want - d.held) {
-		if want == need || !d.budget.take(need-d.held) {
+	if !d.budget.take(d.payer, want-d.held) {
+		if want == need || !d.budget.take(d.payer, need-d.held) {
 			return false
 		}
 		want = need
@@ -156,6 +157,12 @@ func (d *Document) grow(need int) bool {
 
 // exhausted is the error of a write the budget cannot hold.
 func (d *Document) exhausted(n int) error {
+	if d.payer.capped {
+		if held := d.budget.usedBy(d.payer); held+int64(n-d.held) > d.budget.perUser {
+			return detail(engine.KindExhausted, "cannot hold %d bytes of an unfinished document: uid %d's documents left unfinished on open files already hold %d of the %d bytes mount.max_buffered_document_bytes_per_user allows one user (nothing was taken; finish or close them, or write the document in one write)",
+				n, d.payer.uid, held, d.budget.perUser)
+		}
+	}
 	return detail(engine.KindExhausted, "cannot hold %d bytes of an unfinished document: the documents left unfinished on open files already hold %d of the %d bytes mount.max_buffered_document_bytes allows (nothing was taken; retry the write later, or write the document in one write)",
 		n, d.budget.Used(), d.budget.max)
 }
@@ -176,7 +183,7 @@ func (d *Document) Pending() error {
 // Reset drops whatever is buffered and gives its memory back to the
 // budget.
 func (d *Document) Reset() {
-	d.budget.give(d.held)
+	d.budget.give(d.payer, d.held)
 	d.buf, d.held, d.started = nil, 0, false
 	d.scan.reset()
 }

@@ -158,7 +158,7 @@ func BenchmarkDocumentTinyWrites(b *testing.B) {
 }
 
 func TestDocumentBudget(t *testing.T) {
-	budget := NewBudget(1024)
+	budget := NewBudget(1024, 0)
 	a, b := NewDocument(4096, budget), NewDocument(4096, budget)
 	if _, err := a.Append([]byte(`{"pad":"` + strings.Repeat("x", 592))); err != nil {
 		t.Fatalf("first unfinished document: %v", err)
@@ -242,5 +242,40 @@ func TestErrorTextsQuoteAPrefix(t *testing.T) {
 		if err == nil || len(err.Error()) > 400 || !strings.Contains(err.Error(), "xxxx") {
 			t.Errorf("%s: %d-byte error: %.200v", name, len(err.Error()), err)
 		}
+	}
+}
+
+// TestDocumentBudgetShare: a capped uid holds at most its share; the
+// rest stays for other uids and uncapped (privileged) callers, and what
+// a uid gives back is its own again.
+func TestDocumentBudgetShare(t *testing.T) {
+	budget := NewBudget(2048, 1024)
+	doc := func(p payer) *Document {
+		d := NewDocument(4096, budget)
+		d.payer = p
+		return d
+	}
+	alice, bob := payer{uid: 1, capped: true}, payer{uid: 2, capped: true}
+	piece := []byte(`{"pad":"` + strings.Repeat("x", 592)) // 600 bytes
+	a1, a2 := doc(alice), doc(alice)
+	if _, err := a1.Append(piece); err != nil {
+		t.Fatal(err)
+	}
+	_, err := a2.Append(piece)
+	if engine.KindOf(err) != engine.KindExhausted || !strings.Contains(err.Error(), "uid 1's") || !strings.Contains(err.Error(), "mount.max_buffered_document_bytes_per_user") {
+		t.Fatalf("alice past her share: %v", err)
+	}
+	if _, err := doc(bob).Append(piece); err != nil {
+		t.Fatalf("bob while alice holds her share: %v", err)
+	}
+	if _, err := doc(payer{}).Append(piece); err != nil {
+		t.Fatalf("an uncapped caller while alice and bob hold theirs: %v", err)
+	}
+	if got := budget.Used(); got != 1800 {
+		t.Fatalf("budget holds %d, want 1800", got)
+	}
+	a1.Reset()
+	if _, err := a2.Append(piece); err != nil {
+		t.Fatalf("alice after giving her bytes back: %v", err)
 	}
 }

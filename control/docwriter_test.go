@@ -116,7 +116,7 @@ func TestDocWriterSticky(t *testing.T) {
 // changes nothing, not even the expected offset: retried once another
 // handle released its buffer, the same write is accepted.
 func TestDocWriterBudgetNotSticky(t *testing.T) {
-	budget := NewBudget(1024)
+	budget := NewBudget(1024, 0)
 	w1 := &DocWriter{doc: NewDocument(4096, budget), commit: func([]byte) error { return nil }, fail: func(err error) error { return err }}
 	w2 := &DocWriter{doc: NewDocument(4096, budget), commit: func([]byte) error { return nil }, fail: func(err error) error { return err }}
 	if err := w1.Write([]byte(`{"a":"`+strings.Repeat("x", 700)), 0); err != nil {

@@ -68,7 +68,7 @@ func ParseEngineCtl(text string) (EngineCtl, error) {
 // EngineCtl runs one /ctl/engine command for caller, which must be
 // privileged (owner.go): the engine is everyone's.
 func (s *Service) EngineCtl(caller *engine.Caller, text string) error {
-	sc := scope{op: "engine ctl", name: "engine"}
+	sc := scope{caller: caller, op: "engine ctl", name: "engine"}
 	if !s.privileged(caller) {
 		return s.fail(sc, detail(engine.KindPermission, "ctl/engine is for the daemon's user (uid %d) and root, not uid %d", s.euid, caller.UID))
 	}

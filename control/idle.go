@@ -96,7 +96,7 @@ func (s *Service) reclaimIdle(bt *Batch) {
 	}
 	// Every later operation on the batch answers ENOENT, and its own
 	// error file went with it: /error says why.
-	s.record(scope{op: "reclaim", name: bt.name()}, s.errReclaimed(bt))
+	s.record(scope{caller: bt.owner, op: "reclaim", name: bt.name()}, s.errReclaimed(bt))
 	s.log.Info("idle batch reclaimed", "op", "reclaim", "batch", bt.ID,
 		"idle", bt.idleFor().Round(time.Millisecond), "timeout", s.opts.IdleBatchTimeout)
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
+	"github.com/orbitefs/orbitefs/internal/hostmem"
 )
 
 // Memory is one named registration. Its fields never change.
@@ -45,7 +46,7 @@ func (m *Memory) Created() time.Time { return m.created }
 func (m *Memory) Len() uint64 { return m.region.Len() }
 
 func (m *Memory) scope(op string) scope {
-	return scope{op: op, name: "memory/" + m.Name, logKey: "region", logName: m.Name}
+	return scope{caller: m.owner, op: op, name: "memory/" + m.Name, logKey: "region", logName: m.Name}
 }
 
 // Memory returns the registration called name, or nil.
@@ -72,8 +73,8 @@ func (s *Service) Memories() []*Memory {
 // RegisterWriter returns the handle state for one open of
 // /memory/register by c.
 func (s *Service) RegisterWriter(c *engine.Caller) *DocWriter {
-	sc := scope{op: "register", name: "memory"}
-	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.Register(c, doc) },
+	sc := scope{caller: c, op: "register", name: "memory"}
+	return &DocWriter{doc: s.newDocument(c), commit: func(doc []byte) error { return s.Register(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
@@ -83,7 +84,7 @@ func (s *Service) RegisterWriter(c *engine.Caller) *DocWriter {
 // KindUnavailable (pinned, cuda:N without a usable GPU, saying why), the
 // engine's kinds for the mapping.
 func (s *Service) Register(c *engine.Caller, doc []byte) error {
-	sc := scope{op: "register", name: "memory"}
+	sc := scope{caller: c, op: "register", name: "memory"}
 	if s.closing.Load() {
 		return s.fail(sc, errClosing())
 	}
@@ -91,7 +92,7 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 	if err != nil {
 		return s.fail(sc, err)
 	}
-	sc = scope{op: "register", name: "memory/" + spec.Name, logKey: "region", logName: spec.Name}
+	sc = scope{caller: c, op: "register", name: "memory/" + spec.Name, logKey: "region", logName: spec.Name}
 	if spec.Shm != "" {
 		if err := s.checkOutsideMount(spec.Shm); err != nil {
 			return s.fail(sc, err)
@@ -104,10 +105,22 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 	}
 	s.mu.memory[spec.Name] = nil
 	s.mu.Unlock()
-
-	var r *engine.Region
 	loc := engine.Location(spec.Location)
 	dev, onDevice := loc.Device()
+	var want quota
+	if !onDevice {
+		want.bytes = hostmem.RoundUp(uint64(spec.Bytes))
+	}
+	done, err := s.reserve(c, want)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.mu.memory, spec.Name)
+		s.mu.Unlock()
+		return s.fail(sc, err)
+	}
+	defer done()
+
+	var r *engine.Region
 	switch {
 	case spec.Shm != "":
 		r, err = s.e.RegisterSharedFileAs(c, spec.Shm, uint64(spec.Bytes))
@@ -145,7 +158,7 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 // KindNotFound when there is none, KindPermission when it is not c's,
 // KindBusy while a transfer holds it.
 func (s *Service) Unregister(c *engine.Caller, name string) error {
-	sc := scope{op: "unregister", name: "memory/" + name, logKey: "region", logName: name}
+	sc := scope{caller: c, op: "unregister", name: "memory/" + name, logKey: "region", logName: name}
 	m := s.Memory(name)
 	if m == nil {
 		return s.fail(sc, notFound("no memory %q", name))

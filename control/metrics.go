@@ -51,6 +51,7 @@ var engineMetrics = []metric{
 	{"submit_through_total", "counter", "Submissions put on a running worker's ring by the submitting goroutine.", func(s *engine.Stats) float64 { return float64(s.SubmitThrough) }},
 	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
 	{"caller_copies_total", "counter", "Small groups on in-memory files copied by their submitter (no worker, no ring).", func(s *engine.Stats) float64 { return float64(s.CallerCopies) }},
+	{"host_copy_units_total", "counter", "Units of large requests on in-memory files copied by the host copy lanes.", func(s *engine.Stats) float64 { return float64(s.HostCopyUnits) }},
 	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},
 	{"deferred_batches", "gauge", "Batches freed while busy (engine.enable_progress_worker) whose work has not drained; they keep their capacity and batch slot.", func(s *engine.Stats) float64 { return float64(s.DeferredBatches) }},
@@ -99,10 +100,11 @@ var stagingMetrics = []metric{
 	{"staging_chunk_bytes", "gauge", "Size of one pinned staging chunk.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.ChunkSize) })},
 	{"staging_chunks", "gauge", "Pinned staging chunks in the pool.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Chunks) })},
 	{"staging_allocated", "gauge", "1 once the pinned staging slab is allocated.", stagingValue(func(f *engine.StagingStats) float64 { return b2f(f.Allocated) })},
-	{"staging_chunks_in_use", "gauge", "Pinned staging chunks leased now.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.InUse) })},
+	{"staging_lanes", "gauge", "Staging lanes running (engine-wide, shared by every batch).", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Lanes) })},
+	{"staging_chunks_in_use", "gauge", "Pinned staging chunks serving a unit now, or retained for good.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.InUse) })},
 	{"staging_chunks_high_water", "gauge", "Most pinned staging chunks leased at once.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.HighWater) })},
-	{"staging_leases_total", "counter", "Pinned staging chunk leases.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Leases) })},
-	{"staging_pageable_fallbacks_total", "counter", "Lanes that found no free chunk and used a pageable buffer.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Fallbacks) })},
+	{"staging_leases_total", "counter", "Units staged through pinned chunks.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Leases) })},
+	{"staging_pageable_fallbacks_total", "counter", "Pageable buffers taken by a lane whose chunks were all retained.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.Fallbacks) })},
 	{"staging_pageable_bytes", "gauge", "Bytes of pageable fallback buffers outstanding.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.PageableBytes) })},
 }
 

@@ -3,6 +3,7 @@ package control_test
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -83,6 +84,20 @@ func TestOwnership(t *testing.T) {
 	if s.Memory("dbuf") == nil || s.Segment("dseg") == nil || s.Batch(dbt.ID) == nil || s.TaskCount(abt) != 0 || s.TaskCount(dbt) != 0 {
 		t.Fatal("a refused operation changed something")
 	}
+	// Refusals go to the refused caller's view of /error, not to the
+	// daemon's batch's error file; another uid sees none of them.
+	if e := dbt.Error(); len(e) != 0 {
+		t.Errorf("the daemon's batch error file after alice's refusals: %q, want it empty", e)
+	}
+	if e := string(s.LastError(alice)); !strings.Contains(e, "ctl/engine is for the daemon's user") {
+		t.Errorf("alice's /error = %q, want her last refusal", e)
+	}
+	if e := s.LastError(&engine.Caller{UID: 4343, GID: 4343}); len(e) != 0 {
+		t.Errorf("uid 4343's /error = %q, want it empty", e)
+	}
+	if e := string(s.LastError(nil)); !strings.Contains(e, "ctl/engine is for the daemon's user") {
+		t.Errorf("the daemon's /error = %q, want the last refusal of anyone", e)
+	}
 
 	// Alice's own objects, by name and by address inside them.
 	must(s.Submit(alice, abt, []byte(own)))
@@ -93,4 +108,26 @@ func TestOwnership(t *testing.T) {
 	must(s.Submit(nil, dbt, []byte(sub("dseg", `{"memory":"abuf","length":4096}`))))
 	must(s.Ctl(root, abt, "seal"))
 	must(s.CloseSegment(root, "aseg"))
+}
+
+// TestLastErrorUsersBounded: the per-uid error texts are bounded in
+// number (a user with many subordinate uids fails once with each).
+func TestLastErrorUsersBounded(t *testing.T) {
+	s, _ := newService(t, "")
+	const users = 3000
+	for uid := uint32(10000); uid < 10000+users; uid++ {
+		s.EngineCtl(&engine.Caller{UID: uid, GID: uid}, "close")
+	}
+	kept := 0
+	for uid := uint32(10000); uid < 10000+users; uid++ {
+		if len(s.LastError(&engine.Caller{UID: uid, GID: uid})) > 0 {
+			kept++
+		}
+	}
+	if kept == 0 || kept > 1024 {
+		t.Fatalf("%d of %d uids keep an error text, want between 1 and 1024", kept, users)
+	}
+	if e := string(s.LastError(&engine.Caller{UID: 10000 + users - 1})); !strings.Contains(e, "uid 12999") {
+		t.Fatalf("the last failing uid's /error = %q, want its own refusal", e)
+	}
 }

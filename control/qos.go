@@ -68,17 +68,18 @@ func (s *Service) QoSUsage() []byte { return marshal(s.e.QoSUsage()) }
 // ResolveWriter returns the handle state for one open of /qos/resolve:
 // each document written is a QoSContext, and the handle's next read
 // returns its resolution (ResolveAnswer).
-func (s *Service) ResolveWriter(answer func([]byte)) *DocWriter {
-	return &DocWriter{doc: s.newDocument(),
+func (s *Service) ResolveWriter(c *engine.Caller, answer func([]byte)) *DocWriter {
+	sc := scope{caller: c, op: "resolve", name: "qos/resolve"}
+	return &DocWriter{doc: s.newDocument(c),
 		commit: func(doc []byte) error {
 			out, err := s.Resolve(doc)
 			if err != nil {
-				return s.fail(scope{op: "resolve", name: "qos/resolve"}, err)
+				return s.fail(sc, err)
 			}
 			answer(out)
 			return nil
 		},
-		fail: func(err error) error { return s.fail(scope{op: "resolve", name: "qos/resolve"}, err) }}
+		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
 // Resolve resolves one request context document.

@@ -17,7 +17,7 @@ func TestErrorFileTextBounded(t *testing.T) {
 	if err == nil {
 		t.Fatal("accepted")
 	}
-	text := string(s.LastError())
+	text := string(s.LastError(nil))
 	if len(text) > 4200 || !strings.Contains(text, "bytes") || !strings.Contains(text, "cut:") {
 		t.Fatalf("error file holds %d bytes: %.300s", len(text), text)
 	}

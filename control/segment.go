@@ -50,7 +50,7 @@ func (g *Segment) Seq() uint64 { return g.seq }
 func (g *Segment) Created() time.Time { return g.created }
 
 func (g *Segment) scope(op string) scope {
-	return scope{op: op, name: "segments/" + g.Name, logKey: "segment", logName: g.Name}
+	return scope{caller: g.owner, op: op, name: "segments/" + g.Name, logKey: "segment", logName: g.Name}
 }
 
 // Segment returns the segment called name, or nil.
@@ -77,8 +77,8 @@ func (s *Service) Segments() []*Segment {
 // OpenWriter returns the handle state for one open of /segments/open by
 // c.
 func (s *Service) OpenWriter(c *engine.Caller) *DocWriter {
-	sc := scope{op: "open", name: "segments"}
-	return &DocWriter{doc: s.newDocument(), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
+	sc := scope{caller: c, op: "open", name: "segments"}
+	return &DocWriter{doc: s.newDocument(c), commit: func(doc []byte) error { return s.OpenSegment(c, doc) },
 		fail: func(err error) error { return s.fail(sc, err) }}
 }
 
@@ -88,7 +88,7 @@ func (s *Service) OpenWriter(c *engine.Caller) *DocWriter {
 // open kinds (KindNotFound, KindPermission outside the allowed roots or
 // the caller's rights, ...).
 func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
-	sc := scope{op: "open", name: "segments"}
+	sc := scope{caller: c, op: "open", name: "segments"}
 	if s.closing.Load() {
 		return s.fail(sc, errClosing())
 	}
@@ -96,7 +96,7 @@ func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
 	if err != nil {
 		return s.fail(sc, err)
 	}
-	sc = scope{op: "open", name: "segments/" + spec.Name, logKey: "segment", logName: spec.Name}
+	sc = scope{caller: c, op: "open", name: "segments/" + spec.Name, logKey: "segment", logName: spec.Name}
 	if path, err := engine.ParseFileURI(spec.URI); err == nil {
 		if err := s.checkOutsideMount(path); err != nil {
 			return s.fail(sc, err)
@@ -109,6 +109,14 @@ func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
 	}
 	s.mu.segments[spec.Name] = nil
 	s.mu.Unlock()
+	done, err := s.reserve(c, quota{segments: 1})
+	if err != nil {
+		s.mu.Lock()
+		delete(s.mu.segments, spec.Name)
+		s.mu.Unlock()
+		return s.fail(sc, err)
+	}
+	defer done()
 
 	g := &Segment{Name: spec.Name, URI: spec.URI, created: time.Now(), owner: c}
 	if mem, ok := strings.CutPrefix(spec.URI, "mem://"); ok {
@@ -165,7 +173,7 @@ func (s *Service) checkNotOwnDevice(seg *engine.Segment) error {
 // they do not finish (the segment stays, closed to new work; retry
 // later), KindPermission when it is not c's.
 func (s *Service) CloseSegment(c *engine.Caller, name string) error {
-	sc := scope{op: "close", name: "segments/" + name, logKey: "segment", logName: name}
+	sc := scope{caller: c, op: "close", name: "segments/" + name, logKey: "segment", logName: name}
 	g := s.Segment(name)
 	if g == nil {
 		return s.fail(sc, notFound("no segment %q", name))

@@ -13,7 +13,8 @@
 //   - Every error a method returns has been recorded exactly once: in the
 //     batch's error text for batch operations, in the mount-wide last
 //     error otherwise (each prefixed with its RFC 3339 UTC time), and in
-//     the log. Interrupted waits (EINTR) are not errors and are not
+//     the log. The mount-wide last error is kept per caller as well:
+//     /error shows an unprivileged uid only its own (LastError). Interrupted waits (EINTR) are not errors and are not
 //     recorded; a document handle that already failed returns its first
 //     error again without recording it again (docwriter.go).
 //   - After Shutdown begins, creators and submit fail with KindClosed;
@@ -50,6 +51,13 @@ type Options struct {
 	// MaxBufferedDocumentBytes bounds the bytes all unfinished documents
 	// may hold together (mount.max_buffered_document_bytes).
 	MaxBufferedDocumentBytes int64
+	// MaxBufferedDocumentBytesPerUser bounds what one unprivileged uid's
+	// unfinished documents may hold of it
+	// (mount.max_buffered_document_bytes_per_user; 0: all of it).
+	MaxBufferedDocumentBytesPerUser int64
+	// MaxUserShare is the fraction of each engine-wide object limit one
+	// unprivileged uid may hold (mount.max_user_share; 0: the default).
+	MaxUserShare float64
 	// CloseTimeout bounds a segment close (mount.close_timeout).
 	CloseTimeout time.Duration
 	// IdleBatchTimeout is how long a cloned batch may stay without an
@@ -91,7 +99,9 @@ const maxStuckPathChecks = 64
 // OptionsFromConfig takes the mount section's values.
 func OptionsFromConfig(m config.Mount, version string, log *slog.Logger) Options {
 	return Options{Version: version, DefaultBatchCapacity: m.DefaultBatchCapacity,
-		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes), CloseTimeout: m.CloseTimeout.D(),
+		MaxDocumentBytes: int(m.MaxDocumentBytes), MaxBufferedDocumentBytes: int64(m.MaxBufferedDocumentBytes),
+		MaxBufferedDocumentBytesPerUser: int64(m.MaxBufferedDocumentBytesPerUser), MaxUserShare: m.MaxUserShare,
+		CloseTimeout:     m.CloseTimeout.D(),
 		IdleBatchTimeout: m.IdleBatchTimeout.D(), Logger: log}
 }
 
@@ -105,6 +115,10 @@ type Service struct {
 	seq     atomic.Uint64
 	closing atomic.Bool
 	docs    *Budget // buffered document bytes, shared by every handle (budget.go)
+	// afterResolve, when set (tests only), runs between a submission's
+	// ownership checks and its engine submit: the race window between a
+	// region checked by name and the engine's own lookup by address.
+	afterResolve func()
 	// pathChecks counts OwnMount walks still running (stuck ones included).
 	pathChecks atomic.Int64
 
@@ -117,7 +131,9 @@ type Service struct {
 		memory   map[string]*Memory // nil: name reserved, creation in progress
 		segments map[string]*Segment
 		batches  map[uint64]*Batch
-		lastErr  string
+		lastErr  string            // anyone's: what privileged callers read
+		userErr  map[uint32]string // each unprivileged uid's own
+		pending  map[uint32]quota  // what each uid is creating now (quota.go)
 	}
 }
 
@@ -133,6 +149,9 @@ func New(e *engine.Engine, opts Options) *Service {
 	if opts.MaxBufferedDocumentBytes <= 0 {
 		opts.MaxBufferedDocumentBytes = defaultMaxBufferedDocumentBytes
 	}
+	if opts.MaxUserShare <= 0 {
+		opts.MaxUserShare = defaultMaxUserShare
+	}
 	if opts.CloseTimeout <= 0 {
 		opts.CloseTimeout = 5 * time.Second
 	}
@@ -143,7 +162,7 @@ func New(e *engine.Engine, opts Options) *Service {
 		opts.Version = "dev"
 	}
 	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid()),
-		docs: NewBudget(opts.MaxBufferedDocumentBytes)}
+		docs: NewBudget(opts.MaxBufferedDocumentBytes, opts.MaxBufferedDocumentBytesPerUser)}
 	if s.log == nil {
 		s.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -151,6 +170,8 @@ func New(e *engine.Engine, opts Options) *Service {
 	s.mu.memory = make(map[string]*Memory)
 	s.mu.segments = make(map[string]*Segment)
 	s.mu.batches = make(map[uint64]*Batch)
+	s.mu.userErr = make(map[uint32]string)
+	s.mu.pending = make(map[uint32]quota)
 	return s
 }
 
@@ -213,7 +234,12 @@ const errorTimeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // scope says where an operation's error text goes.
 type scope struct {
-	batch   *Batch // nil: the mount-wide /error
+	batch *Batch // nil: the mount-wide /error
+	// caller is whose view of /error a mount-wide error belongs to: the
+	// caller that failed, or, for an object's own files, the object's
+	// owner (only the owner and privileged callers can open them). nil:
+	// the daemon.
+	caller  *engine.Caller
 	op      string
 	name    string // "memory/buf", "segments/cache", "batches/3"
 	logKey  string // "region", "segment", "batch"
@@ -248,6 +274,15 @@ func (s *Service) record(sc scope, err error) error {
 	} else {
 		s.mu.Lock()
 		s.mu.lastErr = text
+		if !s.privileged(sc.caller) {
+			if _, ok := s.mu.userErr[sc.caller.UID]; !ok && len(s.mu.userErr) >= maxErrorUsers {
+				for uid := range s.mu.userErr { // forget one at random
+					delete(s.mu.userErr, uid)
+					break
+				}
+			}
+			s.mu.userErr[sc.caller.UID] = text
+		}
 		s.mu.Unlock()
 	}
 	return err
@@ -264,12 +299,22 @@ func label(op, name string, err error) error {
 	return &engine.Error{Op: op, Name: name, Kind: engine.KindOf(err), Err: err}
 }
 
-// LastError is the mount-wide /error: the last failed operation not tied
-// to a batch, with a newline, or empty.
-func (s *Service) LastError() []byte {
+// maxErrorUsers bounds the uids whose own last error is kept (each up to
+// maxErrorText): a user with a range of subordinate uids (user
+// namespaces) could otherwise grow the table by one text per uid.
+const maxErrorUsers = 1024
+
+// LastError is /error as c reads it: the last failed operation not tied
+// to a batch, with a newline, or empty. A privileged c (owner.go) reads
+// the last one of any caller; any other c only the last of its own, so
+// one user never reads another's error texts (paths, names).
+func (s *Service) LastError(c *engine.Caller) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return textLine(s.mu.lastErr)
+	if s.privileged(c) {
+		return textLine(s.mu.lastErr)
+	}
+	return textLine(s.mu.userErr[c.UID])
 }
 
 func textLine(s string) []byte {

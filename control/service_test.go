@@ -169,14 +169,14 @@ func TestServiceErrors(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		checkStamped(t, c.what+": /error", string(s.LastError()), err.Error()+"\n")
+		checkStamped(t, c.what+": /error", string(s.LastError(nil)), err.Error()+"\n")
 	}
 	if len(s.Memories()) != 1 || len(s.Segments()) != 1 {
 		t.Errorf("failed creators left objects behind: %d memories, %d segments", len(s.Memories()), len(s.Segments()))
 	}
 
 	// Batch errors go to the batch's error text, never to /error.
-	lastRoot := string(s.LastError())
+	lastRoot := string(s.LastError(nil))
 	sub := func(doc string) error { return s.Submit(nil, bt, []byte(doc)) }
 	for _, c := range []struct {
 		what string
@@ -216,7 +216,7 @@ func TestServiceErrors(t *testing.T) {
 	}
 	_, err = s.Wait(context.Background(), bt)
 	wantErrno(t, "wait before seal", err, syscall.EINVAL, "not sealed")
-	if got := string(s.LastError()); got != lastRoot {
+	if got := string(s.LastError(nil)); got != lastRoot {
 		t.Errorf("batch errors leaked into /error: %q", got)
 	}
 	if n := s.TaskCount(bt); n != 0 {

@@ -70,8 +70,9 @@ import (
 	"github.com/orbitefs/orbitefs/engine"
 )
 
-// txnScope records a transaction's errors while it has no batch.
-var txnScope = scope{op: "txn", name: "batches/txn"}
+// scope records a transaction's errors while it has no batch, in its
+// caller's view of /error.
+func (t *Txn) scope() scope { return scope{caller: t.caller, op: "txn", name: "batches/txn"} }
 
 // Txn is one open descriptor of /ctl/batches/txn. Safe for concurrent
 // use; the caller must Close it exactly once (Release).
@@ -93,19 +94,19 @@ type Txn struct {
 
 // NewTxn returns the state of one open of the transaction file by c.
 func (s *Service) NewTxn(c *engine.Caller) *Txn {
-	return &Txn{s: s, caller: c, doc: s.newDocument(), base: -1}
+	return &Txn{s: s, caller: c, doc: s.newDocument(c), base: -1}
 }
 
 // RefuseTxnOpen is the failure of an open of the transaction file that
 // is not read-write (readOnly: O_RDONLY, else O_WRONLY): the status is
 // read on the descriptor the submission was written to, so such an open
 // could never complete a transaction. Recorded in /error; EACCES.
-func (s *Service) RefuseTxnOpen(readOnly bool) error {
+func (s *Service) RefuseTxnOpen(c *engine.Caller, readOnly bool) error {
 	how := "write-only (echo > txn)"
 	if readOnly {
 		how = "read-only (cat txn)"
 	}
-	return s.fail(scope{op: "open", name: txnScope.name}, detail(engine.KindPermission,
+	return s.fail(scope{caller: c, op: "open", name: "batches/txn"}, detail(engine.KindPermission,
 		"opened %s: a transaction is written and read on one descriptor; open it read-write (exec 3<>txn)", how))
 }
 
@@ -149,7 +150,7 @@ func (t *Txn) Write(p []byte, off int64) error {
 		if engine.KindOf(err) == engine.KindExhausted {
 			// The buffer budget is spent: nothing changed, the same
 			// write may be retried (docwriter.go).
-			return t.s.fail(txnScope, err)
+			return t.s.fail(t.scope(), err)
 		}
 		return t.failLocked(err)
 	}
@@ -217,7 +218,7 @@ func (t *Txn) failLocked(err error) error {
 	// The transaction kept from before is served again from the next
 	// read's offset, wherever the failed write left the descriptor.
 	t.base = -1
-	t.failed = t.s.fail(txnScope, err)
+	t.failed = t.s.fail(t.scope(), err)
 	return t.failed
 }
 
@@ -232,7 +233,7 @@ func (t *Txn) Read(ctx context.Context, dest []byte, off int64) ([]byte, error) 
 		if t.failed != nil {
 			return nil, &stickyError{first: t.failed}
 		}
-		return nil, t.s.fail(txnScope, invalid("read before write: write a submission document to this open file first"))
+		return nil, t.s.fail(t.scope(), invalid("read before write: write a submission document to this open file first"))
 	}
 	t.mu.Unlock()
 	if res == nil {
@@ -270,7 +271,7 @@ func (t *Txn) Flush() error {
 		return &stickyError{first: t.failed}
 	}
 	if err := t.doc.Pending(); err != nil {
-		return t.s.fail(txnScope, err)
+		return t.s.fail(t.scope(), err)
 	}
 	return nil
 }

@@ -135,7 +135,7 @@ func TestTxnRefusals(t *testing.T) {
 	} {
 		x := s.NewTxn(nil)
 		wantErrno(t, c.doc, x.Write([]byte(c.doc), 0), c.want, c.text)
-		if got := string(s.LastError()); !bytes.Contains([]byte(got), []byte(c.text)) {
+		if got := string(s.LastError(nil)); !bytes.Contains([]byte(got), []byte(c.text)) {
 			t.Errorf("%s: /error = %q", c.doc, got)
 		}
 		// Dead: later writes, reads and flush repeat the errno.

@@ -62,13 +62,19 @@ type SubmitOptions struct {
 	// QoS is a policy from this engine's ResolveQoS; nil uses the
 	// default contract.
 	QoS *QoSPolicy
+	// Regions, when non-nil, are the only regions the submission's local
+	// addresses may lie in: those its submitter was found to own when it
+	// named them. An address that lies in any other region by the time
+	// the engine resolves it (the named one was unregistered and another
+	// user's was mapped at the same address) fails with KindPermission.
+	Regions []*Region
 }
 
 // groupAdm is a group's admission record. Guarded by admission.mu.
 type groupAdm struct {
 	pol     *QoSPolicy
 	seq     uint64    // admission order (FIFO)
-	at      time.Time // admission time (priority aging counts from it)
+	since   time.Time // when its current wait for capacity began (priority aging counts from it)
 	owners  uint64
 	bytes   uint64
 	maxOwn  uint64 // largest single owner
@@ -229,7 +235,7 @@ func (a *admission) admit(g *group, pol *QoSPolicy) error {
 		}
 	}
 	a.seq++
-	g.adm.seq, g.adm.at = a.seq, time.Now()
+	g.adm.seq = a.seq
 	a.st.admitted++
 	return nil
 }

@@ -9,6 +9,8 @@
 //     thread that has taken on its fsuid, fsgid and groups (internal/cred);
 //     a daemon that cannot switch refuses (ErrPermission), it never falls
 //     back to its own credentials.
+//   - Paths opened for any other uid never follow a /proc magic link
+//     (Caller.open): in the daemon, /proc/self/fd/N is the daemon's.
 //   - Segment entries are shared only between handles of one identity
 //     (Caller.key), so one user's open never lends its descriptor to
 //     another's.
@@ -21,6 +23,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/orbitefs/orbitefs/internal/cred"
 )
@@ -70,4 +74,39 @@ func (c *Caller) as(fn func() error) error {
 		return wrap(KindPermission, "", "", fmt.Errorf("opening a file for %s: %w", c, err))
 	}
 	return err
+}
+
+// errNoOpenat2 reports a kernel that cannot open for another user safely.
+var errNoOpenat2 = errors.New("openat2 is unavailable (Linux before 5.6, or blocked by a seccomp filter): the daemon cannot open files for other users without following /proc magic links")
+
+// errMagicLink reports a path through a /proc magic link (Caller.open).
+var errMagicLink = errors.New("the path goes through a /proc magic link (such as /proc/self/fd/N or /dev/fd/N), which the daemon does not follow for a caller: name the file by its own path")
+
+// open opens path for c like open(2). For a caller other than the
+// process itself it refuses to follow a /proc magic link anywhere on the
+// way (errMagicLink; ordinary symlinks follow as usual): the process's
+// own descriptors are its own to reach, nobody else's. A kernel without
+// openat2 (before 5.6, or a seccomp filter hiding it) refuses such
+// callers rather than open without the restriction.
+func (c *Caller) open(path string, flags int) (int, error) {
+	if c.self() {
+		return unix.Open(path, flags, 0)
+	}
+	fd, err := unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{Flags: uint64(flags), Resolve: unix.RESOLVE_NO_MAGICLINKS})
+	if err == unix.ENOSYS {
+		return -1, errNoOpenat2
+	}
+	if err != unix.ELOOP {
+		return fd, err
+	}
+	// ELOOP is also a symlink loop: a walk without the restriction
+	// that does not end in ELOOP met a magic link.
+	pfd, perr := unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0)
+	if perr == nil {
+		unix.Close(pfd)
+	}
+	if perr == unix.ELOOP {
+		return -1, err
+	}
+	return -1, errMagicLink
 }

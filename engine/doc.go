@@ -1,7 +1,6 @@
 // Package engine is the orbitefs transfer engine: it moves bytes between
-// registered host memory and file segments through pluggable transports
-// (io_uring today; CUDA staging, GDS and network peers behind the same
-// Transport interfaces later).
+// registered host or device memory and file or memory segments through
+// pluggable backends (io_uring, CUDA, cuFile).
 //
 // # Objects and lifetimes
 //
@@ -25,12 +24,20 @@
 //
 // Submit validates every request (addresses, permissions, ranges, limits)
 // and takes the group's admission charges before anything is queued, so a
-// rejected group leaves no trace. One worker goroutine per busy batch
-// dispatches groups in FIFO order onto one ring, keeping the ring full
-// across group boundaries (see worker.go for the fence rules). A small
-// single-request group may complete on its caller (the fast path) without
-// a worker. Each task reports its own bytes; a group's Report counts the
-// consecutive successful prefix. A missing completion is waited for until
+// rejected group leaves no trace. The scheduler is one worker goroutine
+// per busy batch (worker.go): it dispatches groups in FIFO order behind
+// fences, checks deadlines, takes loans and admission, and runs host
+// groups on its own ring (ringexec.go), keeping it full across group
+// boundaries. A group that leaves the ring is cut into units and handed
+// to executors through one interface (executor.go; route.go maps a route
+// to its executor): pinned staging to a GPU (staged.go), cuFile
+// (gdsexec.go) and host copy lanes for large requests on in-memory files
+// (hostcopy.go). They are engine-wide services, started on first use and
+// stopped at Close, whose lanes take units of every batch round-robin
+// (fairqueue.go). A small group may complete on its caller (the fast
+// path, the caller copy). Every executor's outcome ends its task through
+// task.go (endTaskLocked); a group's Report counts the consecutive
+// successful prefix. A missing completion is waited for until
 // quiesce_grace after the deadline, then the group ends unquiesced and
 // keeps every resource the kernel might still touch.
 // A segment on a filesystem that cannot do non-blocking I/O (FUSE, NFS,
@@ -45,12 +52,17 @@
 // Batch.mu, then Engine.mu, then segEntry.mu, then Region.mu. No lock is
 // held across a blocking wait; Batch.mu is never held across a syscall on
 // the ring. OnGroupDone hooks run with no lock held (Batch.deliverMu is
-// only tried, so a hook may Submit, Cancel or Free). The off-ring
-// executors' locks are leaves, never held while another engine lock is
-// taken: offRing.mu (resolve drops it before finishOffRing takes
-// Batch.mu), stagingPool.mu, gpuState.streamMu, and gdsState.mu (which
-// gdsRegister holds while it reads Region.mu and calls cuFile, so Stats
-// may wait for a first registration).
+// only tried, so a hook may Submit, Cancel or Free). Batch.mu is held
+// when the scheduler hands a job to an executor (executor.run never
+// blocks and takes only its own queue lock). The executors' locks are
+// leaves, never held while another engine lock is taken, and no unit
+// resolves under them: stagedExec.mu and lanePool.mu (the fair queues),
+// offRing.mu (resolve drops it before finishOffRing takes Batch.mu),
+// stagingPool.mu, gpuState.streamMu, and gdsState.mu (which gdsRegister
+// holds while it reads Region.mu and calls cuFile, so Stats may wait for
+// a first registration). Executor code never names Batch.mu or a task:
+// its outcomes reach the batch through offRing.resolve, whose
+// finishOffRing takes Batch.mu with no executor lock held.
 //
 // # Errors
 //

@@ -42,6 +42,9 @@ type Engine struct {
 	file     FileTransport // nil in a build without a file backend
 	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
 	gds      gdsState      // cuFile; zero when no GDS backend
+	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
+	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
+	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -115,6 +118,7 @@ type Engine struct {
 		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
 		callerCopies     counter
+		hostCopyUnits    counter
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
@@ -148,6 +152,9 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 			}
 		}
 	}
+	e.staged = newStagedExec(e)
+	e.hostCopy = newHostCopyExec()
+	e.gdsExec = newGDSExec(e)
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -263,6 +270,9 @@ func (e *Engine) Close(timeout time.Duration) error {
 		}
 		r.free()
 	}
+	e.staged.close()
+	e.hostCopy.close()
+	e.gdsExec.close()
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {
@@ -306,7 +316,8 @@ type Stats struct {
 	FastPathHandoffs   uint64        `json:"fast_path_handoffs"`
 	SubmitThrough      uint64        `json:"submit_through"`
 	WorkersStarted     uint64        `json:"workers_started"`
-	CallerCopies       uint64        `json:"caller_copies"` // groups the submitter copied (callercopy.go)
+	CallerCopies       uint64        `json:"caller_copies"`   // groups the submitter copied (callercopy.go)
+	HostCopyUnits      uint64        `json:"host_copy_units"` // units the host copy lanes copied (hostcopy.go)
 	WorkersRunning     int64         `json:"workers_running"`
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
@@ -359,6 +370,7 @@ func (e *Engine) Stats() Stats {
 	s.SubmitThrough = e.st.submitThrough.Load()
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.CallerCopies = e.st.callerCopies.Load()
+	s.HostCopyUnits = e.st.hostCopyUnits.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
 	s.Failovers = e.st.failovers.Load()
@@ -369,6 +381,7 @@ func (e *Engine) Stats() Stats {
 	s.GDS = e.gdsStats()
 	if p := e.gpu.staging.Load(); p != nil {
 		st := p.stats()
+		st.Lanes = e.staged.laneCount()
 		s.Staging = &st
 	}
 	s.RuntimeQueue, s.QoS = e.adm.stats()

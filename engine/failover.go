@@ -51,14 +51,6 @@ type parked struct {
 	effect      RemoteEffect
 }
 
-// nextRoute is the route after rt in request i's candidate chain.
-func (g *group) nextRoute(i int) (route, bool) {
-	if g.routes[i] == routeGDS && g.policy[i].asked == TransportUnspec {
-		return routeStaged, true
-	}
-	return 0, false
-}
-
 // retryableLocked reports whether a failed attempt of request i may run
 // again. REQUIRES: b.mu.
 func (b *Batch) retryableLocked(g *group, i int, t *task, transferred uint64, effect RemoteEffect, drained bool) bool {
@@ -108,7 +100,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 		n--
 		next, ok := p.g.nextRoute(p.i)
 		if !retry || !ok || !time.Now().Before(p.g.deadline) || b.e.isClosed() {
-			b.publishOffRingLocked(p.g, p.i, p.transferred, p.err, p.effect, true)
+			b.endTaskLocked(p.g, p.i, outcome{p.transferred, p.err, p.effect, true})
 			continue
 		}
 		t.failovers++
@@ -116,8 +108,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 		b.e.st.failovers.Add(1)
 		b.e.log.Info("transport failover", "batch", b.id, "task", p.g.first+p.i, "to", next.transport(), "after", p.err)
 		g, i := p.g, p.i
-		x := newOffRing(g, next, uint64(b.e.cfg.StagingChunkSize), false, func(j int) bool { return j == i })
-		go b.e.runStaged(x)
+		b.e.runOffRing(g, func(j int) bool { return j == i })
 	}
 	if done > 0 {
 		b.changedLocked()

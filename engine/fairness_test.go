@@ -547,3 +547,72 @@ func BenchmarkQoSOtherTenantLatency(b *testing.B) {
 		})
 	}
 }
+
+// Aging counts a wait, not a group's age: a low-priority group that
+// spent priority_aging behind its own batch's earlier work (not waiting
+// for capacity at all) must not arrive at the window already aged and go
+// before a high-priority waiter that arrived meanwhile. Aging counted
+// from submission let any group older than priority_aging (a long bulk
+// transfer, or one queued behind its own batch) outrank every newer
+// submission of any priority.
+func TestPriorityAgingCountsTheWait(t *testing.T) {
+	const aging = 200 * time.Millisecond
+	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
+	e := newEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners = 1
+		c.RuntimeQueue.PriorityAging = config.Duration(aging)
+		c.CallerCopy = false
+	}, spy)
+	seg, reg := smallTarget(t, e, 64<<10)
+	var mu sync.Mutex
+	var order []int // grants by first task: E 0, L 1 (batch b1), H 100
+	e.OnGrantForTest(func(id uint64, task int) { mu.Lock(); order = append(order, int(id)*1000+task); mu.Unlock() })
+	// E is held inside Prepare once it has the window.
+	inE, unblock := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	spy.onPrepare = func(op *engine.FileOp) {
+		if op.Offset == 0 {
+			once.Do(func() { close(inE); <-unblock })
+		}
+	}
+	release := e.HoldWindowForTest(1, 0)
+	high, low := config.PriorityHigh, config.PriorityLow
+	b1, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b1.SubmitWith(engine.OpRead, seg, read4k(reg, 0), nil, engine.SubmitOptions{QoS: resolve(t, e, "", "", &high)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b1.SubmitWith(engine.OpRead, seg, read4k(reg, 8192), nil, engine.SubmitOptions{QoS: resolve(t, e, "", "", &low)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "E to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	time.Sleep(aging + aging/2) // L, behind E, is older than priority_aging
+	h := submitWith(t, e, seg, read4k(reg, 16384), engine.SubmitOptions{QoS: resolve(t, e, "", "", &high)})
+	waitFor(t, "E and H to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 2 })
+	release() // E has waited longest: it gets the window and stops in Prepare
+	<-inE
+	resume := e.QuietWakesForTest()
+	close(unblock)
+	mu.Lock()
+	eID := order[0]
+	mu.Unlock()
+	granted := func(id int) bool { mu.Lock(); defer mu.Unlock(); return slices.Contains(order, id) }
+	lID, hID := int(b1.ID())*1000+1, int(h.ID())*1000
+	waitFor(t, "L to wait or go", func() bool { return e.Stats().RuntimeQueue.Waiting == 2 || granted(lID) })
+	resume()
+	b1.Seal()
+	for _, b := range []*engine.Batch{b1, h} {
+		if st, err := b.Wait(10 * time.Second); err != nil || st != engine.StateCompleted {
+			t.Fatalf("batch %d: %v %v", b.ID(), st, err)
+		}
+		b.Free()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{eID, hID, lID}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("grants %v, want %v (E, then the high H before the low L, which has not waited priority_aging)", order, want)
+	}
+}

@@ -142,6 +142,9 @@ func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
 		if s.f.hang != nil {
 			<-s.f.hang
 		}
+		if d := s.f.slowCopy.Load(); d > 0 {
+			time.Sleep(time.Duration(d))
+		}
 		if hold > 0 && dst >= hold {
 			<-s.f.held
 		}
@@ -211,10 +214,12 @@ type fakeGDS struct {
 	// this fake's life) equals it.
 	failReadNth atomic.Int64
 	failWrites  atomic.Int64
-	writes      atomic.Int64
-	reads       atomic.Int64
-	opened      atomic.Int64
-	closed      atomic.Int64
+	// hang, when set, blocks every cuFile read until it is closed.
+	hang   chan struct{}
+	writes atomic.Int64
+	reads  atomic.Int64
+	opened atomic.Int64
+	closed atomic.Int64
 	// uncertainRegister makes RegisterBuffer fail with ErrUncertain;
 	// failDeregister and failClose fail DeregisterBuffer and handle
 	// destroys (counted in deregs and closed either way).
@@ -292,6 +297,9 @@ func (f *fakeGDSFile) Read(dev int, ptr, n, off uint64) (int, error) {
 	nth := f.g.reads.Add(1)
 	f.g.record(n)
 	defer f.g.inCall()()
+	if f.g.hang != nil {
+		<-f.g.hang
+	}
 	if f.g.failReads.Add(-1) >= 0 || nth == f.g.failReadNth.Load() {
 		return -1, errors.New("fake: cuFileRead: CU_FILE_IO_ERROR")
 	}

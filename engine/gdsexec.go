@@ -13,8 +13,8 @@
 // closed, and the call is never retried (counted in GDSStats.Retained).
 //
 // A job's units are slices of at most 16 MiB (gdsSlice) of one device
-// range; up to gds_batch_depth of them run at once, each a blocking cuFile
-// call on its own goroutine. A call that does not return by deadline +
+// range; gds_batch_depth lanes shared by every batch (lanepool.go) run
+// them, each a blocking cuFile call on its own goroutine. A call that does not return by deadline +
 // quiesce_grace leaves its units unquiesced: the group keeps its loans and
 // charges, and the handle is never deregistered. backends/gds also offers
 // cuFile's native batch and a parallel batch; the engine drives calls
@@ -252,41 +252,32 @@ func (e *Engine) gdsForgetFile(ent *segEntry) (keepDirect bool) {
 	return false
 }
 
-// runGDS runs a GDS job to the end.
-func (e *Engine) runGDS(x *offRing) {
-	g := x.g
-	f, err := e.gdsHandle(g.ent)
-	if err != nil {
-		x.failRest(wrap(KindIO, g.op.String(), g.seg.name(), fmt.Errorf("cuFile handle: %w", err)))
-		return
-	}
-	n := x.lanes(e.cfg.GDSBatchDepth)
-	var wg sync.WaitGroup
-	for range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for k := x.take(); k >= 0; k = x.take() {
-				if !e.gdsUnit(x, f, k) {
-					return // stuck: its call keeps the handle busy forever
-				}
-			}
-		}()
-	}
-	wg.Wait()
+// gdsExec is the engine-wide cuFile executor: gds_batch_depth lanes,
+// each making one blocking call at a time.
+type gdsExec struct{ *lanePool }
+
+func newGDSExec(e *Engine) gdsExec {
+	return gdsExec{newLanePool(e.cfg.GDSBatchDepth, func(x *offRing, k int) {
+		f, err := e.gdsHandle(x.g.ent)
+		if err != nil {
+			x.resolve(k, 0, wrap(KindIO, x.g.op.String(), x.g.seg.name(), fmt.Errorf("cuFile handle: %w", err)))
+			return
+		}
+		e.gdsUnit(x, f, k)
+	})}
 }
 
-// gdsUnit runs one cuFile call; false when it did not return in time.
-func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
+func (gdsExec) cut() (uint64, bool) { return gdsSlice, true }
+
+// gdsUnit runs one cuFile call. One that does not return by deadline +
+// quiesce_grace is left running on its own goroutine (its handle stays
+// busy for good) and the lane goes on with other units.
+func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) {
 	g := x.g
 	u := &x.units[k]
-	if time.Now().After(g.deadline) {
-		x.resolve(k, 0, unitErr(g, u, KindTimeout, errors.New("deadline passed before these bytes started")))
-		return true
-	}
-	if err := x.waitProducer(k); err != nil {
+	if err := x.startable(k); err != nil {
 		x.resolve(k, 0, err)
-		return true
+		return
 	}
 	p := u.pieces[0]
 	type result struct {
@@ -319,7 +310,6 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 		} else {
 			x.resolve(k, uint64(max(r.n, 0)), nil)
 		}
-		return true
 	case <-cut.C:
 		e.gds.unquiesced.Add(1)
 		x.mu.Lock()
@@ -329,6 +319,5 @@ func (e *Engine) gdsUnit(x *offRing, f GDSFile, k int) bool {
 		for j := x.take(); j >= 0; j = x.take() {
 			x.resolve(j, 0, unitErr(g, &x.units[j], KindTimeout, errors.New("deadline passed before these bytes started")))
 		}
-		return false
 	}
 }

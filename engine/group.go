@@ -35,7 +35,8 @@ type group struct {
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
-	adm      groupAdm // admission.go; guarded by admission.mu
+	allowed  []*Region // SubmitOptions.Regions: nil allows every region
+	adm      groupAdm  // admission.go; guarded by admission.mu
 
 	ops     []FileOp
 	iovs    []IOVec // backing store for scalar requests' one-element Iov
@@ -146,6 +147,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	g := newGroup(len(reqs))
 	g.b, g.op, g.seg, g.ent = b, op, seg, ent
 	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1
+	g.allowed = opts.Regions
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}
@@ -154,6 +156,17 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		r := &reqs[i]
 		if err := g.build(e, i, r, size); err != nil {
 			return fail(i, err)
+		}
+	}
+	if g.offRing {
+		k := 0 // g.ranges are in request order
+		for i := range reqs {
+			for k < len(g.ranges) && g.ranges[k].req < i {
+				k++
+			}
+			if g.routes[i] == routeRing {
+				g.addPieces(i, &reqs[i], k)
+			}
 		}
 	}
 	g.computeBounds()
@@ -245,7 +258,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 		if r.Length > uint64(e.cfg.MaxTransferBytes) {
 			return detail(KindTooLarge, "length %d exceeds max_transfer_bytes (%d)", r.Length, uint64(e.cfg.MaxTransferBytes))
 		}
-		reg, err := e.resolve(r.Address, r.Length)
+		reg, err := e.resolveFor(g.allowed, r.Address, r.Length)
 		if err != nil {
 			return err
 		}
@@ -297,7 +310,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 				iov[j] = IOVec{Base: scratch.Addr(), Len: el.Padding}
 				continue
 			}
-			reg, err := e.resolve(el.Address, el.Length)
+			reg, err := e.resolveFor(g.allowed, el.Address, el.Length)
 			if err != nil {
 				return fmt.Errorf("elements[%d]: %w", j, err)
 			}
@@ -561,7 +574,15 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		return nil
 	}
 	g.offRing = true
-	// Pieces in file order; ranges appear in g.ranges in element order.
+	g.addPieces(i, r, first)
+	return nil
+}
+
+// addPieces records request i's pieces in file order; its ranges start
+// at g.ranges[first], in element order. Every request of an off-ring
+// group needs them: a host request routed to the ring rides with the
+// group's executor (offring.go).
+func (g *group) addPieces(i int, r *Request, first int) {
 	k := first
 	var rel uint64
 	add := func(p piece) {
@@ -590,5 +611,4 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 		lo := el.Address - reg.BaseAddress()
 		add(piece{kind: pieceHost, n: el.Length, addr: el.Address, host: reg.m.Bytes()[lo : lo+el.Length]})
 	}
-	return nil
 }

@@ -125,7 +125,7 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	}
 	n := len(reqs)
 	g := &group{b: b, n: n, op: op, deadline: deadline, routes: make([]route, n), policy: make([]reqPolicy, n),
-		offRing: true, lastSubmitted: -1,
+		offRing: true, lastSubmitted: -1, allowed: opts.Regions,
 		mem: &memTarget{seg: ms, ownerOf: make([]int, n), local: make([]*Region, n), addrs: make([]uint64, n)}}
 	for i := range reqs {
 		if err := g.buildMem(e, i, &reqs[i]); err != nil {
@@ -164,7 +164,7 @@ func (g *group) buildMem(e *Engine, i int, r *Request) error {
 	case r.Length > uint64(e.cfg.MaxTransferBytes):
 		return detail(KindTooLarge, "length %d exceeds max_transfer_bytes (%d)", r.Length, uint64(e.cfg.MaxTransferBytes))
 	}
-	local, err := e.resolve(r.Address, r.Length)
+	local, err := e.resolveFor(g.allowed, r.Address, r.Length)
 	if err != nil {
 		return err
 	}

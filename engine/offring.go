@@ -1,20 +1,24 @@
-// offring.go owns the execution of groups that leave the batch worker's
-// ring: requests that touch device memory, run through pinned staging
-// (staged.go) or cuFile (gdsexec.go).
+// offring.go owns the jobs of groups that leave the batch worker's ring:
+// requests that touch device memory (pinned staging, staged.go; cuFile,
+// gdsexec.go) and large requests on in-memory files (hostcopy.go).
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
-// dispatch. At dispatch it marks every task running and hands the group
-// to an offRing job, which splits each request's file extent into units
-// and runs them on several lanes at once (one io_uring ring, a set of
-// staging chunks and a CUDA stream per lane; or one cuFile call per lane
-// for GDS), so the disk, the copy engine and every core overlap.
+// dispatch. At dispatch it marks every task running and hands each
+// executor (executor.go) its share of the group as one job: each
+// request's file extent cut into units. The executors run units of every
+// batch's jobs on lanes they own engine-wide, taken from their fair queue
+// (fairqueue.go), so the disk, the copy engine and every core overlap.
 //
 // Invariants:
 //   - A unit resolves exactly once (resolve); a task reports once, when
-//     its last unit resolves, through Batch.finishOffRing. Before that,
-//     each resolve that extends the task's fully successful prefix
+//     its last unit resolves, through Batch.finishOffRing and task.go's
+//     endTaskLocked (the path every executor's outcome takes). Before
+//     that, each resolve that extends the task's fully successful prefix
 //     publishes it as the running task's byte count.
+//   - A unit starts only before its deadline and, for a WRITE, while no
+//     earlier unit of its task failed (startable); units of a task
+//     waiting for its producer event are released only after it (gate).
 //   - A task's transferred bytes are its consecutive fully successful
 //     units from the start, plus the returned prefix of the first short
 //     one; a gap stops the count even if later units succeeded.
@@ -23,15 +27,18 @@
 //   - A lane that cannot prove its units drained (no CQE past deadline +
 //     quiesce_grace, an uncertain device copy) marks the job undrained
 //     before resolving them: the group then ends unquiesced and keeps its
-//     loans and charges, and the lane keeps its ring and chunks forever.
+//     loans and charges, and the lane keeps what the unit used (its
+//     chunk, its ring) forever.
 
 package engine
 
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 type pieceKind uint8
@@ -75,6 +82,17 @@ type offRing struct {
 	route route
 	units []unit
 	next  atomic.Int64
+	// avail: units below it may be handed out. A job whose tasks wait for
+	// producer events releases them task by task (gate); skip marks a
+	// task whose producer failed, whose units are resolved by the gate
+	// and never handed out.
+	avail atomic.Int64
+	skip  []atomic.Bool
+	// broken: a WRITE unit of the task failed or came back short, so its
+	// units not yet started are failed without I/O: bytes past the gap
+	// would not count, and would change the file for nothing. (READ units
+	// past a gap still land; they hold the file's bytes.)
+	broken []atomic.Bool
 
 	ready    []sync.Once // per task: its producer event consumed once
 	readyErr []error
@@ -113,6 +131,9 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 					q := p
 					q.rel, q.n = 0, n
 					q.addr += at
+					if q.host != nil {
+						q.host = q.host[at : at+n]
+					}
 					x.units = append(x.units, unit{task: i, off: g.ops[i].Offset + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
 				}
 			}
@@ -127,6 +148,9 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 	}
 	x.res = make([]unitResult, len(x.units))
 	x.ready, x.readyErr = make([]sync.Once, g.n), make([]error, g.n)
+	x.skip = make([]atomic.Bool, g.n)
+	x.broken = make([]atomic.Bool, g.n)
+	x.avail.Store(int64(len(x.units)))
 	return x
 }
 
@@ -175,13 +199,85 @@ func clip(ps []piece, at, n uint64) []piece {
 	return out
 }
 
-// take hands out the next unit, in file order, or -1.
+// take hands out the next unit, in file order, or -1 when none is
+// ready (all handed out, or the next waits for its producer event).
 func (x *offRing) take() int {
-	k := int(x.next.Add(1) - 1)
-	if k >= len(x.units) {
-		return -1
+	for {
+		k := x.next.Load()
+		if k >= int64(len(x.units)) || k >= x.avail.Load() {
+			return -1
+		}
+		if !x.next.CompareAndSwap(k, k+1) {
+			continue
+		}
+		if x.skip[x.units[k].task].Load() {
+			continue
+		}
+		return int(k)
 	}
-	return k
+}
+
+// errBroken fails a WRITE unit whose task already failed.
+var errBroken = errors.New("not started: an earlier part of the request failed")
+
+// startable returns why unit k must not start (an earlier WRITE unit of
+// its task failed, or the deadline passed), or nil.
+func (x *offRing) startable(k int) error {
+	u := &x.units[k]
+	switch {
+	case x.broken[u.task].Load():
+		return unitErr(x.g, u, KindIO, errBroken)
+	case time.Now().After(x.g.deadline):
+		return unitErr(x.g, u, KindTimeout, errors.New("deadline passed before these bytes started"))
+	}
+	return nil
+}
+
+// exhausted reports whether every unit has been handed out.
+func (x *offRing) exhausted() bool { return x.next.Load() >= int64(len(x.units)) }
+
+// hasProducers reports whether some live task waits for a producer event.
+func (x *offRing) hasProducers() bool {
+	if x.g.producers == nil {
+		return false
+	}
+	for i := range x.g.n {
+		if x.g.producers[i] != nil && x.left[i] > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// gate releases the job's units task by task, each after its task's
+// producer event completed (bounded by deadline + quiesce_grace), so an
+// executor's lanes never block on a producer and other jobs keep moving.
+// A task whose producer failed has its units resolved here with that
+// error; nothing of it is touched. release is called after each step.
+func (x *offRing) gate(release func()) {
+	x.avail.Store(0)
+	go func() {
+		for i := range x.g.n {
+			end := len(x.units)
+			if i+1 < x.g.n {
+				end = x.first[i+1]
+			}
+			if x.first[i] == end {
+				continue
+			}
+			err := x.waitProducer(x.first[i])
+			if err != nil {
+				x.skip[i].Store(true)
+			}
+			x.avail.Store(int64(end))
+			if err != nil {
+				for k := x.first[i]; k < end; k++ {
+					x.resolve(k, 0, err)
+				}
+			}
+			release()
+		}
+	}()
 }
 
 // markSubmitted records that a WRITE unit reached the kernel.
@@ -202,6 +298,9 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	}
 	r.done, r.got, r.err = true, got, err
 	i := x.units[k].task
+	if x.g.op == OpWrite && (err != nil || got < x.units[k].n) {
+		x.broken[i].Store(true)
+	}
 	x.left[i]--
 	if x.left[i] > 0 {
 		got, grew := x.advancePrefixLocked(i)
@@ -297,11 +396,6 @@ func (x *offRing) failRest(err error) {
 	}
 }
 
-// lanes is how many lanes a job runs on.
-func (x *offRing) lanes(limit int) int {
-	return max(1, min(limit, len(x.units)))
-}
-
 // finishOffRing publishes one off-ring task's outcome (or parks a failed
 // attempt that may fail over, failover.go) and finishes the group after
 // its last task.
@@ -312,7 +406,7 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 		if err != nil && b.retryableLocked(g, i, t, transferred, effect, drained) {
 			b.parkLocked(parked{g: g, i: i, transferred: transferred, err: err, effect: effect})
 		} else {
-			b.publishOffRingLocked(g, i, transferred, err, effect, drained)
+			b.endTaskLocked(g, i, outcome{transferred, err, effect, drained})
 		}
 		b.changedLocked()
 	}
@@ -354,24 +448,31 @@ func (w *worker) startOffRingLocked(g *group) {
 		g.finishLocked(true)
 		return
 	}
-	// One job per route, so cuFile and staging units of one group run at
-	// once; a host-only request in such a group goes through staging.
-	e := b.e
-	var gds, staged bool
+	// One job per executor, so cuFile and staging units of one group run
+	// at once.
+	b.e.runOffRing(g, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
+}
+
+// runOffRing hands each executor its share of g's live requests as one
+// job. live must not change meanwhile (the caller holds b.mu).
+func (e *Engine) runOffRing(g *group, live func(i int) bool) {
+	g.rideAlong()
+	var seen []route
 	for i := 0; i < g.n; i++ {
-		if b.mu.tasks[g.first+i].state == TaskRunning {
-			gds = gds || g.routes[i] == routeGDS
-			staged = staged || g.routes[i] != routeGDS
+		if !live(i) {
+			continue
 		}
-	}
-	running := func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning }
-	if gds {
-		x := newOffRing(g, routeGDS, gdsSlice, true, func(i int) bool { return running(i) && g.routes[i] == routeGDS })
-		go e.runGDS(x)
-	}
-	if staged {
-		x := newOffRing(g, routeStaged, uint64(e.cfg.StagingChunkSize), false, func(i int) bool { return running(i) && g.routes[i] != routeGDS })
-		go e.runStaged(x)
+		rt, ex := e.executor(g.routes[i])
+		if slices.Contains(seen, rt) {
+			continue
+		}
+		seen = append(seen, rt)
+		size, byPiece := ex.cut()
+		x := newOffRing(g, rt, size, byPiece, func(j int) bool {
+			r, _ := e.executor(g.routes[j])
+			return live(j) && r == rt
+		})
+		ex.run(x)
 	}
 }
 

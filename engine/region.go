@@ -21,6 +21,7 @@ package engine
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 
@@ -358,6 +359,16 @@ func (e *Engine) resolve(addr, n uint64) (*Region, error) {
 		return nil, detail(KindRange, "address %#x+%d runs past the end of %s (%d bytes)", addr, n, r.name(), r.Len())
 	}
 	return r, nil
+}
+
+// resolveFor is resolve for a submission limited to the regions in
+// allowed (nil: any). REQUIRES: nothing held.
+func (e *Engine) resolveFor(allowed []*Region, addr, n uint64) (*Region, error) {
+	r, err := e.resolve(addr, n)
+	if err != nil || allowed == nil || slices.Contains(allowed, r) {
+		return r, err
+	}
+	return nil, detail(KindPermission, "address %#x is in %s, not in a region the submitter named (its own was unregistered meanwhile)", addr, r.name())
 }
 
 // Regions returns the registered regions in address order.

@@ -198,7 +198,6 @@ func (w *worker) completeLocked(c Completion) { w.b.completeLocked(c) }
 // completeLocked applies the outcome of one ring op, or of one caller
 // copy (callercopy.go), as its CQE would. REQUIRES: b.mu.
 func (b *Batch) completeLocked(c Completion) {
-	e := b.e
 	if c.Token >= uint64(len(b.mu.tasks)) {
 		return
 	}
@@ -208,36 +207,20 @@ func (b *Batch) completeLocked(c Completion) {
 		return // a late CQE of an unquiesced group
 	}
 	idx := int(c.Token) - g.first
+	o := outcome{drained: true}
 	switch {
 	case c.Res >= 0 && uint64(c.Res) == t.length:
-		t.state = TaskCompleted
-		t.transferred = t.length
-		e.st.tasksCompleted.Add(1)
+		o.transferred = t.length
 	case c.Res >= 0:
-		b.completeShortLocked(t, idx, uint64(c.Res)) // shortio.go
+		o = b.shortOutcomeLocked(g, idx, uint64(c.Res)) // shortio.go
 	default:
 		errno := unix.Errno(-c.Res)
-		t.state = TaskFailed
 		if g.op == OpWrite {
-			t.effect = EffectUnknown
+			o.effect = EffectUnknown
 		}
-		t.err = wrap(errnoKind(errno), g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
-		e.st.tasksFailed.Add(1)
+		o.err = wrap(errnoKind(errno), g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
 	}
-	if c.Res > 0 {
-		if g.op == OpRead {
-			e.st.bytesRead.Add(uint64(c.Res))
-		} else {
-			e.st.bytesWritten.Add(uint64(c.Res))
-		}
-	}
-	if t.state.terminal() { // its window share and the bandwidth estimate
-		e.adm.ownerDone(g, idx, t.transferred)
-	}
-	g.outstanding--
-	if g.outstanding == 0 && g.next == g.n {
-		g.finishLocked(true)
-	}
+	b.endTaskLocked(g, idx, o) // task.go
 }
 
 // cutoffLocked ends groups whose CQEs are missing past deadline +

@@ -7,6 +7,9 @@
 //     staging chunks on io_uring rings (staged.go); the task reports
 //     transport io_uring.
 //   - routeGDS: device memory <-> file through cuFile (gdsexec.go).
+//   - routeHostCopy: a large single-range host request on a file in
+//     memory (tmpfs), copied in units by the host copy lanes
+//     (hostcopy.go); the task reports transport copy.
 //
 // Selection (spec "transport preference", with one documented narrowing):
 //   - transport gds: honoured when cuFile is usable and the request is
@@ -35,6 +38,9 @@ const (
 	routeGDS
 	routeMem  // between two regions of this engine (memgroup.go)
 	routeCopy // a memory-backed file, copied by the submitter (callercopy.go)
+	// routeHostCopy: a large host request on a memory-backed file, cut
+	// into units copied by the host copy lanes (hostcopy.go).
+	routeHostCopy
 )
 
 // transport is the kind a task on this route reports.
@@ -44,10 +50,46 @@ func (r route) transport() TransportKind {
 		return TransportGDS
 	case routeMem:
 		return TransportMemory
-	case routeCopy:
+	case routeCopy, routeHostCopy:
 		return TransportCopy
 	}
 	return TransportIOUring
+}
+
+// executor returns the executor that runs an off-ring job of route rt.
+func (e *Engine) executor(rt route) (route, executor) {
+	switch rt {
+	case routeGDS:
+		return routeGDS, e.gdsExec
+	case routeHostCopy:
+		return routeHostCopy, e.hostCopy
+	}
+	return routeStaged, e.staged
+}
+
+// rideAlong routes the host requests a group that leaves the ring left
+// on the ring route: through staging when the group touches device
+// memory, else on the host copy lanes (the task reports the route that
+// moved it). REQUIRES: b.mu (the group is being dispatched).
+func (g *group) rideAlong() {
+	device := false
+	for i := 0; i < g.n; i++ {
+		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
+	}
+	for i := 0; i < g.n; i++ {
+		if g.routes[i] == routeRing && !device {
+			g.routes[i] = routeHostCopy
+		}
+	}
+}
+
+// nextRoute is the route after request i's current one in its candidate
+// chain (failover.go decides whether to take it).
+func (g *group) nextRoute(i int) (route, bool) {
+	if g.routes[i] == routeGDS && g.policy[i].asked == TransportUnspec {
+		return routeStaged, true
+	}
+	return 0, false
 }
 
 // reqMemory summarizes what local memory a request touches.
@@ -71,6 +113,9 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, err
 		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
 	}
 	if !m.device {
+		if e.hostCopyEligible(ent, r, m) {
+			return routeHostCopy, nil
+		}
 		return routeRing, nil
 	}
 	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" {

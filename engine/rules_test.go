@@ -212,9 +212,12 @@ func TestRuleHardZeroCap(t *testing.T) {
 	}
 }
 
-// TestRuleStagingExhausted: with every staging chunk leased and no room
-// under max_inflight_bytes for a pageable buffer, a staged transfer fails
-// with ResourceExhausted before any I/O.
+// TestRuleStagingExhausted: staging chunks belong to the engine-wide
+// staging lanes. With every chunk busy, a staged transfer waits in the
+// executor's queue for one (no pageable fallback, no error) and completes
+// once a chunk frees. With every chunk retained for good (an uncertain
+// device copy) and no room under max_inflight_bytes for a pageable
+// buffer, it fails with ResourceExhausted before any I/O.
 func TestRuleStagingExhausted(t *testing.T) {
 	gpu := newFakeGPU(1)
 	e := gpuEngine(t, gpu, nil, func(c *config.Engine) {
@@ -223,7 +226,7 @@ func TestRuleStagingExhausted(t *testing.T) {
 		c.MaxTransferBytes = 256 << 10
 		c.CallerFastPathBytes = 64 << 10
 	})
-	path, _ := randomFile(t, t.TempDir(), "f", 1<<20)
+	path, orig := randomFile(t, t.TempDir(), "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)
 	d := deviceRegion(t, e, 0, 1<<20)
 	gpu.hang = make(chan struct{})
@@ -238,18 +241,58 @@ func TestRuleStagingExhausted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Free()
-	waitFor(t, "the first group to lease both chunks", func() bool { st := e.Stats().Staging; return st != nil && st.InUse == 2 })
-	reads := e.Stats().BytesRead
-	_, err = e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: d.BaseAddress() + 512<<10, TargetOffset: 512 << 10, Length: 64 << 10}}, ioTimeout)
-	wantKind(t, err, engine.KindExhausted)
-	if st := e.Stats(); st.Staging.Fallbacks != 0 || st.BytesRead != reads {
-		t.Fatalf("fallbacks %d, bytes read %d -> %d: want nothing moved", st.Staging.Fallbacks, reads, st.BytesRead)
+	waitFor(t, "the first group to hold both chunks", func() bool { st := e.Stats().Staging; return st != nil && st.InUse == 2 })
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: d.BaseAddress() + 512<<10, TargetOffset: 512 << 10, Length: 64 << 10}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	waitFor(t, "the second group to be dispatched", func() bool { ts, _ := b.TaskStatus(0); return ts.State != engine.TaskPending })
+	time.Sleep(100 * time.Millisecond) // room for a wrong failure
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskRunning {
+		t.Fatalf("with every chunk busy the second group is %v (%v), want running (waiting for a chunk)", ts.State, ts.Err)
 	}
 	close(gpu.hang)
 	hung = false
-	if st, err := a.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-		t.Fatalf("first group: %v %v", st, err)
+	for _, x := range []*engine.Batch{a, b} {
+		if st, err := x.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("batch %d: %v %v", x.ID(), st, err)
+		}
 	}
+	got := make([]byte, 64<<10)
+	d.ReadAt(got, 512<<10)
+	if !bytes.Equal(got, orig[512<<10:576<<10]) {
+		t.Fatal("the waiting group's bytes differ from the file")
+	}
+	if st := e.Stats().Staging; st.Fallbacks != 0 {
+		t.Fatalf("%d pageable fallbacks: the waiting group should have had a pinned chunk", st.Fallbacks)
+	}
+
+	// Every chunk retained: a group whose two units' copies are uncertain
+	// keeps both chunks (and its in-flight bytes) for good; the next group
+	// has no chunk and no room for a pageable buffer.
+	gpu2 := newFakeGPU(1)
+	e2 := gpuEngine(t, gpu2, nil, func(c *config.Engine) {
+		c.StagingLanes, c.StagingChunkCount = 1, 2
+		c.MaxInflightBytes = 128<<10 + 64<<10 // the two groups, no more
+		c.MaxTransferBytes = 128 << 10
+	})
+	seg2 := openSeg(t, e2, path, engine.PermRead)
+	d2 := deviceRegion(t, e2, 0, 1<<20)
+	gpu2.failEvent.Store(true)
+	_, err = e2.SubmitAndWait(engine.OpRead, seg2, []engine.Request{{Transport: engine.TransportIOUring, Address: d2.BaseAddress(), Length: 128 << 10}}, ioTimeout)
+	wantKind(t, err, engine.KindUnquiesced)
+	if st := e2.Stats().Staging; st.InUse != 2 {
+		t.Fatalf("%d chunks retained, want both", st.InUse)
+	}
+	gpu2.failEvent.Store(false)
+	reads := e2.Stats().BytesRead
+	_, err = e2.SubmitAndWait(engine.OpRead, seg2, []engine.Request{{Transport: engine.TransportIOUring, Address: d2.BaseAddress() + 512<<10, TargetOffset: 512 << 10, Length: 64 << 10}}, ioTimeout)
+	wantKind(t, err, engine.KindExhausted)
+	if st := e2.Stats(); st.Staging.Fallbacks != 0 || st.BytesRead != reads {
+		t.Fatalf("fallbacks %d, bytes read %d -> %d: want nothing moved", st.Staging.Fallbacks, reads, st.BytesRead)
+	}
+	wantKind(t, e2.Close(ioTimeout), engine.KindUnquiesced)
 }
 
 // TestRuleGDSDisabled: gds_enabled=false keeps cuFile unloaded (never

@@ -5,9 +5,9 @@
 //
 // Order (better first): an owner whose deadline is in the future but
 // strictly inside promotion_slack; then one that has waited at least
-// priority_aging since its submission (oldest first among those); then
-// higher priority; then, with deadline_aware, the earlier deadline (EDF);
-// then admission order (FIFO). Within a batch, groups dispatch FIFO
+// priority_aging for capacity in its current wait (oldest first among
+// those); then higher priority; then, with deadline_aware, the earlier
+// deadline (EDF); then admission order (FIFO). Within a batch, groups dispatch FIFO
 // regardless (the worker only ever offers its head), so the order decides
 // between batches. Aging is what keeps a low priority from starving:
 // once it has waited priority_aging, only promoted deadlines and older
@@ -98,7 +98,15 @@ func promoted(g *group, now time.Time, slack time.Duration) bool {
 	return left > 0 && left < slack
 }
 
-func aged(g *group, now time.Time, age time.Duration) bool { return now.Sub(g.adm.at) >= age }
+// aged reports whether g has waited age for capacity, without getting
+// it, by now. Aging counts the current wait, not g's age: a group that
+// spent that long running its earlier owners, or behind its own batch's
+// earlier groups, has not been held back by anyone, and counting that
+// time let any long transfer outrank every newer one, whatever its
+// priority.
+func aged(g *group, now time.Time, age time.Duration) bool {
+	return g.adm.wait != waitNone && now.Sub(g.adm.since) >= age
+}
 
 // first reports whether no waiter that competes with g for what g needs
 // goes before g. REQUIRES: a.mu.
@@ -135,6 +143,7 @@ func (a *admission) competes(h, g *group, n need) bool {
 func (a *admission) waitFor(g *group, kind waitKind, n need, w *worker, now time.Time) {
 	if g.adm.wait == waitNone {
 		a.waiters = append(a.waiters, g)
+		g.adm.since = now
 		if kind != waitWindow {
 			a.st.delayed++
 		}
@@ -145,7 +154,7 @@ func (a *admission) waitFor(g *group, kind waitKind, n need, w *worker, now time
 	// The order changes without a poke when g ages or is promoted: wake
 	// then, or g could sleep behind a waiter that now waits behind it.
 	if age := a.rq.PriorityAging.D(); age > 0 {
-		if t := g.adm.at.Add(age); t.After(now) && t.Before(until) {
+		if t := g.adm.since.Add(age); t.After(now) && t.Before(until) {
 			until = t
 		}
 	}

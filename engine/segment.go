@@ -398,12 +398,18 @@ func fsName(t int64) string {
 // reports that descriptor's real path through /proc/self/fd, and the
 // file is then reopened through the same descriptor, so a rename or a
 // swapped symlink between check and open cannot substitute another file.
+//
+// Another user's path never passes through a /proc magic link
+// (/proc/self/fd/N, /dev/fd/N, /proc/<pid>/cwd, ...): resolved in the
+// daemon, "self" is the daemon, and its descriptors would hand the caller
+// files it cannot reach itself (one in a directory it may not search, a
+// memfd) while the checks below see only the file's own mode.
 func (e *Engine) openConfined(c *Caller, path string, flags int) (int, error) {
 	flags |= unix.O_CLOEXEC
 	if len(e.cfg.AllowedRoots) == 0 {
 		fd := -1
 		err := c.as(func() (err error) {
-			if fd, err = unix.Open(path, flags, 0); err != nil {
+			if fd, err = c.open(path, flags); err != nil {
 				return openErr(path, err)
 			}
 			return nil
@@ -414,7 +420,7 @@ func (e *Engine) openConfined(c *Caller, path string, flags int) (int, error) {
 	// rights on every directory and c's read or write right on the file.
 	pfd, real := -1, ""
 	err := c.as(func() (err error) {
-		if pfd, err = unix.Open(path, unix.O_PATH|unix.O_CLOEXEC, 0); err != nil {
+		if pfd, err = c.open(path, unix.O_PATH|unix.O_CLOEXEC); err != nil {
 			return openErr(path, err)
 		}
 		if real, err = os.Readlink(fmt.Sprintf("/proc/self/fd/%d", pfd)); err != nil {
@@ -462,6 +468,9 @@ func (e *Engine) beneathRoot(real string) bool {
 
 func openErr(path string, err error) error {
 	pe := &os.PathError{Op: "open", Path: path, Err: err}
+	if err == errMagicLink || err == errNoOpenat2 {
+		return wrap(KindPermission, "", "", pe)
+	}
 	switch err {
 	case unix.ENOENT, unix.ENOTDIR:
 		return wrap(KindNotFound, "", "", pe)

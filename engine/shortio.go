@@ -126,32 +126,21 @@ func advance(bufs [][]byte, n int) [][]byte {
 	return bufs
 }
 
-// completeShortLocked ends task t (request idx), whose op moved only got
-// of its bytes: the rest is retried, then the task completes or fails with
-// the exact count. The retry is a synchronous syscall under b.mu; it is
-// rare (a full disk, a shrunk file) and returns at once in those cases, so
-// it does not hold status readers for long. REQUIRES: b.mu.
-func (b *Batch) completeShortLocked(t *task, idx int, got uint64) {
-	g := t.g
-	st := &b.e.st
+// shortOutcomeLocked is the outcome of request idx, whose op moved only
+// got of its bytes: the rest is retried, then the task completes or fails
+// with the exact count. The retry is a synchronous syscall under b.mu; it
+// is rare (a full disk, a shrunk file) and returns at once in those
+// cases, so it does not hold status readers for long. REQUIRES: b.mu.
+func (b *Batch) shortOutcomeLocked(g *group, idx int, got uint64) outcome {
 	moved, err := g.retryRest(idx, got)
-	if g.op == OpRead {
-		st.bytesRead.Add(moved)
-	} else {
-		st.bytesWritten.Add(moved)
+	o := outcome{transferred: got + moved, drained: true}
+	if want := b.mu.tasks[g.first+idx].length; err != nil || o.transferred != want {
+		if g.op == OpWrite {
+			o.effect = EffectUnknown
+		}
+		o.err = g.shortError(idx, o.transferred, want, err)
 	}
-	t.transferred = got + moved
-	if err == nil && t.transferred == t.length {
-		t.state = TaskCompleted
-		st.tasksCompleted.Add(1)
-		return
-	}
-	t.state = TaskFailed
-	if g.op == OpWrite {
-		t.effect = EffectUnknown
-	}
-	t.err = g.shortError(idx, t.transferred, t.length, err)
-	st.tasksFailed.Add(1)
+	return o
 }
 
 // shortError classifies why a transfer of want bytes stopped at got: the

@@ -1,6 +1,10 @@
-// staged.go owns the CUDA <-> file path through pinned staging: each lane
-// holds one io_uring ring, a few staging chunks and a CUDA stream per
-// device, and moves units (at most one chunk of file bytes each).
+// staged.go owns the CUDA <-> file executor through pinned staging: an
+// engine-wide service of lanes, each with its own staging chunks, CUDA
+// streams (one per device it served) and, while it has work, one io_uring
+// ring. Every batch's staged jobs go into one fair queue (fairqueue.go);
+// each free slot of a lane takes the next unit, so 64 clients' small
+// groups and one large load share the lanes instead of each group
+// starting lanes of its own that fight over rings and chunks.
 //
 //   - READ: the unit's bytes are read into a chunk (fixed-buffer SQE);
 //     on its CQE the returned prefix is copied to the device
@@ -10,23 +14,32 @@
 //     is confirmed (stream sync) before the SQE is written; host bytes are
 //     copied and padding zeroed in the chunk.
 //
-// Several lanes run at once (up to staging_lanes), so one request keeps
-// the disk queue deep and, on page-cache files, uses several cores for
-// the copy the kernel does inside io_uring_enter.
+// Lanes start on the first staged job (up to staging_lanes, never more
+// than staging_chunk_count) and stop at Engine.Close. A lane holds a ring
+// only while it has work, so batch workers keep the ring pool between
+// bursts; one lane waits for a ring when no lane has one, the others only
+// take a free one.
 //
 // Invariants (besides offring.go's):
-//   - A slot is free, in I/O (its SQE is on the ring) or copying (its
-//     CQE arrived and device copies were enqueued); only a free slot is
-//     given a unit.
-//   - The lane gives back its ring, chunks and streams only when every
-//     slot is free; otherwise (cutoff, uncertain copy) it keeps them.
-//   - A slot whose chunk the kernel or the GPU may still touch (an SQE
-//     left in a ring whose submit failed, a copy whose outcome is
-//     unknown) is dead: it never takes another unit.
-//   - No wait is unbounded: copies and producer events are polled against
-//     deadline + quiesce_grace, past which the lane ends unquiesced.
-//   - A lane that cannot start (no ring, no chunk) leaves its units to the
-//     other lanes; runStaged fails whatever no lane took.
+//   - A slot is free, in I/O (its SQE is on the ring), copying (its CQE
+//     arrived and device copies were enqueued) or dead; only a free slot
+//     is given a unit. A slot serves one unit of one job at a time.
+//   - A slot whose chunk the kernel or the GPU may still touch (no CQE by
+//     its job's deadline + quiesce_grace, an SQE left in a ring whose
+//     submit failed, a copy whose outcome is unknown) is dead: it never
+//     takes another unit and its chunk never returns to the pool. Its
+//     unit's job is marked undrained before the unit resolves.
+//   - A ring that may still complete into a dead slot is never released:
+//     the lane keeps it for good (abandoned at close); a poisoned ring is
+//     abandoned once the kernel has completed what it took.
+//   - No wait is unbounded: copies are polled and reaps bounded by the
+//     earliest deadline + quiesce_grace among the lane's slots; producer
+//     events are waited for before units are released (offRing.gate).
+//   - A lane with no live slot stages in one pageable buffer charged
+//     against max_inflight_bytes, only while no other lane has a live
+//     slot; with that charge refused, the unit fails ResourceExhausted.
+//   - The executor's lock (stagedExec.mu) is a leaf: no unit resolves
+//     while it is held.
 
 package engine
 
@@ -41,6 +54,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// stagedExec is the engine-wide staged executor.
+type stagedExec struct {
+	e    *Engine
+	done chan struct{} // closed at Engine.Close
+
+	mu       sync.Mutex
+	q        fairQueue
+	lanes    []*lane
+	starting bool  // lanes are being created
+	err      error // why no lane can run (no GPU, no staging pool)
+	closed   bool
+	rings    int // lanes holding a ring
+	live     int // lanes with a slot that can take a unit
+	wg       sync.WaitGroup
+}
+
 type slotState uint8
 
 const (
@@ -52,33 +81,36 @@ const (
 
 type slot struct {
 	c     *chunk
-	k     int // unit index
+	x     *offRing // the job of the unit it serves
+	k     int      // unit index in x
 	state slotState
 	evs   []Event
 	got   uint64
 	short error // why a READ unit stopped short, reported after its copy
 }
 
+func (s *slot) cut(grace time.Duration) time.Time { return s.x.g.deadline.Add(grace) }
+
 type lane struct {
-	e       *Engine
-	x       *offRing
-	q       Queue
+	s       *stagedExec
+	p       *stagingPool
+	wake    chan struct{}
+	q       Queue // nil while idle
 	slots   []slot
 	streams map[int]Stream
 	pending []int // slots prepared, not yet consumed by Submit
 	inIO    int
 	inCopy  int
-	clean   bool // false once the lane must keep its resources
-	// poisoned: a submit failed for good, so the ring's SQ may still hold
-	// SQEs; the lane prepares and submits nothing more on it.
-	poisoned bool
+	live    bool // counted in stagedExec.live
+	// keepRing: a dead slot's SQE may still complete on q, so q is never
+	// released. poisoned: a submit failed for good, so q's SQ may still
+	// hold SQEs; nothing more is prepared on it.
+	keepRing    bool
+	poisoned    bool
+	keepStreams bool // a copy on some stream has an unknown outcome
 }
 
-// errNoLane fails units that no lane could take (no ring or no staging
-// buffer for any lane).
-var errNoLane = errors.New("no staging lane could run these bytes")
-
-// stagingLanes is how many lanes one job may use.
+// stagingLanes is how many lanes the executor runs.
 func (e *Engine) stagingLanes() int {
 	if n := e.cfg.StagingLanes; n > 0 {
 		return n
@@ -90,188 +122,486 @@ func (e *Engine) stagingLanes() int {
 	return min(runtime.GOMAXPROCS(0), 16)
 }
 
-// runStaged runs a staged job to the end.
-func (e *Engine) runStaged(x *offRing) {
-	if err := e.gpuReady(x.g.op.String(), x.g.b.name()); err != nil {
+func newStagedExec(e *Engine) *stagedExec {
+	return &stagedExec{e: e, done: make(chan struct{})}
+}
+
+// run queues a dispatched job; its units resolve through x.resolve.
+func (s *stagedExec) run(x *offRing) {
+	s.mu.Lock()
+	err := s.err
+	if s.closed {
+		err = errorf(KindUnavailable, x.g.op.String(), x.g.b.name(), "the engine is closing")
+	}
+	if err != nil {
+		s.mu.Unlock()
+		go x.failRest(err)
+		return
+	}
+	if x.hasProducers() {
+		x.gate(func() { s.ready(x) })
+	}
+	s.q.push(x)
+	start := s.lanes == nil && !s.starting
+	s.starting = s.starting || start
+	s.wakeLocked()
+	s.mu.Unlock()
+	if start {
+		go s.start()
+	}
+}
+
+// ready is called as a gated job releases units: it queues the job again
+// if it had left the queue, or fails them when no lane can run.
+func (s *stagedExec) ready(x *offRing) {
+	s.mu.Lock()
+	if err := s.err; err != nil {
+		s.mu.Unlock()
 		x.failRest(err)
+		return
+	}
+	if !x.exhausted() && !s.q.holds(x) {
+		s.q.push(x)
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// wakeLocked wakes every lane. REQUIRES: s.mu.
+func (s *stagedExec) wakeLocked() {
+	for _, l := range s.lanes {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// start creates the lanes: the pinned pool split among them.
+func (s *stagedExec) start() {
+	e := s.e
+	fail := func(err error) {
+		s.mu.Lock()
+		s.err, s.starting = err, false
+		jobs := s.q.drain()
+		s.mu.Unlock()
+		for _, x := range jobs {
+			x.failRest(err)
+		}
+	}
+	if err := e.gpuReady("staging", "lanes"); err != nil {
+		fail(err)
 		return
 	}
 	p, err := e.staging()
 	if err != nil {
-		x.failRest(err)
+		fail(err)
 		return
 	}
-	// More lanes than chunks would leave lanes with nothing to stage in.
-	n := x.lanes(min(e.stagingLanes(), e.cfg.StagingChunkCount))
-	per := max(1, e.cfg.StagingChunkCount/n)
-	var wg sync.WaitGroup
-	errs := make([]error, n)
+	n := min(e.stagingLanes(), e.cfg.StagingChunkCount)
+	lanes := make([]*lane, n)
 	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = e.stagedLane(x, p, per, i == 0)
-		}()
+		per := e.cfg.StagingChunkCount / n
+		if i < e.cfg.StagingChunkCount%n {
+			per++
+		}
+		cs, _ := e.getChunks(p, per, false)
+		l := &lane{s: s, p: p, wake: make(chan struct{}, 1), streams: map[int]Stream{}, live: len(cs) > 0}
+		for _, c := range cs {
+			l.slots = append(l.slots, slot{c: c, k: -1})
+		}
+		lanes[i] = l
 	}
-	wg.Wait()
-	// Units no lane took: every lane failed to start (or stopped early).
-	cause := errors.Join(errs...)
-	if cause == nil {
-		cause = errNoLane
+	s.mu.Lock()
+	if s.closed {
+		// Close ran meanwhile: nothing was queued that a lane could take.
+		s.mu.Unlock()
+		for _, l := range lanes {
+			for _, sl := range l.slots {
+				e.putChunks(p, []*chunk{sl.c})
+			}
+		}
+		return
 	}
-	x.failRest(wrap(KindOf(cause), x.g.op.String(), x.g.b.name(), fmt.Errorf("%w: %w", errNoLane, cause)))
+	s.lanes, s.starting = lanes, false
+	for _, l := range lanes {
+		if l.live {
+			s.live++
+		}
+		s.wg.Add(1)
+		go l.loop()
+	}
+	s.wakeLocked()
+	s.mu.Unlock()
 }
 
-// stagedLane runs one lane until no unit is left. It returns why it could
-// not start (no ring, no staging buffer); its units then go to the other
-// lanes. Only a job's first lane waits for a ring; the others take one
-// only if the pool has it free, so a job never holds a ring while it
-// waits for another (many concurrent jobs once held every ring's worth of
-// waiting lanes and hung).
-func (e *Engine) stagedLane(x *offRing, p *stagingPool, depth int, first bool) error {
-	var q Queue
-	var err error
-	if first {
-		q, err = e.file.Acquire()
-	} else if q, err = e.file.TryAcquire(); q == nil && err == nil {
-		return nil // the pool is busy: the job's other lanes take its units
-	}
-	if err != nil {
-		return wrap(KindExhausted, x.g.op.String(), x.g.b.name(), err)
-	}
-	// Only the first lane falls back to a pageable buffer: with the
-	// pinned pool leased out (concurrent groups), a lane of pageable
-	// memory maps, faults and copies slower than it helps; its units go
-	// to the lanes that have chunks (16 clients into cuda:0 ran no faster
-	// than 4, docs/performance.md).
-	cs, err := e.getChunks(p, depth, first)
-	if err == nil && len(cs) == 0 {
-		q.Release()
-		return nil
-	}
-	if err != nil {
-		q.Release()
-		return err
-	}
-	l := &lane{e: e, x: x, q: q, streams: map[int]Stream{}, clean: true}
-	for _, c := range cs {
-		l.slots = append(l.slots, slot{c: c, k: -1})
-	}
-	l.run()
-	if !l.clean {
-		q.Abandon()
-		return nil
-	}
-	q.Release()
-	e.putChunks(p, cs)
-	for dev, s := range l.streams {
-		e.putStream(dev, s)
-	}
-	return nil
+// laneCount is how many lanes run.
+func (s *stagedExec) laneCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.lanes)
 }
 
-func (l *lane) run() {
-	g := l.x.g
-	grace := l.e.cfg.QuiesceGrace.D()
-	more := true
-	cut := g.deadline.Add(grace)
+// take hands out the next unit in the fair order, or (nil, -1).
+func (s *stagedExec) take() (*offRing, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.q.take()
+}
+
+// hasWork reports whether some job is queued.
+func (s *stagedExec) hasWork() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.q.empty()
+}
+
+// close stops the lanes. Every batch has drained, so no lane has a unit
+// in flight; a lane with dead slots keeps their chunks and its ring.
+func (s *stagedExec) close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	close(s.done)
+	jobs := s.q.drain()
+	s.mu.Unlock()
+	for _, x := range jobs {
+		x.failRest(errorf(KindUnavailable, x.g.op.String(), x.g.b.name(), "the engine is closing"))
+	}
+	s.wg.Wait()
+}
+
+// loop runs the lane until the executor closes.
+func (l *lane) loop() {
+	defer l.s.wg.Done()
+	grace := l.s.e.cfg.QuiesceGrace.D()
 	for {
 		l.retireCopies(time.Time{})
-		if more && !l.poisoned {
-			more = l.fill()
-		}
-		l.submit()
-		if l.inIO == 0 && l.inCopy == 0 && (!more || l.poisoned || !l.alive()) {
-			return // units left over go to other lanes, or runStaged fails them
-		}
-		if l.inIO == 0 {
-			if !l.retireCopies(cut) {
-				l.cutoff(grace)
+		if l.q == nil && l.s.hasWork() && !l.acquireRing() && l.inCopy == 0 {
+			// No ring free now: retry shortly (batch workers give theirs
+			// back between groups), unless the executor closes.
+			if !l.pause(2 * time.Millisecond) {
+				l.stop()
 				return
 			}
 			continue
 		}
-		left := time.Until(cut)
-		if left <= 0 {
-			l.cutoff(grace)
-			return
+		if l.q != nil && !l.poisoned {
+			l.fill()
 		}
-		wait := min(left, maxReapWait)
-		if l.inCopy > 0 {
+		l.submit()
+		if l.poisoned && l.inIO == 0 {
+			// Whatever the kernel took has completed: retire the ring
+			// (its SQ may still hold SQEs of dead slots) and go on with a
+			// fresh one.
+			l.q.Abandon()
+			l.q, l.poisoned, l.keepRing = nil, false, false
+			l.s.setRing(-1)
+		}
+		if l.inIO == 0 && l.inCopy == 0 {
+			l.idle()
+			if !l.pause(0) {
+				l.stop()
+				return
+			}
+			continue
+		}
+		cut, ok := l.earliestCut(grace)
+		now := time.Now()
+		if ok && !now.Before(cut) {
+			l.cutoff(now, grace)
+			continue
+		}
+		if l.inIO == 0 {
+			// Only copies: wait a little for the oldest, never past its cut.
+			soon := now.Add(200 * time.Microsecond)
+			if cut.Before(soon) {
+				soon = cut
+			}
+			l.retireCopies(soon)
+			continue
+		}
+		wait := min(cut.Sub(now), maxReapWait)
+		switch {
+		case l.inCopy > 0:
 			wait = min(wait, 100*time.Microsecond)
+		case l.hasFreeSlot():
+			// A unit queued meanwhile waits for this lane's next look
+			// at the queue: bound it (the ring cannot be woken).
+			wait = min(wait, time.Millisecond)
 		}
 		if _, err := l.q.Reap(wait, l.complete); err != nil {
-			l.e.log.Warn("staged reap failed", "batch", g.b.id, "err", err)
+			l.s.e.log.Warn("staged reap failed", "err", err)
 		}
 	}
 }
 
-// alive reports whether some slot can still take a unit.
-func (l *lane) alive() bool {
+// pause waits for new work (or, with d > 0, at most d); false when the
+// executor closed.
+func (l *lane) pause(d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-l.wake:
+		return true
+	case <-timeout:
+		return true
+	case <-l.s.done:
+		return false
+	}
+}
+
+// acquireRing takes a ring for the lane's work. It waits for one only
+// when no lane has a ring (someone must run the queue); otherwise it
+// takes a free one or none. When no ring can be had at all, the queued
+// units fail.
+func (l *lane) acquireRing() bool {
+	s := l.s
+	f := s.e.file
+	if f == nil {
+		s.failQueued(errorf(KindUnavailable, "staging", "lanes", "no io_uring transport in this build"))
+		return false
+	}
+	q, err := f.TryAcquire()
+	if q == nil && err == nil {
+		s.mu.Lock()
+		wait := s.rings == 0
+		s.mu.Unlock()
+		if !wait {
+			return false
+		}
+		q, err = f.Acquire()
+	}
+	if err != nil {
+		s.mu.Lock()
+		alone := s.rings == 0
+		s.mu.Unlock()
+		if alone {
+			s.failQueued(wrap(KindExhausted, "staging", "lanes", err))
+		}
+		return false
+	}
+	l.q = q
+	s.setRing(1)
+	return true
+}
+
+func (s *stagedExec) setRing(d int) {
+	s.mu.Lock()
+	s.rings += d
+	s.mu.Unlock()
+}
+
+// failQueued fails every unit ready in the queue with err.
+func (s *stagedExec) failQueued(err error) {
+	for x, k := s.take(); k >= 0; x, k = s.take() {
+		x.resolve(k, 0, err)
+	}
+}
+
+// idle gives back what the lane holds only for work: its ring (unless a
+// dead slot may still complete on it) and any pageable fallback.
+func (l *lane) idle() {
+	if l.q != nil && !l.keepRing {
+		l.q.Release()
+		l.q = nil
+		l.s.setRing(-1)
+	}
+	l.dropFallbacks()
+}
+
+// dropFallbacks returns free pageable fallback buffers. Fallback slots
+// are added after every pool slot died, so they are the last ones; only
+// trailing slots go, so a dead slot's token (its index) never moves.
+func (l *lane) dropFallbacks() {
+	for n := len(l.slots); n > 0; n-- {
+		sl := &l.slots[n-1]
+		if sl.c.idx >= 0 || sl.state != slotFree {
+			return
+		}
+		l.s.e.putChunks(l.p, []*chunk{sl.c})
+		l.slots = l.slots[:n-1]
+	}
+}
+
+// stop ends the lane at engine close: chunks of live slots and streams go
+// back unless something may still touch them.
+func (l *lane) stop() {
+	if l.q != nil {
+		if l.keepRing || l.poisoned || l.inIO > 0 {
+			l.q.Abandon()
+		} else {
+			l.q.Release()
+		}
+		l.q = nil
+	}
 	for i := range l.slots {
-		if l.slots[i].state != slotDead {
+		if sl := &l.slots[i]; sl.state == slotFree {
+			l.s.e.putChunks(l.p, []*chunk{sl.c})
+		}
+	}
+	if !l.keepStreams {
+		for dev, st := range l.streams {
+			l.s.e.putStream(dev, st)
+		}
+	}
+}
+
+// earliestCut is the earliest deadline + grace among busy slots.
+func (l *lane) earliestCut(grace time.Duration) (time.Time, bool) {
+	var cut time.Time
+	ok := false
+	for i := range l.slots {
+		sl := &l.slots[i]
+		if sl.state != slotIO && sl.state != slotCopy {
+			continue
+		}
+		if c := sl.cut(grace); !ok || c.Before(cut) {
+			cut, ok = c, true
+		}
+	}
+	return cut, ok
+}
+
+// hasFreeSlot reports whether some slot could take a unit now.
+func (l *lane) hasFreeSlot() bool {
+	for i := range l.slots {
+		if l.slots[i].state == slotFree {
 			return true
 		}
 	}
 	return false
 }
 
-// fill gives free slots new units; false when no unit is left.
-func (l *lane) fill() bool {
-	g := l.x.g
+// liveSlot reports whether some slot can still take a unit, and keeps
+// the executor's count of such lanes.
+func (l *lane) liveSlot() bool {
+	alive := false
 	for i := range l.slots {
-		s := &l.slots[i]
-		if s.state != slotFree {
-			continue
-		}
-		for {
-			k := l.x.take()
-			if k < 0 {
-				return false
-			}
-			u := &l.x.units[k]
-			if time.Now().After(g.deadline) {
-				l.x.resolve(k, 0, unitErr(g, u, KindTimeout, errors.New("deadline passed before these bytes started")))
-				continue
-			}
-			if err := l.x.waitProducer(k); err != nil {
-				l.x.resolve(k, 0, err)
-				continue
-			}
-			if g.op == OpWrite {
-				dead, err := l.stageOut(s.c, u)
-				if err != nil {
-					l.x.resolve(k, 0, err)
-					if dead {
-						s.state = slotDead
-						break
-					}
-					continue
-				}
-			}
-			op := FileOp{Write: g.op == OpWrite, File: l.fileFor(s.c, u), Offset: u.off,
-				Iov: []IOVec{{Base: s.c.addr(), Len: u.n}}, Buf: s.c.fixed, Token: uint64(i),
-				Offload: g.ent != nil && g.ent.blocking} // storewait.go
-			if err := l.q.Prepare(&op); err != nil {
-				l.x.resolve(k, 0, unitErr(g, u, KindIO, err))
-				return true
-			}
-			s.k, s.state = k, slotIO
-			l.inIO++
-			l.pending = append(l.pending, i)
+		if l.slots[i].state != slotDead {
+			alive = true
 			break
 		}
 	}
+	if alive != l.live {
+		l.live = alive
+		l.s.mu.Lock()
+		if alive {
+			l.s.live++
+		} else {
+			l.s.live--
+		}
+		l.s.mu.Unlock()
+	}
+	return alive
+}
+
+// fill gives free slots new units from the queue.
+func (l *lane) fill() {
+	if !l.liveSlot() && !l.fallback() {
+		return
+	}
+	for i := range l.slots {
+		sl := &l.slots[i]
+		for sl.state == slotFree && l.q.Space() > 0 {
+			x, k := l.s.take()
+			if k < 0 {
+				return
+			}
+			l.start(i, x, k)
+		}
+	}
+}
+
+// fallback gives a lane with no live slot one pageable buffer for the
+// next unit, only while no other lane has a live slot (they take the
+// queue otherwise). A refused charge fails that unit before any I/O (no
+// chunk, no room under max_inflight_bytes). It reports whether the lane
+// now has a free slot.
+func (l *lane) fallback() bool {
+	s := l.s
+	s.mu.Lock()
+	others := s.live
+	s.mu.Unlock()
+	if others > 0 || !s.hasWork() {
+		return false
+	}
+	x, k := s.take()
+	if k < 0 {
+		return false
+	}
+	cs, err := s.e.getChunks(l.p, 1, true)
+	if err != nil {
+		x.resolve(k, 0, err)
+		return false
+	}
+	for _, c := range cs {
+		l.slots = append(l.slots, slot{c: c, k: -1})
+	}
+	l.liveSlot()
+	l.start(len(l.slots)-1, x, k)
 	return true
 }
 
+// start stages unit k of job x in slot i and prepares its SQE.
+func (l *lane) start(i int, x *offRing, k int) {
+	sl := &l.slots[i]
+	g := x.g
+	u := &x.units[k]
+	if err := x.startable(k); err != nil {
+		x.resolve(k, 0, err)
+		return
+	}
+	l.p.leased()
+	if g.op == OpWrite {
+		dead, err := l.stageOut(sl.c, x, u)
+		if err != nil {
+			if dead {
+				sl.state = slotDead
+			} else {
+				l.p.returned()
+			}
+			x.resolve(k, 0, err)
+			return
+		}
+	}
+	op := FileOp{Write: g.op == OpWrite, File: fileFor(g.ent, sl.c, u), Offset: u.off,
+		Iov: []IOVec{{Base: sl.c.addr(), Len: u.n}}, Buf: sl.c.fixed, Token: uint64(i),
+		Offload: g.ent != nil && g.ent.blocking} // storewait.go
+	if err := l.q.Prepare(&op); err != nil {
+		l.p.returned()
+		x.resolve(k, 0, unitErr(g, u, KindIO, err))
+		return
+	}
+	sl.x, sl.k, sl.state = x, k, slotIO
+	l.inIO++
+	l.pending = append(l.pending, i)
+}
+
 // fileFor picks the O_DIRECT fd when the unit satisfies its alignment.
-func (l *lane) fileFor(c *chunk, u *unit) FileRef {
-	ent := l.x.g.ent
+func fileFor(ent *segEntry, c *chunk, u *unit) FileRef {
 	if ent.direct.FD >= 0 && u.off%ent.dioOff == 0 && u.n%ent.dioOff == 0 && c.addr()%ent.dioMem == 0 {
 		return ent.direct
 	}
 	return ent.buffered
+}
+
+// free returns slot sl to the free state after its unit resolved.
+func (l *lane) free(sl *slot) {
+	sl.state, sl.x, sl.k = slotFree, nil, -1
+	l.p.returned()
+}
+
+// kill marks slot sl dead: its chunk stays out for good.
+func (l *lane) kill(sl *slot) {
+	sl.state, sl.x, sl.k = slotDead, nil, -1
 }
 
 // submit hands prepared SQEs to the kernel. A persistent failure
@@ -282,9 +612,9 @@ func (l *lane) submit() {
 	for tries := 0; len(l.pending) > 0 && !l.poisoned; tries++ {
 		n, err := l.q.Submit()
 		n = min(n, len(l.pending))
-		if l.x.g.op == OpWrite {
-			for _, i := range l.pending[:n] {
-				l.x.markSubmitted(l.slots[i].k)
+		for _, i := range l.pending[:n] {
+			if sl := &l.slots[i]; sl.x.g.op == OpWrite {
+				sl.x.markSubmitted(sl.k)
 			}
 		}
 		l.pending = l.pending[:copy(l.pending, l.pending[n:])]
@@ -296,13 +626,12 @@ func (l *lane) submit() {
 			continue
 		}
 		l.poisoned = true
-		l.clean = false
 		for _, i := range l.pending {
-			s := &l.slots[i]
-			k := s.k
-			s.state, s.k = slotDead, -1
+			sl := &l.slots[i]
+			x, k := sl.x, sl.k
+			l.kill(sl)
 			l.inIO--
-			l.x.resolve(k, 0, unitErr(l.x.g, &l.x.units[k], KindIO, fmt.Errorf("not submitted: %w", err)))
+			x.resolve(k, 0, unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("not submitted: %w", err)))
 		}
 		l.pending = l.pending[:0]
 	}
@@ -310,28 +639,31 @@ func (l *lane) submit() {
 
 // complete applies one CQE.
 func (l *lane) complete(c Completion) {
-	g := l.x.g
-	s := &l.slots[c.Token]
-	k := s.k
-	u := &l.x.units[k]
+	sl := &l.slots[c.Token]
+	if sl.state != slotIO {
+		return // a dead slot's late completion: its unit already failed
+	}
+	x, k := sl.x, sl.k
+	g := x.g
+	u := &x.units[k]
 	l.inIO--
 	if c.Res < 0 {
-		s.state, s.k = slotFree, -1
-		l.x.resolve(k, 0, unitErr(g, u, KindIO, os.NewSyscallError(g.op.String(), unix.Errno(-c.Res))))
+		l.free(sl)
+		x.resolve(k, 0, unitErr(g, u, KindIO, os.NewSyscallError(g.op.String(), unix.Errno(-c.Res))))
 		return
 	}
 	got := uint64(c.Res)
 	var short error
 	if got < u.n {
-		got, short = l.retryRest(s.c, u, got)
+		got, short = retryRest(x, sl.c, u, got)
 	}
 	if g.op == OpWrite || got == 0 {
-		s.state, s.k = slotFree, -1
-		l.x.resolve(k, got, short)
+		l.free(sl)
+		x.resolve(k, got, short)
 		return
 	}
 	// READ: copy the returned prefix to its destinations.
-	s.got = got
+	sl.got = got
 	for _, p := range u.pieces {
 		if p.rel >= got {
 			continue
@@ -339,29 +671,29 @@ func (l *lane) complete(c Completion) {
 		n := min(p.n, got-p.rel)
 		switch p.kind {
 		case pieceHost:
-			copy(p.host[:n], s.c.b[p.rel:p.rel+n])
+			copy(p.host[:n], sl.c.b[p.rel:p.rel+n])
 		case pieceDevice:
 			st, err := l.stream(p.dev)
 			if err == nil {
-				err = st.HtoD(p.addr, uintptr(s.c.addr()+p.rel), n)
+				err = st.HtoD(p.addr, uintptr(sl.c.addr()+p.rel), n)
 			}
 			if err != nil {
-				l.abortCopies(s, unitErr(g, u, KindIO, err))
+				l.abortCopies(sl, unitErr(g, u, KindIO, err))
 				return
 			}
 		}
 	}
-	if err := l.record(s); err != nil {
-		l.abortCopies(s, unitErr(g, u, KindIO, err))
+	if err := l.record(sl); err != nil {
+		l.abortCopies(sl, unitErr(g, u, KindIO, err))
 		return
 	}
-	s.short = short
-	if len(s.evs) == 0 {
-		s.state, s.k = slotFree, -1
-		l.x.resolve(k, got, short)
+	sl.short = short
+	if len(sl.evs) == 0 {
+		l.free(sl)
+		x.resolve(k, got, short)
 		return
 	}
-	s.state = slotCopy
+	sl.state = slotCopy
 	l.inCopy++
 }
 
@@ -370,8 +702,8 @@ func (l *lane) complete(c Completion) {
 // the unit ends with its exact count and the real reason: end of file on
 // a read stays a short count (KindRange), an errno becomes its kind
 // (ENOSPC -> KindNoSpace).
-func (l *lane) retryRest(c *chunk, u *unit, got uint64) (uint64, error) {
-	g := l.x.g
+func retryRest(x *offRing, c *chunk, u *unit, got uint64) (uint64, error) {
+	g := x.g
 	fd := g.ent.buffered.FD
 	for got < u.n {
 		var n int
@@ -408,38 +740,38 @@ func (l *lane) retryRest(c *chunk, u *unit, got uint64) (uint64, error) {
 	return got, nil
 }
 
-// record puts an event behind the copies of slot s on every stream the
+// record puts an event behind the copies of slot sl on every stream the
 // lane used.
-func (l *lane) record(s *slot) error {
+func (l *lane) record(sl *slot) error {
 	for _, st := range l.streams {
 		ev, err := st.Record()
 		if err != nil {
 			return err
 		}
-		s.evs = append(s.evs, ev)
+		sl.evs = append(sl.evs, ev)
 	}
 	return nil
 }
 
 // abortCopies handles a copy that could not be enqueued or recorded:
 // wait (bounded) for what was enqueued; if that cannot be confirmed the
-// chunk's fate is unknown: the slot dies and the lane keeps everything.
-func (l *lane) abortCopies(s *slot, err error) {
-	state := slotFree
-	if !l.drainStreams() {
-		l.uncertain()
-		state = slotDead
+// chunk's fate is unknown: the slot dies and the job is undrained.
+func (l *lane) abortCopies(sl *slot, err error) {
+	x, k := sl.x, sl.k
+	ok := l.drainStreams(sl.cut(l.s.e.cfg.QuiesceGrace.D()))
+	l.closeEvents(sl)
+	if ok {
+		l.free(sl)
+	} else {
+		l.uncertain(x)
+		l.kill(sl)
 	}
-	l.closeEvents(s)
-	k := s.k
-	s.state, s.k = state, -1
-	l.x.resolve(k, 0, err)
+	x.resolve(k, 0, err)
 }
 
-// drainStreams waits, until deadline + quiesce_grace, for every copy the
-// lane enqueued; false when that cannot be confirmed.
-func (l *lane) drainStreams() bool {
-	cut := l.x.g.deadline.Add(l.e.cfg.QuiesceGrace.D())
+// drainStreams waits, until cut, for every copy the lane enqueued; false
+// when that cannot be confirmed.
+func (l *lane) drainStreams(cut time.Time) bool {
 	ok := true
 	for _, st := range l.streams {
 		ev, err := st.Record()
@@ -472,65 +804,63 @@ func waitEvent(ev Event, cut time.Time) (bool, error) {
 
 // retireCopies frees slots whose device copies completed. With a
 // nonzero cut it first waits (polling, never past cut) for the oldest
-// copy; it returns false when that copy did not complete by cut.
-func (l *lane) retireCopies(cut time.Time) bool {
-	ok := true
+// copy.
+func (l *lane) retireCopies(cut time.Time) {
 	for i := range l.slots {
-		s := &l.slots[i]
-		if s.state != slotCopy {
+		sl := &l.slots[i]
+		if sl.state != slotCopy {
 			continue
 		}
-		done := true
-		var err error
-		for _, ev := range s.evs {
-			var d bool
-			d, err = waitEvent(ev, cut)
-			if err != nil || !d {
-				done = false
-				break
-			}
-		}
+		done, err := l.copied(sl, cut)
+		cut = time.Time{} // waited once; only poll the rest
 		if err != nil {
 			// The copy's outcome is unknown: the destination may still
 			// change and the chunk may still be read by the GPU, so the
 			// slot never takes another unit.
-			l.uncertain()
-			k := s.k
-			s.state, s.k = slotDead, -1
+			x, k := sl.x, sl.k
+			l.uncertain(x)
+			l.kill(sl)
 			l.inCopy--
-			l.x.resolve(k, 0, unitErr(l.x.g, &l.x.units[k], KindIO, fmt.Errorf("device copy: %w", err)))
+			x.resolve(k, 0, unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("device copy: %w", err)))
 			continue
 		}
 		if !done {
-			if !cut.IsZero() {
-				ok = false
-			}
-			cut = time.Time{} // waited once; only poll the rest
 			continue
 		}
-		cut = time.Time{}
-		l.closeEvents(s)
-		k := s.k
-		s.state, s.k = slotFree, -1
+		l.closeEvents(sl)
+		x, k, got, short := sl.x, sl.k, sl.got, sl.short
+		l.free(sl)
 		l.inCopy--
-		l.x.resolve(k, s.got, s.short)
+		x.resolve(k, got, short)
 	}
-	return ok
 }
 
-func (l *lane) closeEvents(s *slot) {
-	for _, ev := range s.evs {
+// copied reports whether every event of slot sl completed, waiting until
+// cut at most.
+func (l *lane) copied(sl *slot, cut time.Time) (bool, error) {
+	for _, ev := range sl.evs {
+		d, err := waitEvent(ev, cut)
+		if err != nil || !d {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+func (l *lane) closeEvents(sl *slot) {
+	for _, ev := range sl.evs {
 		ev.Close()
 	}
-	s.evs = s.evs[:0]
+	sl.evs = sl.evs[:0]
 }
 
 // stageOut fills chunk c with unit u's bytes for a WRITE and confirms
 // the device copies before the SQE is written. A copy that cannot be
 // enqueued waits for the ones already enqueued into c; when even that
 // cannot be confirmed, c's fate is unknown (the caller's slot dies).
-func (l *lane) stageOut(c *chunk, u *unit) (dead bool, err error) {
-	g := l.x.g
+func (l *lane) stageOut(c *chunk, x *offRing, u *unit) (dead bool, err error) {
+	g := x.g
+	cut := g.deadline.Add(l.s.e.cfg.QuiesceGrace.D())
 	enqueued := false
 	for _, p := range u.pieces {
 		dst := c.b[p.rel : p.rel+p.n]
@@ -545,8 +875,8 @@ func (l *lane) stageOut(c *chunk, u *unit) (dead bool, err error) {
 				err = st.DtoH(uintptr(c.addr()+p.rel), p.addr, p.n)
 			}
 			if err != nil {
-				if enqueued && !l.drainStreams() {
-					l.uncertain()
+				if enqueued && !l.drainStreams(cut) {
+					l.uncertain(x)
 					return true, unitErr(g, u, KindIO, fmt.Errorf("device-to-host copy: %w (and earlier copies into the chunk could not be confirmed)", err))
 				}
 				return false, unitErr(g, u, KindIO, err)
@@ -554,36 +884,44 @@ func (l *lane) stageOut(c *chunk, u *unit) (dead bool, err error) {
 			enqueued = true
 		}
 	}
-	if enqueued && !l.drainStreams() {
-		l.uncertain()
+	if enqueued && !l.drainStreams(cut) {
+		l.uncertain(x)
 		return true, unitErr(g, u, KindIO, errors.New("device-to-host copy not confirmed by the deadline"))
 	}
 	return false, nil
 }
 
-// uncertain marks the lane and its job as unable to prove a drain.
-func (l *lane) uncertain() {
-	l.clean = false
-	l.x.mu.Lock()
-	l.x.undrained = true
-	l.x.mu.Unlock()
+// uncertain marks job x as unable to prove a drain, and the lane's
+// streams as not reusable by others.
+func (l *lane) uncertain(x *offRing) {
+	l.keepStreams = true
+	x.mu.Lock()
+	x.undrained = true
+	x.mu.Unlock()
 }
 
-// cutoff ends a lane whose CQEs are missing past deadline+grace: its
-// units fail unquiesced and it keeps ring, chunks and streams.
-func (l *lane) cutoff(grace time.Duration) {
-	l.uncertain()
-	g := l.x.g
+// cutoff fails the units of slots whose deadline + grace passed with no
+// CQE or no confirmed copy: they end unquiesced, their slots die, and the
+// ring is kept for good (the kernel may still complete into the chunk).
+func (l *lane) cutoff(now time.Time, grace time.Duration) {
 	for i := range l.slots {
-		s := &l.slots[i]
-		if s.state == slotFree || s.state == slotDead {
+		sl := &l.slots[i]
+		if (sl.state != slotIO && sl.state != slotCopy) || now.Before(sl.cut(grace)) {
 			continue
 		}
-		k := s.k
-		l.x.resolve(k, 0, unitErr(g, &l.x.units[k], KindUnquiesced, fmt.Errorf("no completion %s after the deadline; its memory, file and ring stay retained", grace)))
-	}
-	for k := l.x.take(); k >= 0; k = l.x.take() {
-		l.x.resolve(k, 0, unitErr(g, &l.x.units[k], KindTimeout, errors.New("deadline passed before these bytes started")))
+		if sl.state == slotCopy {
+			if done, err := l.copied(sl, time.Time{}); done && err == nil {
+				continue // retireCopies frees it
+			}
+			l.inCopy--
+		} else {
+			l.inIO--
+			l.keepRing = true
+		}
+		x, k := sl.x, sl.k
+		l.uncertain(x)
+		l.kill(sl)
+		x.resolve(k, 0, unitErr(x.g, &x.units[k], KindUnquiesced, fmt.Errorf("no completion %s after the deadline; its memory, file and ring stay retained", grace)))
 	}
 }
 
@@ -592,7 +930,7 @@ func (l *lane) stream(dev int) (Stream, error) {
 	if s, ok := l.streams[dev]; ok {
 		return s, nil
 	}
-	s, err := l.e.getStream(dev)
+	s, err := l.s.e.getStream(dev)
 	if err != nil {
 		return nil, err
 	}

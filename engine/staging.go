@@ -5,12 +5,16 @@
 //
 // Invariants:
 //   - The slab is allocated on the first staged transfer, never at New.
-//   - A chunk is out (leased) from get until put; a lane that cannot
-//     prove its I/O and copies drained never puts its chunks back, so
-//     memory the kernel or the GPU may still touch is never reused.
-//   - When no chunk is free, a lane falls back to one aligned pageable
-//     buffer charged against max_inflight_bytes; with that charge refused
-//     too, the job fails with ResourceExhausted before any I/O.
+//   - The staging lanes (staged.go) take every chunk when they start and
+//     hold them for the engine's life; at Engine.Close they put back the
+//     chunks of live slots. A dead slot's chunk (the kernel or the GPU
+//     may still touch it) is never put back, and the slab then stays.
+//   - in_use counts chunks serving a unit plus dead ones; leases counts
+//     units staged.
+//   - A lane whose chunks all died falls back to one aligned pageable
+//     buffer charged against max_inflight_bytes, returned when the lane
+//     goes idle; with that charge refused, the unit fails
+//     ResourceExhausted before any I/O.
 
 package engine
 
@@ -29,7 +33,8 @@ type stagingPool struct {
 	count int
 
 	mu        sync.Mutex
-	free      []int // chunk indices
+	free      []int // chunk indices not held by a lane
+	inUse     int   // chunks serving a unit, or retained (dead)
 	highWater int
 	hits      uint64
 	fallbacks uint64
@@ -51,9 +56,10 @@ type StagingStats struct {
 	ChunkSize     uint64 `json:"chunk_size"`
 	Chunks        int    `json:"chunks"`
 	Allocated     bool   `json:"allocated"`
-	InUse         int    `json:"in_use"`
+	Lanes         int    `json:"lanes"`  // staging lanes running
+	InUse         int    `json:"in_use"` // chunks serving a unit, or retained
 	HighWater     int    `json:"high_water"`
-	Leases        uint64 `json:"leases"`
+	Leases        uint64 `json:"leases"` // units staged
 	Fallbacks     uint64 `json:"pageable_fallbacks"`
 	PageableBytes uint64 `json:"pageable_bytes"`
 }
@@ -88,9 +94,9 @@ func (e *Engine) staging() (*stagingPool, error) {
 	return g.staging.Load(), g.stagingErr
 }
 
-// get leases up to want chunks without waiting. When the pool is empty
-// it returns one pageable fallback charged against max_inflight_bytes,
-// or, without fallback, nothing (nil, nil).
+// getChunks leases up to want chunks without waiting. When the pool is
+// empty it returns one pageable fallback charged against
+// max_inflight_bytes, or, without fallback, nothing (nil, nil).
 func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, error) {
 	p.mu.Lock()
 	var out []*chunk
@@ -99,10 +105,6 @@ func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, e
 		p.free = p.free[:len(p.free)-1]
 		lo := uint64(i) * p.size
 		out = append(out, &chunk{b: p.slab.Bytes()[lo : lo+p.size : lo+p.size], fixed: p.buf, idx: i})
-		p.hits++
-	}
-	if used := p.count - len(p.free); used > p.highWater {
-		p.highWater = used
 	}
 	p.mu.Unlock()
 	if len(out) > 0 || !fallback {
@@ -146,10 +148,26 @@ func (e *Engine) uncharge(n uint64) {
 	e.adm.bytesFreed()
 }
 
+// leased counts a chunk taking a unit; returned counts it free again.
+// A chunk whose slot died is never returned: it stays in use for good.
+func (p *stagingPool) leased() {
+	p.mu.Lock()
+	p.hits++
+	p.inUse++
+	p.highWater = max(p.highWater, p.inUse)
+	p.mu.Unlock()
+}
+
+func (p *stagingPool) returned() {
+	p.mu.Lock()
+	p.inUse--
+	p.mu.Unlock()
+}
+
 func (p *stagingPool) stats() StagingStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return StagingStats{ChunkSize: p.size, Chunks: p.count, Allocated: true, InUse: p.count - len(p.free),
+	return StagingStats{ChunkSize: p.size, Chunks: p.count, Allocated: true, InUse: p.inUse,
 		HighWater: p.highWater, Leases: p.hits, Fallbacks: p.fallbacks, PageableBytes: p.pageable}
 }
 

@@ -1,10 +1,11 @@
 // task.go owns a task's state: the public states, the per-task record,
-// and the transitions that end a task outside an executor's own
-// completion path (failing the rest of a group, failing an op the kernel
-// never took, cancelling, publishing an off-ring outcome), together with
-// the counters each of them moves. Executors produce outcomes: the ring's
-// CQEs in ringexec.go, the lanes in offring.go; failover.go may park a
-// failed attempt before its outcome is published.
+// and every transition (failing the rest of a group, failing an op the
+// kernel never took, cancelling, and ending a running task with an
+// executor's outcome, endTaskLocked), together with the counters each of
+// them moves. Executors only produce outcomes: the ring's CQEs and the
+// caller copy in ringexec.go, the off-ring lanes through offring.go;
+// failover.go may park a failed attempt before its outcome is final. The
+// ring's unquiesced cutoff (ringexec.go) ends a whole group at once.
 //
 // Invariants:
 //   - A task's state only moves forward: pending -> running ->
@@ -92,14 +93,8 @@ func (w *worker) failTokenLocked(tok uint64, err error) {
 	if t.state != TaskRunning {
 		return // already ended (the unquiesced cutoff)
 	}
-	t.state = TaskFailed
-	t.err = wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err))
-	b.e.st.tasksFailed.Add(1)
-	b.e.adm.ownerDone(t.g, int(tok)-t.g.first, 0)
-	t.g.outstanding--
-	if t.g.next == t.g.n && t.g.outstanding == 0 {
-		t.g.finishLocked(true)
-	}
+	b.endTaskLocked(t.g, int(tok)-t.g.first, outcome{
+		err: wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err)), drained: true})
 }
 
 // failRestLocked fails every pending task of g from request from on:
@@ -182,33 +177,48 @@ func bareText(err error, dropKind bool) string {
 	return e.Kind.String() + ": " + e.Err.Error()
 }
 
-// publishOffRingLocked makes task i's outcome final. REQUIRES: b.mu.
-func (b *Batch) publishOffRingLocked(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+// outcome is what an executor learned about one running task: the bytes
+// it moved (the consecutive prefix), why it stopped short (nil: all of
+// them), what a WRITE may have done to the target, and whether everything
+// the executor used for it is known idle (false: the group ends
+// unquiesced and keeps its resources).
+type outcome struct {
+	transferred uint64
+	err         error
+	effect      RemoteEffect
+	drained     bool
+}
+
+// endTaskLocked makes running task i of g final: every executor's outcome
+// ends here (ring CQEs, the caller copy, the off-ring lanes), and so do
+// the counters it moves, the task's window share, and the group's end
+// after its last task. REQUIRES: b.mu.
+func (b *Batch) endTaskLocked(g *group, i int, o outcome) {
 	e := b.e
 	t := &b.mu.tasks[g.first+i]
-	t.transferred = transferred
-	t.effect = effect
-	if err == nil {
+	t.transferred = o.transferred
+	t.effect = o.effect
+	if o.err == nil {
 		t.state = TaskCompleted
 		e.st.tasksCompleted.Add(1)
 	} else {
 		t.state = TaskFailed
-		t.err = err
+		t.err = o.err
 		e.st.tasksFailed.Add(1)
 	}
 	if g.op == OpRead {
-		e.st.bytesRead.Add(transferred)
+		e.st.bytesRead.Add(o.transferred)
 	} else {
-		e.st.bytesWritten.Add(transferred)
+		e.st.bytesWritten.Add(o.transferred)
 	}
-	if !drained {
+	if !o.drained {
 		g.offUndrained = true
 	} else {
-		e.adm.ownerDone(g, i, transferred) // window share, bandwidth
+		e.adm.ownerDone(g, i, o.transferred) // window share, bandwidth
 	}
 	g.outstanding--
-	if g.outstanding == 0 {
-		drained = !g.offUndrained
+	if g.outstanding == 0 && g.next == g.n {
+		drained := !g.offUndrained
 		if !drained {
 			e.st.unquiesced.Add(1)
 			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)

@@ -62,9 +62,10 @@ const (
 	// TransportMemory is the local memory transport of memory segments
 	// (memgroup.go); tasks report it, requests cannot ask for it.
 	TransportMemory
-	// TransportCopy: the submitting goroutine copied the bytes of a file
-	// that lives in memory (callercopy.go); tasks report it, requests
-	// cannot ask for it.
+	// TransportCopy: the bytes of a file that lives in memory were copied
+	// with pread/pwrite, by the submitting goroutine (callercopy.go) or by
+	// the host copy lanes (hostcopy.go); tasks report it, requests cannot
+	// ask for it.
 	TransportCopy
 )
 

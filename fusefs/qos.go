@@ -45,7 +45,7 @@ var _ fs.NodeOpener = (*resolveFile)(nil)
 
 func (n *resolveFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	h := &resolveHandle{base: -1}
-	h.w = n.f.svc.ResolveWriter(h.set)
+	h.w = n.f.svc.ResolveWriter(n.f.caller(ctx), h.set)
 	h.w.Restartable() // each document starts where the last answer's read left off
 	if flags&syscall.O_APPEND != 0 {
 		h.w.Append()

@@ -54,7 +54,10 @@ func newRoot(f *fsys) *dir {
 		{name: "version", ino: inoVersion, node: f.staticFile(svc.Version)},
 		{name: "stats", ino: inoStats, node: f.staticFile(svc.Stats)},
 		{name: "metrics", ino: inoMetrics, node: f.staticFile(svc.Metrics)},
-		{name: "error", ino: inoError, node: f.staticFile(svc.LastError)},
+		{name: "error", ino: inoError, node: func() fs.InodeEmbedder {
+			// Each caller reads its own view (control.Service.LastError).
+			return newReadFile(f, who{}, svc.Started(), func(ctx context.Context) ([]byte, error) { return svc.LastError(f.caller(ctx)), nil })
+		}},
 		{name: "memory", ino: inoMemory, dir: true, node: f.staticDir(memoryKids{f})},
 		{name: "segments", ino: inoSegments, dir: true, node: f.staticDir(segmentsKids{f})},
 		{name: "ctl", ino: inoCtl, dir: true, node: f.staticDir(ctl)},

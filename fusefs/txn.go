@@ -32,7 +32,7 @@ var _ fs.NodeOpener = (*txnFile)(nil)
 
 func (n *txnFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	if m := accessMode(flags); m != syscall.O_RDWR {
-		return nil, 0, errno(n.f.svc.RefuseTxnOpen(m == syscall.O_RDONLY))
+		return nil, 0, errno(n.f.svc.RefuseTxnOpen(n.f.caller(ctx), m == syscall.O_RDONLY))
 	}
 	t := n.f.svc.NewTxn(n.f.caller(ctx))
 	if flags&syscall.O_APPEND != 0 {

@@ -1,0 +1,342 @@
+package engine_test
+
+// execcontract_test.go: one table of behavioural checks run against every
+// executor, on real io_uring, real ext4 and tmpfs files and the fake GPU
+// and cuFile of fakegpu_test.go. Each check runs on a fresh engine:
+//   - bytes: a READ of two requests and a WRITE move the right bytes, the
+//     tasks report the executor's transport, each task is counted once and
+//     each group's hook runs once;
+//   - cancel before start: a group fenced behind a held one is cancelled;
+//     its executor never sees it and its memory is untouched;
+//   - deadline: a group whose deadline passes while it waits fails
+//     Timeout with nothing moved;
+//   - short I/O: a file cut while the READ waits gives a short READ:
+//     Range, with exactly the bytes up to the new end transferred;
+//   - uncertain: where the executor can lose track of an outcome (a
+//     device copy, a cuFile call that never returns), the group ends
+//     unquiesced and its memory stays loaned.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// execCase is one executor as a request reaches it.
+type execCase struct {
+	name      string
+	fs        string // "ext4" or "tmpfs"
+	n         int    // request bytes
+	device    bool   // local memory on the fake GPU
+	gds       bool   // the engine has the fake cuFile
+	transport engine.TransportKind
+	want      engine.TransportKind // what the tasks report
+	// queued: the worker dispatches the group to this executor. The
+	// caller copy runs inside Submit, so a group that waits (fenced)
+	// meets the ring instead, and the cancel and deadline checks do not
+	// reach it.
+	queued bool
+	// uncertain makes the next READ's outcome unknown and returns the
+	// READ's timeout; nil where the executor cannot lose track (a
+	// synchronous copy always returns; a real ring's lost CQE is covered
+	// by TestUnquiesced over the test ring backend).
+	uncertain func(f *execFixture) time.Duration
+}
+
+var execCases = []execCase{
+	{name: "ring", fs: "tmpfs", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
+	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
+	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
+	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true},
+	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true,
+		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
+	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true,
+		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
+	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true,
+		uncertain: func(f *execFixture) time.Duration {
+			f.cufile.hang = make(chan struct{})
+			f.t.Cleanup(func() { close(f.cufile.hang) })
+			return 100 * time.Millisecond
+		}},
+}
+
+// execFixture is a fresh engine with one file segment, local memory for
+// the case and a device region for the holding group of the fence checks.
+type execFixture struct {
+	t      *testing.T
+	c      execCase
+	e      *engine.Engine
+	gpu    *fakeGPU
+	cufile *fakeGDS
+	path   string
+	orig   []byte
+	seg    *engine.Segment
+	mem    *engine.Region
+	hold   *engine.Region
+}
+
+func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
+	f := &execFixture{t: t, c: c, gpu: newFakeGPU(1)}
+	if c.gds {
+		f.cufile = &fakeGDS{}
+	}
+	f.e = gpuEngine(t, f.gpu, f.cufile, func(cfg *config.Engine) {
+		cfg.QuiesceGrace = config.Duration(100 * time.Millisecond)
+		cfg.MaxTransferBytes = 64 << 20
+	})
+	f.path, f.orig = randomFile(t, dir, "f", c.n)
+	f.seg = openSeg(t, f.e, f.path, engine.PermReadWrite)
+	if c.device {
+		f.mem = deviceRegion(t, f.e, 0, uint64(c.n))
+	} else {
+		f.mem = register(t, f.e, uint64(c.n))
+	}
+	f.hold = deviceRegion(t, f.e, 0, 4096)
+	return f
+}
+
+// req is the case's request for n bytes of memory and file from off.
+func (f *execFixture) req(off, n uint64) engine.Request {
+	return engine.Request{Transport: f.c.transport, Address: f.mem.BaseAddress() + off, TargetOffset: off, Length: n}
+}
+
+// memBytes reads the case's memory.
+func (f *execFixture) memBytes() []byte {
+	b := make([]byte, f.c.n)
+	if _, err := f.mem.ReadAt(b, 0); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// sentinel fills the case's memory with a pattern and returns it.
+func (f *execFixture) sentinel() []byte {
+	b := bytes.Repeat([]byte{0x5A}, f.c.n)
+	if _, err := f.mem.WriteAt(b, 0); err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// run submits groups into one batch, each its own group, counts their
+// hooks, seals and waits.
+func (f *execFixture) run(op engine.Op, groups ...[]engine.Request) (*engine.Batch, []int64) {
+	t := f.t
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+	}
+	b, err := f.e.AllocateBatch(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	hooks := make([]atomic.Int64, len(groups))
+	b.OnGroupDone(func(r engine.Report) {
+		for i, g := range groups {
+			_ = g
+			if r.Tasks.First == groupFirst(groups, i) {
+				hooks[i].Add(1)
+			}
+		}
+	})
+	for _, g := range groups {
+		if _, err := b.Submit(op, f.seg, g, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Seal()
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every group's hook", func() bool {
+		for i := range hooks {
+			if hooks[i].Load() == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(20 * time.Millisecond) // room for a second report
+	out := make([]int64, len(hooks))
+	for i := range hooks {
+		out[i] = hooks[i].Load()
+	}
+	return b, out
+}
+
+func groupFirst(groups [][]engine.Request, i int) int {
+	first := 0
+	for _, g := range groups[:i] {
+		first += len(g)
+	}
+	return first
+}
+
+// fenced submits, in one batch, a device WRITE of the file's first page
+// held by its producer event, then the case's READ of the whole file in
+// two requests (tasks 1 and 2, fenced behind the WRITE) with timeout; act
+// runs while the READ waits, then the WRITE is released. It returns the
+// READ's two tasks.
+func (f *execFixture) fenced(timeout time.Duration, act func(b *engine.Batch)) [2]engine.TaskStatus {
+	t := f.t
+	ev := &producerEvent{done: make(chan struct{})}
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(ev.done)
+		}
+	}
+	defer release()
+	b, err := f.e.AllocateBatch(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	if _, err := b.Submit(engine.OpWrite, f.seg, []engine.Request{{Address: f.hold.BaseAddress(), Length: 4096, Producer: ev}}, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	half := uint64(f.c.n / 2)
+	if _, err := b.Submit(engine.OpRead, f.seg, []engine.Request{f.req(0, half), f.req(half, uint64(f.c.n)-half)}, nil, timeout); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the holding WRITE to run", func() bool { ts, _ := b.TaskStatus(0); return ts.State == engine.TaskRunning })
+	if ts, _ := b.TaskStatus(1); ts.State != engine.TaskPending {
+		t.Fatalf("the fenced READ is %v before the WRITE ended, want pending", ts.State)
+	}
+	act(b)
+	release()
+	b.Seal()
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	var ts [2]engine.TaskStatus
+	ts[0], _ = b.TaskStatus(1)
+	ts[1], _ = b.TaskStatus(2)
+	return ts
+}
+
+func TestExecutorContract(t *testing.T) {
+	fss := filesystems(t)
+	for _, c := range execCases {
+		t.Run(c.name, func(t *testing.T) {
+			dir, ok := fss[c.fs]
+			if !ok {
+				t.Skipf("no %s here", c.fs)
+			}
+			t.Run("bytes", func(t *testing.T) {
+				f := newExecFixture(t, c, dir)
+				before := f.e.Stats()
+				half := uint64(c.n / 2)
+				b, hooks := f.run(engine.OpRead, []engine.Request{f.req(0, half), f.req(half, uint64(c.n)-half)})
+				if !bytes.Equal(f.memBytes(), f.orig) {
+					t.Fatal("READ: memory differs from the file")
+				}
+				for i := range 2 {
+					ts, _ := b.TaskStatus(i)
+					if ts.State != engine.TaskCompleted || ts.Transport != c.want {
+						t.Fatalf("task %d: %v over %v (%v), want completed over %v", i, ts.State, ts.Transport, ts.Err, c.want)
+					}
+				}
+				out := make([]byte, c.n)
+				rand.Read(out)
+				if _, err := f.mem.WriteAt(out, 0); err != nil {
+					t.Fatal(err)
+				}
+				_, hooks2 := f.run(engine.OpWrite, []engine.Request{f.req(0, uint64(c.n))})
+				if back, _ := os.ReadFile(f.path); !bytes.Equal(back, out) {
+					t.Fatal("WRITE: the file differs from memory")
+				}
+				after := f.e.Stats()
+				if hooks[0] != 1 || hooks2[0] != 1 || after.TasksCompleted-before.TasksCompleted != 3 {
+					t.Fatalf("hooks %v %v, tasks completed %d: want each group and task reported once (3 tasks)", hooks, hooks2, after.TasksCompleted-before.TasksCompleted)
+				}
+			})
+			t.Run("cancel before start", func(t *testing.T) {
+				if !c.queued {
+					t.Skip("the caller copy starts inside Submit: a fenced group meets the ring")
+				}
+				f := newExecFixture(t, c, dir)
+				want := f.sentinel()
+				half := c.n / 2
+				ts := f.fenced(ioTimeout, func(b *engine.Batch) {
+					if err := b.Cancel(2); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if ts[0].State != engine.TaskCompleted || ts[1].State != engine.TaskCancelled || ts[1].Transferred != 0 {
+					t.Fatalf("READ tasks: %v (%v) and, cancelled, %v with %d bytes", ts[0].State, ts[0].Err, ts[1].State, ts[1].Transferred)
+				}
+				time.Sleep(20 * time.Millisecond)
+				file, _ := os.ReadFile(f.path) // the holding WRITE changed its first page
+				copy(want, file[:half])
+				if !bytes.Equal(f.memBytes(), want) {
+					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
+				}
+			})
+			t.Run("deadline", func(t *testing.T) {
+				if !c.queued {
+					t.Skip("the caller copy starts inside Submit: a fenced group meets the ring")
+				}
+				f := newExecFixture(t, c, dir)
+				want := f.sentinel()
+				ts := f.fenced(50*time.Millisecond, func(*engine.Batch) { time.Sleep(150 * time.Millisecond) })
+				for _, ts := range ts {
+					if ts.State != engine.TaskFailed || engine.KindOf(ts.Err) != engine.KindTimeout || ts.Transferred != 0 {
+						t.Fatalf("late READ: %v %v, %d bytes; want failed Timeout, nothing moved", ts.State, ts.Err, ts.Transferred)
+					}
+				}
+				if !bytes.Equal(f.memBytes(), want) {
+					t.Fatal("a READ past its deadline changed its memory")
+				}
+			})
+			t.Run("short I/O", func(t *testing.T) {
+				if !c.queued {
+					t.Skip("the caller copy starts inside Submit, right after the size check")
+				}
+				f := newExecFixture(t, c, dir)
+				f.sentinel()
+				cut := c.n/2 + 100
+				ts := f.fenced(ioTimeout, func(*engine.Batch) {
+					if err := os.Truncate(f.path, int64(cut)); err != nil {
+						t.Fatal(err)
+					}
+				})
+				if ts[0].State != engine.TaskCompleted || ts[0].Transferred != uint64(c.n/2) {
+					t.Fatalf("READ before the new end: %v %v, %d bytes", ts[0].State, ts[0].Err, ts[0].Transferred)
+				}
+				if ts[1].State != engine.TaskFailed || engine.KindOf(ts[1].Err) != engine.KindRange || ts[1].Transferred != uint64(cut-c.n/2) {
+					t.Fatalf("READ past the new end: %v %v, %d bytes; want failed Range, %d bytes", ts[1].State, ts[1].Err, ts[1].Transferred, cut-c.n/2)
+				}
+				file, _ := os.ReadFile(f.path) // the holding WRITE changed its first page
+				if got := f.memBytes(); len(file) != cut || !bytes.Equal(got[:cut], file) {
+					t.Fatal("the bytes before the new end differ from the file")
+				}
+			})
+			t.Run("uncertain", func(t *testing.T) {
+				if c.uncertain == nil {
+					t.Skip("this executor always learns each unit's outcome")
+				}
+				f := newExecFixture(t, c, dir)
+				timeout := c.uncertain(f)
+				rep, err := f.e.SubmitAndWait(engine.OpRead, f.seg, []engine.Request{f.req(0, uint64(c.n))}, timeout)
+				if err == nil || rep.LocallyDrained {
+					t.Fatalf("err %v, report %+v: want a failure that is not locally drained", err, rep)
+				}
+				wantKind(t, rep.Err, engine.KindUnquiesced)
+				wantKind(t, f.e.Unregister(f.mem), engine.KindBusy)
+				if st := f.e.Stats(); st.UnquiescedGroups != 1 {
+					t.Fatalf("unquiesced groups %d", st.UnquiescedGroups)
+				}
+				wantKind(t, f.e.Close(ioTimeout), engine.KindUnquiesced)
+			})
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package engine_test
+
+// hostcopy_test.go: which requests the host copy lanes take, and that a
+// large one is cut into units across them.
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// TestHostCopyRoutes: a single-range host request larger than one 4 MiB
+// unit on an in-memory file goes to the host copy lanes, cut into units
+// (one 256 MiB buffered READ was one SQE copied by one thread); smaller
+// ones, disk files, an explicit io_uring and the runtime queue keep the
+// ring; a small vector in the same group rides along.
+func TestHostCopyRoutes(t *testing.T) {
+	needIOUring(t)
+	fss := filesystems(t)
+	shm, ok := fss["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	const big = 12 << 20 // three units
+	cases := []struct {
+		name  string
+		dir   string
+		rq    bool // runtime queue enabled
+		reqs  func(base uint64) []engine.Request
+		want  engine.TransportKind
+		units uint64
+	}{
+		{"tmpfs 12 MiB", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportCopy, 3},
+		{"tmpfs one unit keeps the ring", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportIOUring, 0},
+		{"tmpfs explicit io_uring", shm, false, func(base uint64) []engine.Request {
+			return []engine.Request{{Transport: engine.TransportIOUring, Address: base, Length: big}}
+		}, engine.TransportIOUring, 0},
+		{"tmpfs with the runtime queue", shm, true, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportIOUring, 0},
+		{"tmpfs with a padded vector", shm, false, func(base uint64) []engine.Request {
+			return []engine.Request{{Address: base, Length: big - 8192},
+				engine.Vector(engine.TransportUnspec, big-8192, engine.Range(base+big-8192, 4096), engine.Pad(100), engine.Range(base+big-4096+100, 4096-100))}
+		}, engine.TransportCopy, 3 + 3},
+	}
+	if ext4, ok := fss["ext4"]; ok {
+		cases = append(cases, struct {
+			name  string
+			dir   string
+			rq    bool
+			reqs  func(base uint64) []engine.Request
+			want  engine.TransportKind
+			units uint64
+		}{"ext4 12 MiB", ext4, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportIOUring, 0})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngine(t, func(cfg *config.Engine) {
+				cfg.MaxTransferBytes = 64 << 20
+				cfg.RuntimeQueue.Enabled = c.rq
+			})
+			path, orig := randomFile(t, c.dir, "f", big)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			r := register(t, e, big)
+			reqs := c.reqs(r.BaseAddress())
+			want := make([]byte, big) // memory starts zeroed
+			moveBytes(reqs, r.BaseAddress(), want, orig, engine.OpRead)
+			before := e.Stats().HostCopyUnits
+			b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+				ts, _ := b.TaskStatus(0)
+				t.Fatalf("READ: %v %v %v", st, err, ts.Err)
+			}
+			for _, ts := range b.TaskStatuses() {
+				if ts.Transport != c.want {
+					t.Fatalf("task %d over %v, want %v", ts.Index, ts.Transport, c.want)
+				}
+			}
+			b.Free()
+			if got := regionBytes(t, r); !bytes.Equal(got, want) {
+				t.Fatal("READ: memory differs from the file")
+			}
+			if n := e.Stats().HostCopyUnits - before; n != c.units {
+				t.Fatalf("%d host copy units, want %d", n, c.units)
+			}
+			// And back: WRITE the memory over a zeroed file.
+			if err := os.WriteFile(path, make([]byte, big), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.SubmitAndWait(engine.OpWrite, seg, reqs, ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			file := make([]byte, big)
+			moveBytes(reqs, r.BaseAddress(), regionBytes(t, r), file, engine.OpWrite)
+			if back, _ := os.ReadFile(path); !bytes.Equal(back, file) {
+				t.Fatal("WRITE: the file differs from memory")
+			}
+		})
+	}
+}
+
+// moveBytes applies reqs (memory at base) between mem and file as the
+// engine should: a READ fills ranges from the file and skips padding, a
+// WRITE writes ranges and zeros for padding.
+func moveBytes(reqs []engine.Request, base uint64, mem, file []byte, op engine.Op) {
+	for _, r := range reqs {
+		els := r.Elements
+		if len(els) == 0 {
+			els = []engine.Element{engine.Range(r.Address, r.Length)}
+		}
+		at := r.TargetOffset
+		for _, el := range els {
+			switch {
+			case el.Padding != 0 && op == engine.OpWrite:
+				clear(file[at : at+el.Padding])
+			case el.Padding != 0:
+			case op == engine.OpWrite:
+				copy(file[at:at+el.Length], mem[el.Address-base:])
+			default:
+				copy(mem[el.Address-base:el.Address-base+el.Length], file[at:])
+			}
+			at += el.Length + el.Padding
+		}
+	}
+}
