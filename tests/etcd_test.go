@@ -17,13 +17,17 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// startEtcd starts the server; t.Cleanup stops it (and shows its log
-// when the test failed).
-func startEtcd(t *testing.T) (endpoint string) {
+// startEtcd starts the server on loopback; t.Cleanup stops it (and
+// shows its log when the test failed).
+func startEtcd(t *testing.T) (endpoint string) { return startEtcdOn(t, "127.0.0.1") }
+
+// startEtcdOn starts it on ip (loopback, or an address of a veth the
+// test made).
+func startEtcdOn(t *testing.T, ip string) (endpoint string) {
 	t.Helper()
 	dir := t.TempDir()
 	logf := filepath.Join(t.TempDir(), "etcd.log")
-	client := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	client := url.URL{Scheme: "http", Host: ip + ":0"}
 	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
@@ -53,8 +57,8 @@ func startEtcd(t *testing.T) (endpoint string) {
 		t.Fatal("etcd not ready after 30s")
 	}
 	host := e.Clients[0].Addr().String()
-	if !strings.HasPrefix(host, "127.0.0.1:") {
-		t.Fatalf("etcd listens on %s, not loopback", host)
+	if !strings.HasPrefix(host, ip+":") {
+		t.Fatalf("etcd listens on %s, not %s", host, ip)
 	}
 	return "http://" + host
 }
