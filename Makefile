@@ -46,7 +46,7 @@ fuzz:
 	$(GO) test $(LDFLAGS) -run '^$$' -fuzz FuzzParseSubmission -fuzztime 150000x ./control/
 	$(GO) test $(LDFLAGS) -run '^$$' -fuzz FuzzJSONScanner -fuzztime 30000x ./control/
 
-# bench-smoke runs each bench command for 200 ms (scripts/bench-smoke.sh:
+# bench-smoke runs each bench command briefly (200 ms; load: 3 MiB) (scripts/bench-smoke.sh:
 # JSON checked with jq in a temporary directory, one line per command).
 bench-smoke: build
 	bash scripts/bench-smoke.sh

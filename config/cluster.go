@@ -59,10 +59,10 @@ func (c Cluster) AdvertiseAddr(bound string) string {
 	return bound
 }
 
+// validate checks every key, used or not: a bad value is refused even
+// while etcd_endpoints is empty, so turning the cluster on never reveals
+// an old mistake.
 func (c *Cluster) validate(p *problems) {
-	if !c.Enabled() {
-		return
-	}
 	for _, e := range c.EtcdEndpoints {
 		u, err := url.Parse(e)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {

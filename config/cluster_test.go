@@ -40,9 +40,12 @@ func TestClusterValidation(t *testing.T) {
 			t.Errorf("%s: %v, want %q", tc.toml, err, tc.want)
 		}
 	}
-	// Off: nothing of [cluster] is checked against [peer].
+	// Off: nothing of [cluster] is checked against [peer]; its values still are.
 	if _, err := Parse("[cluster]\nprefix = \"/x/\"\n"); err != nil {
 		t.Fatalf("cluster off: %v", err)
+	}
+	if _, err := Parse("[cluster]\nlease_ttl = \"0s\"\n"); err == nil || !strings.Contains(err.Error(), "cluster.lease_ttl (0s)") {
+		t.Fatalf("a bad lease_ttl with the cluster off: %v", err)
 	}
 	for _, tc := range []struct{ toml, want string }{
 		{on, `cluster.etcd_endpoints is set but peer.listen is empty`},

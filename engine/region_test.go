@@ -43,20 +43,23 @@ func TestRegisterMemory(t *testing.T) {
 // TestSharedFileRegion: a /dev/shm file mapped MAP_SHARED shares its bytes
 // with another process, in both directions, and transfers use it.
 func TestSharedFileRegion(t *testing.T) {
-	shm := "/dev/shm/orbitefs-test-shared"
+	// A directory of its own in /dev/shm: parallel runs never share names.
+	dir, err := os.MkdirTemp("/dev/shm", "orbitefs-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	shm := dir + "/shared"
 	os.WriteFile(shm, make([]byte, 8192), 0o600)
-	t.Cleanup(func() { os.Remove(shm) })
 	srcDir := t.TempDir()
 	e := newEngine(t, func(c *config.Engine) { c.AllowedRoots = []string{"/dev/shm", srcDir} }, &refTransport{})
-	_, err := e.RegisterSharedFile("/dev/shm/orbitefs-missing", 4096)
+	_, err = e.RegisterSharedFile(dir+"/missing", 4096)
 	wantKind(t, err, engine.KindNotFound)
 	// A directory symlink under an allowed root must not lead out of it.
 	victim := t.TempDir()
 	os.WriteFile(victim+"/f", make([]byte, 4096), 0o600)
-	link := "/dev/shm/orbitefs-test-link"
-	os.Remove(link)
+	link := dir + "/link"
 	os.Symlink(victim, link)
-	t.Cleanup(func() { os.Remove(link) })
 	_, err = e.RegisterSharedFile(link+"/f", 4096)
 	wantKind(t, err, engine.KindPermission)
 	_, err = e.RegisterSharedFile(shm, 16384)

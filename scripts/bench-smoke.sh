@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench-smoke.sh: one 200 ms run of each bench command, so that they keep
+# bench-smoke.sh: one short run (200 ms; bench load: two passes of a
+# 3 MiB file cut in three submissions) of each bench command, so that they keep
 # working (speed is not checked). Each run's JSON goes to a fresh
 # temporary directory, is checked with jq and removed with it; the
 # script prints one line per command. bench ctl mounts FUSE, so it runs
@@ -33,6 +34,9 @@ run() {
 
 run file '.ops > 0 and .bytes == .ops * 4096' '"\(.ops) random 4 KiB reads"' \
 	file --file "$d/file.bin" --create --size 8MiB --op read --pattern rand --bs 4KiB --qd 8 --runtime 200ms
+head -c 3MiB /dev/urandom >"$d/load.bin"
+run load '.verified == true and .bytes == 3145728 and .plan.submissions == 3' '"\(.bytes) bytes in \(.plan.submissions) submissions, verified"' \
+	load --file "$d/load.bin" --request 1MiB --max-transfer-bytes 1MiB --max-inflight-bytes 2MiB --runs 2 --verify
 run kvswap '.batches > 0 and .bytes > 0' '"\(.batches) batches by \(.clients) clients"' \
 	kvswap --dir "$d/kv" --create --layers 2 --groups 8 --group-bytes 64KiB --batch 4 --clients 2 --write-pct 25 --runtime 200ms
 if [ -e /dev/fuse ] && [ "$(id -u)" = 0 ]; then

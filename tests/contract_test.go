@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -177,30 +178,127 @@ func testMetrics(t *testing.T, m *mount) {
 	}
 }
 
-// testWalkthrough is the issue's walkthrough, with its numbers; only the
-// cache file lives in the test's scratch directory (under /tmp) instead
-// of /tmp/cache.bin, so parallel runs do not collide.
+// testWalkthrough runs the README's walkthrough and docs/mount.md's
+// Example as they are written, read from the files: the only changes are
+// $M (the test's mount, not /tmp/orbitefs) and the cache file, which
+// lives in the test's scratch directory instead of /tmp/cache.bin so
+// that parallel runs do not collide. Then the README's bad-input example:
+// the errno from the write and the error file's text.
 func testWalkthrough(t *testing.T, m *mount) {
-	out := m.ok(t, `
-head -c 1M /dev/urandom > "$T/cache.bin"
-echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > $M/memory/register
-echo '{"name":"cache","uri":"file://'"$T"'/cache.bin","permission":"read_write"}' > $M/segments/open
-N=$(cat $M/ctl/batches/clone)
-echo '{"op":"read","target":"cache","requests":[{"memory":"buf","offset":0,"target_offset":0,"length":1048576}]}' > $M/ctl/batches/$N/submit
-echo seal > $M/ctl/batches/$N/ctl
-echo "wait=$(cat $M/ctl/batches/$N/wait)"
-cmp $M/memory/buf/data "$T/cache.bin" && echo same
-echo "transferred=$(cat $M/ctl/batches/$N/tasks/0 | jq .transferred_bytes)"
-rmdir $M/ctl/batches/$N
-[ ! -e $M/ctl/batches/$N ] && echo gone
+	T, _ := m.scratchDirs(t)
+	for _, doc := range []struct{ file, section string }{{"README.md", "## Walkthrough"}, {"docs/mount.md", "## Example"}} {
+		block := docBlock(t, doc.file, doc.section, "```sh\n")
+		script, ok := strings.CutPrefix(block, "M=/tmp/orbitefs; ")
+		if !ok {
+			t.Fatalf("%s %s no longer starts with M=/tmp/orbitefs; the test sets M itself:\n%s", doc.file, doc.section, block)
+		}
+		script = strings.ReplaceAll(script, "/tmp/cache.bin", T+"/cache.bin")
+		out := m.ok(t, script+`[ ! -e $M/ctl/batches/$N ] && echo gone
 rmdir $M/segments/cache
 rmdir $M/memory/buf
 `)
-	for _, want := range []string{"wait=completed\n", "same\n", "transferred=1048576\n", "gone\n"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("walkthrough output lacks %q:\n%s", want, out)
+		// Each # comment in the block is the output its line prints.
+		var want []string
+		for _, l := range strings.Split(block, "\n") {
+			if _, c, ok := strings.Cut(l, "# "); ok && !strings.HasPrefix(strings.TrimSpace(l), "#") {
+				want = append(want, strings.TrimSpace(c))
+			}
+		}
+		want = append(want, "gone")
+		if got := strings.Fields(out); strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("%s %s printed %q, the comments say %q", doc.file, doc.section, got, want)
 		}
 	}
+
+	// docs/mount.md's txn and qos/resolve shell examples, as written.
+	setup := strings.ReplaceAll(`head -c 1M /dev/urandom > /tmp/cache.bin
+echo '{"name":"buf","location":"cpu","bytes":"1MiB"}' > $M/memory/register
+echo '{"name":"cache","uri":"file:///tmp/cache.bin","permission":"read_write"}' > $M/segments/open
+`, "/tmp/cache.bin", T+"/cache.bin")
+	out := m.ok(t, setup+docBlock(t, "docs/mount.md", "### txn", "```sh\n")+`# the release reaches the daemon just after close(2) returns
+for i in $(seq 50); do [ "$(ls $M/ctl/batches | tr '\n' ' ')" = "clone txn " ] && break; sleep 0.1; done
+ls $M/ctl/batches | tr '\n' ' '
+rmdir $M/segments/cache $M/memory/buf`)
+	if !strings.Contains(out, `"state": "completed"`) || !strings.Contains(out, `"completed_bytes": 4096`) || !strings.HasSuffix(out, "clone txn ") {
+		t.Errorf("docs/mount.md's txn example: want a completed status of 4096 bytes and the batch freed at close, got\n%s", out)
+	}
+	out = m.ok(t, docBlock(t, "docs/mount.md", "### qos/resolve", "```sh\n"))
+	if !strings.Contains(out, `"matched_contract": "disabled"`) || !strings.Contains(out, `"effective_priority": "low"`) {
+		t.Errorf("docs/mount.md's qos/resolve example without QoS: want matched_contract disabled and the priority asked for (low), got\n%s", out)
+	}
+
+	// docs/mount.md's loader of a file of any size, on a file of 1 MiB +
+	// 5 KiB in pieces of 256 KiB (CHUNK), 3 in flight (DEPTH): no output
+	// means loaded.
+	loader := docBlock(t, "docs/mount.md", "## Loading a file of any size", "```sh\n")
+	loader = strings.Replace(loader, "load /data/model.safetensors weights buf", "load $T/model weights buf", 1)
+	out = m.ok(t, `head -c $((1048576 + 5120)) /dev/urandom > $T/model
+echo '{"name":"buf","location":"cpu","bytes":"2MiB"}' > $M/memory/register
+echo '{"name":"weights","uri":"file://'"$T"'/model","permission":"read"}' > $M/segments/open
+export CHUNK=262144 DEPTH=3
+`+loader+`cmp -n $((1048576 + 5120)) $M/memory/buf/data $T/model && echo loaded
+rmdir $M/segments/weights $M/memory/buf`)
+	if out != "loaded\n" {
+		t.Errorf("docs/mount.md's loader printed %q, want nothing (and the bytes in place)", out)
+	}
+
+	// The README's bad-input example, setting up what it refers to.
+	block := docBlock(t, "README.md", "Bad input fails the write itself", "```sh\n")
+	var cmds, outs []string
+	for _, l := range strings.Split(block, "\n") {
+		if c, ok := strings.CutPrefix(l, "$ "); ok {
+			cmds = append(cmds, c)
+		} else if l != "" {
+			outs = append(outs, l)
+		}
+	}
+	if len(cmds) != 3 || len(outs) != 2 {
+		t.Fatalf("README bad-input example: want 3 commands and 2 output lines, got %q and %q", cmds, outs)
+	}
+	r := m.run(t, setup+cmds[0]+"\n"+cmds[1]+"\necho \"exit $?\" >&2\n"+cmds[2]+`
+rmdir $M/ctl/batches/$N $M/segments/cache $M/memory/buf`)
+	// bash names the script line in a -c script ("bash: line 5: echo:"),
+	// not in an interactive shell as the README shows it.
+	if _, errText, _ := strings.Cut(outs[0], "echo: "); !strings.Contains(r.stderr, "echo: "+errText+"\nexit 1\n") {
+		t.Errorf("README says the write fails with %q; stderr:\n%s", outs[0], r.stderr)
+	}
+	// The error file's line, its time and batch number aside.
+	_, text, _ := strings.Cut(outs[1], " ")
+	pat := `[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}\.[0-9]{3}Z ` + strings.Replace(regexp.QuoteMeta(text), "batches/2", "batches/[0-9]+", 1)
+	if !regexp.MustCompile("(?m)^" + pat + "$").MatchString(r.stdout) {
+		t.Errorf("README shows the error file as\n%s\nit reads\n%s", outs[1], r.stdout)
+	}
+}
+
+// docBlock returns the first fenced block opening with fence after the
+// line starting with heading in the repository file name, without its
+// fences.
+func docBlock(t *testing.T, name, heading, fence string) string {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	i := strings.Index(s, "\n"+heading)
+	if i < 0 {
+		t.Fatalf("%s has no %q", name, heading)
+	}
+	s = s[i:]
+	j := strings.Index(s, fence)
+	if j < 0 {
+		t.Fatalf("%s: no %q block after %q", name, fence, heading)
+	}
+	s = s[j+len(fence):]
+	k := strings.Index(s, "```\n")
+	if k < 0 {
+		t.Fatalf("%s: unterminated block after %q", name, heading)
+	}
+	return s[:k]
 }
 
 // testMemoryData: a region's data file reads and writes its bytes, size
@@ -672,11 +770,17 @@ func testAllowedRoots(t *testing.T, m *mount) {
 		}
 	}
 	T, S := m.scratchDirs(t)
+	// A directory of its own outside every root, so that parallel runs
+	// never share (or remove) each other's.
+	outside, err := os.MkdirTemp("/var/tmp", "orbitefs-e2e-outside-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(outside) })
 	m.ok(t, fmt.Sprintf(`echo x > "$T/f"; echo x > "$S/f"; echo x > "%[1]s/f"
 ln -s /etc/passwd "$T/pw"; ln -s /etc "$T/etc"; ln -s "%[1]s/f" "$T/tocwd"; ln -s f "$T/tof"; ln -s "$T/f" "$T/tofabs"
-mkdir -p /var/tmp/orbitefs-e2e-outside; echo x > /var/tmp/orbitefs-e2e-outside/f
-mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
-	t.Cleanup(func() { m.sh(t, `rm -rf /var/tmp/orbitefs-e2e-outside`) })
+echo x > "%[2]s/f"
+mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd, outside))
 
 	ok("file under /tmp", "file://"+T+"/f")
 	ok("file under /dev/shm", "file://"+S+"/f")
@@ -694,7 +798,7 @@ mkfifo "$T/fifo"; mkdir "$T/dir"`, m.cwd))
 	refused(".. out of /tmp", "file:///tmp/../etc/passwd", "Permission denied")
 	refused(".. out of the scratch dir", "file://"+T+"/../../../etc/passwd", "Permission denied")
 	refused("relative .. out of the working directory", "file://../../../etc/passwd", "Permission denied")
-	refused("/var/tmp outside the working directory", "file:///var/tmp/orbitefs-e2e-outside/f", "Permission denied")
+	refused("/var/tmp outside the working directory", "file://"+outside+"/f", "Permission denied")
 	refused("missing file", "file://"+T+"/missing", "No such file or directory")
 	refused("directory", "file://"+T+"/dir", "Invalid argument")
 	refused("FIFO", "file://"+T+"/fifo", "Invalid argument")

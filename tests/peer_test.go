@@ -69,11 +69,14 @@ cmp $T/src $M/memory/kv/data`, client, addrA))
 	if !strings.Contains(out, `"effect":"applied"`) || !strings.Contains(out, `"bytes":8388608`) || !strings.Contains(out, `"peer_name":"alpha"`) {
 		t.Fatalf("peer write printed %s", out)
 	}
-	// A's region back into a file; then A's bytes into B's region, over
-	// one lane, checked through B's mount.
+	// A's region back into a file, whole and a slice given in sizes as
+	// docs/peers.md writes them; then A's bytes into B's region, over one
+	// lane, checked through B's mount.
 	tmp := a.ok(t, `echo $T`)
 	b.ok(t, fmt.Sprintf(`$BIN peer read --config %[1]s --addr %[2]s --region kv --file %[4]s/back
 cmp %[4]s/src %[4]s/back
+$BIN peer read --config %[1]s --addr %[2]s --region kv --offset 1MiB --length 4MiB --file %[4]s/mid
+cmp <(tail -c +1048577 %[4]s/src | head -c 4194304) %[4]s/mid
 $BIN peer write --config %[1]s --lanes 1 --addr %[3]s --region kv --offset 0 --file %[4]s/back
 cmp %[4]s/src $M/memory/kv/data`, client, addrA, addrB, strings.TrimSpace(tmp)))
 

@@ -60,3 +60,72 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Errorf("the quick start does not show the commands for root")
 	}
 }
+
+// TestReadmeLayout checks the README's layout block against the tree: it
+// names every top-level directory (and .ci) with a line of its own,
+// every path it names exists, and its docs/ line lists every page in
+// docs/, as does the Documentation table.
+func TestReadmeLayout(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	open := strings.Index(readme, "\n```\n")
+	end := strings.Index(readme[open+5:], "\n```\n")
+	if open < 0 || end < 0 {
+		t.Fatal("README.md has no layout block (a ``` block without a language)")
+	}
+	named := map[string]bool{}
+	docsLine := ""
+	for _, l := range strings.Split(readme[open+5:open+5+end], "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			t.Errorf("layout line %q: want a path and what it holds", l)
+			continue
+		}
+		for _, p := range strings.Split(strings.TrimSuffix(f[0], ","), ",") {
+			p = strings.TrimSuffix(strings.TrimSpace(p), "/")
+			if p == "" {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+				t.Errorf("layout names %s, which does not exist", p)
+			}
+			named[strings.SplitN(p, "/", 2)[0]] = true
+		}
+		if f[0] == "docs/" {
+			docsLine = l
+		}
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if !e.IsDir() || (strings.HasPrefix(n, ".") && n != ".ci") || n == "bin" {
+			continue
+		}
+		if !named[n] {
+			t.Errorf("the README layout block does not name the top-level directory %s/", n)
+		}
+	}
+	docs, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if len(docs) == 0 {
+		t.Fatal("no docs/*.md")
+	}
+	for _, d := range docs {
+		base := strings.TrimSuffix(filepath.Base(d), ".md")
+		if !strings.Contains(docsLine, base+".md") {
+			t.Errorf("the README layout's docs/ line does not list docs/%s.md: %q", base, docsLine)
+		}
+		if !strings.Contains(readme, "| [docs/"+base+".md](docs/"+base+".md) | ") {
+			t.Errorf("the README's Documentation table has no row for docs/%s.md", base)
+		}
+	}
+}

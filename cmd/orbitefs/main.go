@@ -46,9 +46,10 @@ func usage(w io.Writer) {
 		}
 		writeCommand(w, c)
 	}
-	fmt.Fprint(w, "\n`orbitefs mount -h` and `orbitefs bench SUBCOMMAND -h` print each command's flags;\n"+
-		"`orbitefs bench -h` lists the bench subcommands. The mount's files are described\n"+
-		"in its /README once mounted (docs/mount.md in the repository).\n")
+	fmt.Fprint(w, "\n`orbitefs mount -h`, `orbitefs bench SUBCOMMAND -h` and `orbitefs peer read -h`\n"+
+		"print each command's flags; `orbitefs bench -h` lists the bench subcommands.\n"+
+		"The mount's files are described in its /README once mounted (docs/mount.md\n"+
+		"in the repository).\n")
 }
 
 // writeCommand writes one command's synopsis line and its summary.
@@ -67,7 +68,7 @@ func isHelp(arg string) bool {
 }
 
 // gcPercent is the collector's target unless GOGC says otherwise. The
-// daemon's live heap is small (8-40 MiB, docs/performance.md) and every
+// daemon's live heap is small (RSS 8-40 MiB, docs/performance-log.md) and every
 // small transfer allocates a little, so the default 100 ran a collection
 // every few thousand requests: 11 % of the CPU of 4 KiB tmpfs reads
 // (scanObject), and 400 cut user CPU per request by about 30 %.

@@ -5,10 +5,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -96,9 +99,8 @@ type peerResult struct {
 	Error   string  `json:"error,omitempty"`
 }
 
-func runPeer(args []string) int {
-	if len(args) < 1 || (args[0] != "read" && args[0] != "write" && args[0] != "regions") {
-		fmt.Fprint(os.Stderr, `usage: orbitefs peer read|write|regions --addr HOST:PORT|peer://NAME[/REGION] [flags]
+// peerUsage is `orbitefs peer`'s help.
+const peerUsage = `usage: orbitefs peer read|write|regions --addr HOST:PORT|peer://NAME[/REGION] [flags]
 
   peer write --addr A --region R [--offset N] --file F   F's bytes into the peer's region R at N
   peer read  --addr A --region R [--offset N] [--length N] --file F
@@ -107,43 +109,98 @@ func runPeer(args []string) int {
 The key, lanes and timeouts come from --config's [peer] section. peer://NAME
 is resolved through the etcd of --config's [cluster] section; the engine
 answering must be NAME with the epoch etcd lists (else nothing is sent).
-`)
+N is a size
+(4096, "4MiB"). ` + "`orbitefs peer read -h`" + ` prints every flag.
+`
+
+// peerArgs are `orbitefs peer OP`'s flags.
+type peerArgs struct {
+	cfgPath, addr, region, file string
+	name                        string // from --addr peer://NAME[/REGION]; "" for host:port
+	offset, length              uint64
+	lanes                       int
+}
+
+// parsePeerArgs parses one peer operation's flags (usage and errors to
+// out); flag.ErrHelp for -h.
+func parsePeerArgs(op string, args []string, out io.Writer) (peerArgs, error) {
+	var a peerArgs
+	var offset, length string
+	fl := flag.NewFlagSet("peer "+op, flag.ContinueOnError)
+	fl.SetOutput(out)
+	fl.Usage = func() {
+		fmt.Fprint(out, peerUsage+"\nflags:\n")
+		fl.PrintDefaults()
+	}
+	fl.StringVar(&a.cfgPath, "config", "", "TOML config `file` whose [peer] section gives key_file, lanes and timeouts")
+	fl.StringVar(&a.addr, "addr", "", "the peer's `host:port` ([peer] listen on its side), or peer://NAME[/REGION] resolved through [cluster]")
+	fl.StringVar(&a.region, "region", "", "the peer's exported region `name`")
+	fl.StringVar(&offset, "offset", "0", "byte `offset` in the region (a size: 4096, 4MiB)")
+	fl.StringVar(&length, "length", "", "bytes to read, a `size` (4096, 4MiB; default: to the region's end)")
+	fl.StringVar(&a.file, "file", "", "local `file`: the source of a write, the destination of a read")
+	fl.IntVar(&a.lanes, "lanes", 0, "data lanes (default: [peer] lanes)")
+	if err := fl.Parse(args); err != nil {
+		return a, err
+	}
+	if fl.NArg() != 0 {
+		return a, fmt.Errorf("unexpected argument %q", fl.Arg(0))
+	}
+	n, err := config.ParseSize(offset)
+	if err != nil {
+		return a, fmt.Errorf("--offset: %v", err)
+	}
+	a.offset = uint64(n)
+	if length != "" {
+		if n, err = config.ParseSize(length); err != nil {
+			return a, fmt.Errorf("--length: %v", err)
+		}
+		a.length = uint64(n)
+	}
+	target, err := parsePeerTarget(a.addr, a.region)
+	if err != nil {
+		return a, err
+	}
+	a.name, a.region = target.name, target.region
+	if a.addr == "" || (op != "regions" && (a.region == "" || a.file == "")) {
+		return a, errors.New("--addr, --region and --file are required (regions needs only --addr)")
+	}
+	return a, nil
+}
+
+func runPeer(args []string) int {
+	if len(args) > 0 && isHelp(args[0]) {
+		fmt.Fprint(os.Stdout, peerUsage)
+		return 0
+	}
+	if len(args) < 1 || (args[0] != "read" && args[0] != "write" && args[0] != "regions") {
+		fmt.Fprint(os.Stderr, peerUsage)
 		return 2
 	}
 	op := args[0]
-	fl := flag.NewFlagSet("peer "+op, flag.ContinueOnError)
-	cfgPath := fl.String("config", "", "TOML config `file` whose [peer] section gives key_file, lanes and timeouts")
-	addr := fl.String("addr", "", "the peer's `host:port` ([peer] listen on its side), or peer://NAME[/REGION] resolved through [cluster]")
-	region := fl.String("region", "", "the peer's exported region `name`")
-	offset := fl.Uint64("offset", 0, "byte `offset` in the region")
-	length := fl.Uint64("length", 0, "bytes to read (default: to the region's end)")
-	file := fl.String("file", "", "local `file`: the source of a write, the destination of a read")
-	lanes := fl.Int("lanes", 0, "data lanes (default: [peer] lanes)")
-	if err := fl.Parse(args[1:]); err != nil {
+	var msg bytes.Buffer
+	a, err := parsePeerArgs(op, args[1:], &msg)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Stdout.Write(msg.Bytes())
+		return 0
+	}
+	if err != nil {
+		os.Stderr.Write(msg.Bytes())
+		fmt.Fprintf(os.Stderr, "orbitefs peer %s: %v\n", op, err)
 		return 2
 	}
+	cfgPath, addr, region, file, lanes := &a.cfgPath, &a.addr, &a.region, &a.file, &a.lanes
+	offset, length := &a.offset, &a.length
 	fail := func(format string, a ...any) int {
 		fmt.Fprintf(os.Stderr, "orbitefs peer %s: %s\n", op, fmt.Sprintf(format, a...))
 		return 1
-	}
-	if fl.NArg() != 0 {
-		return fail("unexpected argument %q", fl.Arg(0))
-	}
-	target, err := parsePeerTarget(*addr, *region)
-	if err != nil {
-		return fail("%v", err)
-	}
-	*region = target.region
-	if *addr == "" || (op != "regions" && (*region == "" || *file == "")) {
-		return fail("--addr, --region and --file are required (regions needs only --addr)")
 	}
 	cfg, err := config.Load(*cfgPath)
 	if err != nil {
 		return fail("%v", err)
 	}
 	var want *discovery.Record // the incarnation the cluster lists, for peer://NAME
-	if target.name != "" {
-		rec, err := resolvePeer(context.Background(), cfg.Cluster, target.name)
+	if a.name != "" {
+		rec, err := resolvePeer(context.Background(), cfg.Cluster, a.name)
 		if err != nil {
 			return fail("%v", err)
 		}

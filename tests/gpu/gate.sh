@@ -33,8 +33,7 @@ build() {
 }
 
 R=${OUT:-/tmp/orbitefs-gate-out}/gate
-G=/tmp/orbitefs-gate   # ext4 (the root disk of the GPU machine)
-S=/dev/shm/orbitefs-gate
+G="" S="" # scratch: ext4 (the root disk of the GPU machine) and tmpfs, made by run
 failed=0
 
 check() { # check NAME CMD...: run, log, PASS/FAIL
@@ -51,7 +50,9 @@ check() { # check NAME CMD...: run, log, PASS/FAIL
 }
 
 run() {
-	mkdir -p "$R" "$G" "$S"
+	mkdir -p "$R"
+	G=$(mktemp -d /tmp/orbitefs-gate.XXXXXX)
+	S=$(mktemp -d /dev/shm/orbitefs-gate.XXXXXX)
 	{
 		date -u +%FT%TZ
 		uname -r

@@ -72,10 +72,11 @@ kvswap_step() {
 	local n per_point
 	n=$(echo $CLIENTS | wc -w)
 	per_point=$(awk -v r="$RUNTIME" 'BEGIN { printf "%d", r + 1 }')
-	for fsd in tmpfs:/dev/shm/orbitefs-kv ext4:/tmp/orbitefs-kv; do
+	for fsd in tmpfs:/dev/shm ext4:/tmp; do
 		# The engine opens O_DIRECT where the filesystem has it (ext4),
 		# so the peer does the same there.
-		local fs=${fsd%%:*} d=${fsd#*:} direct=()
+		local fs=${fsd%%:*} d direct=()
+		d=$(mktemp -d "${fsd#*:}/orbitefs-kv.XXXXXX")
 		[ "$fs" = ext4 ] && direct=(--direct)
 		"$ORBITEFS" bench kvswap --dir "$d" --create "${kv[@]}" --runtime 10ms >/dev/null || echo "kvswap --create $d: exit $?"
 		for wp in 0 50; do
