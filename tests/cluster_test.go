@@ -127,6 +127,26 @@ func TestClusterKillRestart(t *testing.T) {
 			return true
 		})
 	}
+	// An exported region registered and removed on b shows in a's view
+	// and goes again; a region without export never shows.
+	regionsOf := func(p peerFile) string {
+		var n []string
+		for _, g := range p.Regions {
+			n = append(n, g.Name+":"+g.Permission)
+		}
+		return strings.Join(n, " ")
+	}
+	daemons["b"].ok(t, `echo '{"name":"extra","location":"cpu","bytes":4096,"export":"read"}' > $M/memory/register
+echo '{"name":"private","location":"cpu","bytes":4096}' > $M/memory/register`)
+	eventually(t, 5*time.Second, "a sees b's extra region", func() bool {
+		p, _ := clusterPeer(daemons["a"], "b")
+		return regionsOf(p) == "extra:read kv:read_write"
+	})
+	daemons["b"].ok(t, `rmdir $M/memory/extra`)
+	eventually(t, 5*time.Second, "a sees b's extra region gone", func() bool {
+		p, _ := clusterPeer(daemons["a"], "b")
+		return regionsOf(p) == "kv:read_write"
+	})
 	oldC, _ := clusterPeer(daemons["a"], "c")
 
 	// A Conn to c's first incarnation, used once.
