@@ -256,6 +256,16 @@ $BIN peer write --config %s --addr peer://c/kv --file $T/zeros`, client))
 	if got := clusterPeers(daemons["a"]); !slices.Equal(strings.Fields(got), names) {
 		t.Fatalf("a's view at the end: %s", got)
 	}
+
+	// SIGTERM: b leaves at once (its lease revoked), long before its TTL
+	// would end (a renewal every TTL/3 keeps the key at least 2/3 TTL).
+	daemons["b"].signal(t, syscall.SIGTERM)
+	stopped := time.Now()
+	eventually(t, clusterTTL/3, "a drops b at once after its SIGTERM", func() bool { return clusterPeers(daemons["a"]) == "a c" })
+	t.Logf("a dropped b %s after its SIGTERM", time.Since(stopped).Round(time.Millisecond))
+	if code, err := daemons["b"].waitExit(10 * time.Second); err != nil || code != 0 {
+		t.Fatalf("b after SIGTERM: exit %d, %v", code, err)
+	}
 }
 
 // TestClusterNameHeld: a daemon restarted right after a kill -9 finds its
