@@ -54,6 +54,8 @@ var execCases = []execCase{
 	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
 	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true},
+	// Two requests of exactly one unit each: the 4 MiB stream.
+	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true},
 	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true,
