@@ -18,7 +18,7 @@ type lanePool struct {
 	n    int
 	do   func(x *offRing, k int)
 	done chan struct{}
-	work chan struct{} // wake-ups; a woken lane drains the queue
+	work chan struct{} // wake-ups, one per lane claimed idle (wakeLocked)
 
 	mu sync.Mutex
 	q  fairQueue
@@ -27,6 +27,7 @@ type lanePool struct {
 	copies  []*group
 	head    int
 	turn    bool
+	idle    int // lanes that found nothing to take and wait on work
 	started bool
 	closed  bool
 	wg      sync.WaitGroup
@@ -49,8 +50,9 @@ func (p *lanePool) run(x *offRing) {
 	}
 	p.q.push(x)
 	p.startLocked()
+	k := p.wakeLocked(len(x.units))
 	p.mu.Unlock()
-	p.wake(len(x.units))
+	p.wake(k)
 }
 
 // runCopy queues lane copy g, or reports false once the pool is closed
@@ -63,8 +65,9 @@ func (p *lanePool) runCopy(g *group) bool {
 	}
 	p.copies = append(p.copies, g)
 	p.startLocked()
+	k := p.wakeLocked(1)
 	p.mu.Unlock()
-	p.wake(1)
+	p.wake(k)
 	return true
 }
 
@@ -86,18 +89,26 @@ func (p *lanePool) ready(x *offRing) {
 	if !p.closed && !x.exhausted() && !p.q.holds(x) {
 		p.q.push(x)
 	}
+	k := p.wakeLocked(len(x.units))
 	p.mu.Unlock()
-	p.wake(len(x.units))
+	p.wake(k)
 }
 
-// wake wakes up to n idle lanes.
+// wakeLocked claims up to n idle lanes for new work and returns how many
+// to wake. Only a lane that found nothing to take is idle, so a lane
+// still draining the queue costs the submitter no wake-up (a futex round
+// trip per small lane copy otherwise). REQUIRES: p.mu.
+func (p *lanePool) wakeLocked(n int) int {
+	k := min(n, p.idle)
+	p.idle -= k
+	return k
+}
+
+// wake sends n wake-ups claimed by wakeLocked; each lane claimed idle
+// has room for one in work, so this never blocks.
 func (p *lanePool) wake(n int) {
-	for range min(n, p.n) {
-		select {
-		case p.work <- struct{}{}:
-		default:
-			return
-		}
+	for range n {
+		p.work <- struct{}{}
 	}
 }
 
@@ -115,7 +126,11 @@ func (p *lanePool) take() (*group, *offRing, int) {
 	if x, k := p.q.take(); k >= 0 {
 		return nil, x, k
 	}
-	return p.popCopyLocked(), nil, -1
+	g := p.popCopyLocked()
+	if g == nil {
+		p.idle++ // the lane waits on work next; wakeLocked claims it
+	}
+	return g, nil, -1
 }
 
 // popCopyLocked removes the oldest lane copy, or returns nil.
