@@ -16,6 +16,12 @@
 // one on the lanes and keeps copying on its own goroutine, where a copy
 // costs no wake-up at all.
 //
+// A group's hook (Batch.OnGroupDone) runs on the lane that finished it
+// and may submit: a client that resubmits from its hook (bench file)
+// then runs its loop on that lane, copying inline there, until its next
+// probe returns the lane to the queue. So a lane serves one such client
+// for at most lane_copy_probe groups before it takes other work again.
+//
 // Invariants (besides callercopy.go's; a lane copy is a caller copy
 // that another goroutine runs):
 //   - Dispatched exactly as a caller copy (startCallerCopyLocked): FIFO,
