@@ -59,6 +59,8 @@ type group struct {
 	// caller: the submitting goroutine copies it (callercopy.go); the
 	// worker neither reaps nor cuts it off.
 	caller bool
+	// lane: a caller copy that the host copy lanes run (lanecopy.go).
+	lane bool
 
 	// Guarded by b.mu.
 	dispatched    bool
@@ -544,7 +546,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m)
+	rt, err := e.chooseRoute(g.ent, r, m, g.n)
 	if err != nil {
 		return err
 	}
