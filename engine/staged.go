@@ -8,8 +8,11 @@
 //
 //   - READ: the unit's bytes are read into a chunk (fixed-buffer SQE);
 //     on its CQE the returned prefix is copied to the device
-//     asynchronously and an event recorded; the chunk takes new I/O only
-//     after that event completed.
+//     asynchronously; after the reap pass that delivered it, one event
+//     per stream is recorded behind the copies of every CQE of that pass
+//     and shared by their slots (a stream completes in order, so it
+//     proves each of them); a chunk takes new I/O only after its event
+//     completed.
 //   - WRITE: the unit's device bytes are copied into a chunk and the copy
 //     is confirmed (stream sync) before the SQE is written; host bytes are
 //     copied and padding zeroed in the chunk.
@@ -86,13 +89,25 @@ type slot struct {
 	x     *offRing // the job of the unit it serves
 	k     int      // unit index in x
 	state slotState
-	evs   []Event
-	seq   uint64 // when its copies were enqueued, in the lane's order
+	ev    *copyEvents // its copies' events, shared with its reap pass
+	seq   uint64      // when its copies were enqueued, in the lane's order
 	got   uint64
 	short error // why a READ unit stopped short, reported after its copy
 }
 
 func (s *slot) cut(grace time.Duration) time.Time { return s.x.g.deadline.Add(grace) }
+
+// copyEvents are the events recorded, one per stream of the lane, after
+// the device copies of every slot reaped in one pass; those slots share
+// them. They are closed when the last of those slots is freed; a slot
+// that dies keeps its reference, so events behind a copy of unknown
+// outcome are never closed (or reused by their stream).
+type copyEvents struct {
+	evs  []Event
+	refs int
+	done bool  // every event observed complete
+	err  error // a query failed: the copies' outcome is unknown
+}
 
 type lane struct {
 	s       *stagedExec
@@ -103,6 +118,7 @@ type lane struct {
 	streams map[int]Stream
 	pending []int // slots prepared, not yet consumed by Submit
 	copyTab []int // scratch of retireCopies: copying slots, oldest first
+	reaped  []int // slots whose copies this reap pass enqueued, no event yet
 	copySeq uint64
 	inIO    int
 	inCopy  int
@@ -341,6 +357,7 @@ func (l *lane) loop() {
 		if _, err := l.q.Reap(wait, l.complete); err != nil {
 			l.s.e.log.Warn("staged reap failed", "err", err)
 		}
+		l.recordReaped()
 	}
 }
 
@@ -598,13 +615,24 @@ func fileFor(ent *segEntry, c *chunk, u *unit) FileRef {
 	return ent.buffered
 }
 
-// free returns slot sl to the free state after its unit resolved.
+// free returns slot sl to the free state after its unit resolved. The
+// last slot of a reap pass to go closes its events.
 func (l *lane) free(sl *slot) {
+	if ce := sl.ev; ce != nil {
+		if ce.refs--; ce.refs == 0 {
+			for _, ev := range ce.evs {
+				ev.Close()
+			}
+		}
+		sl.ev = nil
+	}
 	sl.state, sl.x, sl.k = slotFree, nil, -1
 	l.p.returned()
 }
 
-// kill marks slot sl dead: its chunk stays out for good.
+// kill marks slot sl dead: its chunk stays out for good, and so do the
+// events it shares (they are never closed: the GPU's use of the chunk is
+// unknown).
 func (l *lane) kill(sl *slot) {
 	sl.state, sl.x, sl.k = slotDead, nil, -1
 }
@@ -688,20 +716,14 @@ func (l *lane) complete(c Completion) {
 			}
 		}
 	}
-	if err := l.record(sl); err != nil {
-		l.abortCopies(sl, unitErr(g, u, KindIO, err))
-		return
-	}
+	// The event goes behind the last copy of this reap pass
+	// (recordReaped): one record per pass instead of one per unit.
 	sl.short = short
 	l.copySeq++
 	sl.seq = l.copySeq
-	if len(sl.evs) == 0 {
-		l.free(sl)
-		x.resolve(k, got, short)
-		return
-	}
 	sl.state = slotCopy
 	l.inCopy++
+	l.reaped = append(l.reaped, int(c.Token))
 }
 
 // retryRest moves the rest of a short unit once more, synchronously, with
@@ -747,26 +769,69 @@ func retryRest(x *offRing, c *chunk, u *unit, got uint64) (uint64, error) {
 	return got, nil
 }
 
-// record puts an event behind the copies of slot sl on every stream the
-// lane used.
-func (l *lane) record(sl *slot) error {
-	for _, st := range l.streams {
-		ev, err := st.Record()
-		if err != nil {
-			return err
-		}
-		sl.evs = append(sl.evs, ev)
+// recordReaped puts one event on every stream the lane used behind the
+// copies of the slots the last reap pass completed, shared by them all.
+// A record that fails aborts all of them, as a failed copy aborts one.
+func (l *lane) recordReaped() {
+	if len(l.reaped) == 0 {
+		return
 	}
-	return nil
+	ce := &copyEvents{refs: len(l.reaped)}
+	var err error
+	for _, st := range l.streams {
+		var ev Event
+		if ev, err = st.Record(); err != nil {
+			break
+		}
+		ce.evs = append(ce.evs, ev)
+	}
+	reaped := l.reaped
+	l.reaped = l.reaped[:0]
+	if err != nil {
+		for _, ev := range ce.evs {
+			ev.Close()
+		}
+		cut := l.slots[reaped[0]].cut(l.s.e.cfg.QuiesceGrace.D())
+		for _, i := range reaped[1:] {
+			if c := l.slots[i].cut(l.s.e.cfg.QuiesceGrace.D()); c.Before(cut) {
+				cut = c
+			}
+		}
+		ok := l.drainStreams(cut)
+		for _, i := range reaped {
+			sl := &l.slots[i]
+			x, k := sl.x, sl.k
+			l.inCopy--
+			if ok {
+				l.free(sl)
+			} else {
+				l.uncertain(x)
+				l.kill(sl)
+			}
+			x.resolve(k, 0, unitErr(x.g, &x.units[k], KindIO, err))
+		}
+		return
+	}
+	for _, i := range reaped {
+		sl := &l.slots[i]
+		if len(ce.evs) == 0 {
+			// No stream: nothing went to a device.
+			x, k, got, short := sl.x, sl.k, sl.got, sl.short
+			l.free(sl)
+			l.inCopy--
+			x.resolve(k, got, short)
+			continue
+		}
+		sl.ev = ce
+	}
 }
 
-// abortCopies handles a copy that could not be enqueued or recorded:
-// wait (bounded) for what was enqueued; if that cannot be confirmed the
-// chunk's fate is unknown: the slot dies and the job is undrained.
+// abortCopies handles a copy that could not be enqueued: wait (bounded)
+// for what was enqueued; if that cannot be confirmed the chunk's fate is
+// unknown: the slot dies and the job is undrained.
 func (l *lane) abortCopies(sl *slot, err error) {
 	x, k := sl.x, sl.k
 	ok := l.drainStreams(sl.cut(l.s.e.cfg.QuiesceGrace.D()))
-	l.closeEvents(sl)
 	if ok {
 		l.free(sl)
 	} else {
@@ -814,11 +879,12 @@ func waitEvent(ev Event, cut time.Time) (bool, error) {
 // oldest copy.
 //
 // It stops at the first slot whose copies have not completed: a lane
-// records every slot's event on each of its streams after that slot's
-// copies, and a stream completes in order, so a younger slot cannot be
-// done either. Querying it anyway costs a driver call that the driver
-// serializes across lanes (backends/cuda: 1.2 us per query from 16
-// goroutines), once per slot per loop turn.
+// records each reap pass's events on each of its streams after that
+// pass's copies, and a stream completes in order, so a younger slot
+// cannot be done either. Querying it anyway costs a driver call that the
+// driver serializes across lanes (backends/cuda: 1.2 us per query from 16
+// goroutines); slots of one pass share their events, so one query (and
+// one release) answers for the whole pass.
 func (l *lane) retireCopies(cut time.Time) {
 	tab := l.copyTab[:0]
 	for i := range l.slots {
@@ -846,7 +912,6 @@ func (l *lane) retireCopies(cut time.Time) {
 		if !done {
 			return
 		}
-		l.closeEvents(sl)
 		x, k, got, short := sl.x, sl.k, sl.got, sl.short
 		l.free(sl)
 		l.inCopy--
@@ -855,22 +920,25 @@ func (l *lane) retireCopies(cut time.Time) {
 }
 
 // copied reports whether every event of slot sl completed, waiting until
-// cut at most.
+// cut at most. The answer is kept on the shared events, so the other
+// slots of its reap pass cost no query.
 func (l *lane) copied(sl *slot, cut time.Time) (bool, error) {
-	for _, ev := range sl.evs {
+	ce := sl.ev
+	if ce.done || ce.err != nil {
+		return ce.done, ce.err
+	}
+	for _, ev := range ce.evs {
 		d, err := waitEvent(ev, cut)
-		if err != nil || !d {
+		if err != nil {
+			ce.err = err
 			return false, err
 		}
+		if !d {
+			return false, nil
+		}
 	}
+	ce.done = true
 	return true, nil
-}
-
-func (l *lane) closeEvents(sl *slot) {
-	for _, ev := range sl.evs {
-		ev.Close()
-	}
-	sl.evs = sl.evs[:0]
 }
 
 // stageOut fills chunk c with unit u's bytes for a WRITE and confirms
