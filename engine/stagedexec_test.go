@@ -165,3 +165,48 @@ func TestStagedPollsOldestCopyFirst(t *testing.T) {
 		t.Fatalf("%d queries of a copy event while an older one on its stream was pending", q)
 	}
 }
+
+// TestStagedOneEventPerReapPass: one lane of 8 slots submits 8 READ
+// units of a cached file at once, so their CQEs come back in one reap
+// pass (buffered reads of cached pages complete in the submit); their
+// copies share one event per stream instead of one each, since every
+// record, query and release is a driver call the driver serializes
+// across lanes. Each event is closed exactly once, by the last slot of
+// its pass, and the bytes arrive.
+func TestStagedOneEventPerReapPass(t *testing.T) {
+	gpu := newFakeGPU(1)
+	// Events complete only after 2 ms: no slot retires before the pass
+	// that reaped it recorded its event.
+	gpu.latency.Store(int64(2 * time.Millisecond))
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
+	const units, rounds = 8, 4
+	const n = units << 16 // 64 KiB chunks
+	path, orig := randomFile(t, t.TempDir(), "f", n)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, n)
+	if _, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
+		t.Fatal(err) // warms the lane, its stream and the page cache
+	}
+	rec0, rel0 := gpu.records.Load(), gpu.releases.Load()
+	for range rounds {
+		rep, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout)
+		if err != nil || rep.CompletedBytes != n {
+			t.Fatalf("read: %v %+v", err, rep)
+		}
+	}
+	got := make([]byte, n)
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, orig) {
+		t.Fatal("device bytes differ from the file")
+	}
+	recs, rels := gpu.records.Load()-rec0, gpu.releases.Load()-rel0
+	t.Logf("%d units, %d events recorded, %d released", units*rounds, recs, rels)
+	if recs*2 > units*rounds {
+		t.Errorf("%d events recorded for %d units arriving %d at a time: want one per reap pass", recs, units*rounds, units)
+	}
+	if rels != recs {
+		t.Errorf("%d events recorded, %d released: each must be released once, by the last slot sharing it", recs, rels)
+	}
+}
