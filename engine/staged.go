@@ -14,8 +14,9 @@
 //     proves each of them); a chunk takes new I/O only after its event
 //     completed.
 //   - WRITE: the unit's device bytes are copied into a chunk and the copy
-//     is confirmed (stream sync) before the SQE is written; host bytes are
-//     copied and padding zeroed in the chunk.
+//     is confirmed before the SQE is written; host bytes are copied and
+//     padding zeroed in the chunk. The units a lane takes in one fill
+//     share one event per stream behind all their copies.
 //
 // Lanes start on the first staged job (up to staging_lanes, never more
 // than staging_chunk_count) and stop at Engine.Close. A lane holds a ring
@@ -82,6 +83,9 @@ const (
 	slotIO
 	slotCopy
 	slotDead // its chunk may still be used by the kernel or the GPU
+	// slotOut: a WRITE unit's device copies into the chunk are enqueued,
+	// not yet confirmed; only within fill (confirmOuts ends it).
+	slotOut
 )
 
 type slot struct {
@@ -119,6 +123,7 @@ type lane struct {
 	pending []int // slots prepared, not yet consumed by Submit
 	copyTab []int // scratch of retireCopies: copying slots, oldest first
 	reaped  []int // slots whose copies this reap pass enqueued, no event yet
+	outs    []int // slotOut slots of this fill
 	copySeq uint64
 	inIO    int
 	inCopy  int
@@ -527,12 +532,13 @@ func (l *lane) liveSlot() bool {
 
 // fill gives free slots new units from the queue.
 func (l *lane) fill() {
+	defer l.confirmOuts()
 	if !l.liveSlot() && !l.fallback() {
 		return
 	}
 	for i := range l.slots {
 		sl := &l.slots[i]
-		for sl.state == slotFree && l.q.Space() > 0 {
+		for sl.state == slotFree && l.q.Space() > len(l.outs) {
 			x, k := l.s.take()
 			if k < 0 {
 				return
@@ -583,7 +589,7 @@ func (l *lane) start(i int, x *offRing, k int) {
 	}
 	l.p.leased()
 	if g.op == OpWrite {
-		dead, err := l.stageOut(sl.c, x, u)
+		enqueued, dead, err := l.stageOut(sl.c, x, u)
 		if err != nil {
 			if dead {
 				sl.state = slotDead
@@ -593,12 +599,25 @@ func (l *lane) start(i int, x *offRing, k int) {
 			x.resolve(k, 0, err)
 			return
 		}
+		if enqueued {
+			sl.x, sl.k, sl.state = x, k, slotOut
+			l.outs = append(l.outs, i)
+			return
+		}
 	}
+	l.prepare(i, x, k)
+}
+
+// prepare puts the SQE of unit k of job x, staged in slot i, on the ring.
+func (l *lane) prepare(i int, x *offRing, k int) {
+	sl := &l.slots[i]
+	g := x.g
+	u := &x.units[k]
 	op := FileOp{Write: g.op == OpWrite, File: fileFor(g.ent, sl.c, u), Offset: u.off,
 		Iov: []IOVec{{Base: sl.c.addr(), Len: u.n}}, Buf: sl.c.fixed, Token: uint64(i),
 		Offload: g.ent != nil && g.ent.blocking} // storewait.go
 	if err := l.q.Prepare(&op); err != nil {
-		l.p.returned()
+		l.free(sl)
 		x.resolve(k, 0, unitErr(g, u, KindIO, err))
 		return
 	}
@@ -941,14 +960,14 @@ func (l *lane) copied(sl *slot, cut time.Time) (bool, error) {
 	return true, nil
 }
 
-// stageOut fills chunk c with unit u's bytes for a WRITE and confirms
-// the device copies before the SQE is written. A copy that cannot be
-// enqueued waits for the ones already enqueued into c; when even that
-// cannot be confirmed, c's fate is unknown (the caller's slot dies).
-func (l *lane) stageOut(c *chunk, x *offRing, u *unit) (dead bool, err error) {
+// stageOut fills chunk c with unit u's bytes for a WRITE; enqueued says
+// device copies into c were enqueued, to be confirmed (confirmOuts)
+// before the SQE is written. A copy that cannot be enqueued waits for
+// the ones already enqueued into c; when even that cannot be confirmed,
+// c's fate is unknown (the caller's slot dies).
+func (l *lane) stageOut(c *chunk, x *offRing, u *unit) (enqueued, dead bool, err error) {
 	g := x.g
 	cut := g.deadline.Add(l.s.e.cfg.QuiesceGrace.D())
-	enqueued := false
 	for _, p := range u.pieces {
 		dst := c.b[p.rel : p.rel+p.n]
 		switch p.kind {
@@ -964,18 +983,65 @@ func (l *lane) stageOut(c *chunk, x *offRing, u *unit) (dead bool, err error) {
 			if err != nil {
 				if enqueued && !l.drainStreams(cut) {
 					l.uncertain(x)
-					return true, unitErr(g, u, KindIO, fmt.Errorf("device-to-host copy: %w (and earlier copies into the chunk could not be confirmed)", err))
+					return false, true, unitErr(g, u, KindIO, fmt.Errorf("device-to-host copy: %w (and earlier copies into the chunk could not be confirmed)", err))
 				}
-				return false, unitErr(g, u, KindIO, err)
+				return false, false, unitErr(g, u, KindIO, err)
 			}
 			enqueued = true
 		}
 	}
-	if enqueued && !l.drainStreams(cut) {
-		l.uncertain(x)
-		return true, unitErr(g, u, KindIO, errors.New("device-to-host copy not confirmed by the deadline"))
+	return enqueued, false, nil
+}
+
+// confirmOuts confirms the device copies of this fill's WRITE units with
+// one event per stream behind them all, then prepares their SQEs. It
+// waits for each unit no later than its own cut, earliest cut first: a
+// unit whose copies cannot be confirmed by then dies (its chunk's fate
+// is unknown), and so do those events (never closed).
+func (l *lane) confirmOuts() {
+	if len(l.outs) == 0 {
+		return
 	}
-	return false, nil
+	grace := l.s.e.cfg.QuiesceGrace.D()
+	outs := l.outs
+	slices.SortFunc(outs, func(a, b int) int { return l.slots[a].cut(grace).Compare(l.slots[b].cut(grace)) })
+	var evs []Event
+	ok := true
+	for _, st := range l.streams {
+		ev, err := st.Record()
+		if err != nil {
+			ok = false
+			break
+		}
+		evs = append(evs, ev)
+	}
+	confirmed := false
+	for _, i := range outs {
+		sl := &l.slots[i]
+		x, k := sl.x, sl.k
+		if ok && !confirmed {
+			confirmed = true
+			for _, ev := range evs {
+				if done, err := waitEvent(ev, sl.cut(grace)); !done || err != nil {
+					ok, confirmed = err == nil, false
+					break
+				}
+			}
+		}
+		if confirmed {
+			l.prepare(i, x, k)
+			continue
+		}
+		l.uncertain(x)
+		l.kill(sl)
+		x.resolve(k, 0, unitErr(x.g, &x.units[k], KindIO, errors.New("device-to-host copy not confirmed by the deadline")))
+	}
+	if confirmed {
+		for _, ev := range evs {
+			ev.Close()
+		}
+	}
+	l.outs = l.outs[:0]
 }
 
 // uncertain marks job x as unable to prove a drain, and the lane's

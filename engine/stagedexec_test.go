@@ -5,7 +5,9 @@ package engine_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -208,5 +210,50 @@ func TestStagedOneEventPerReapPass(t *testing.T) {
 	}
 	if rels != recs {
 		t.Errorf("%d events recorded, %d released: each must be released once, by the last slot sharing it", recs, rels)
+	}
+}
+
+// TestStagedOneEventPerFill: the WRITE units one lane takes in one fill
+// (8 slots, one job of 8 units) have their device-to-chunk copies
+// confirmed by one event per stream behind them all, not one each, and
+// the file gets the device's bytes.
+func TestStagedOneEventPerFill(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.latency.Store(int64(time.Millisecond))
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
+	const units, rounds = 8, 4
+	const n = units << 16 // 64 KiB chunks
+	path, _ := randomFile(t, t.TempDir(), "f", n)
+	dst := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, n)
+	want := make([]byte, n)
+	rand.Read(want)
+	if _, err := d.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SubmitAndWait(engine.OpWrite, dst, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
+		t.Fatal(err) // warms the lane and its stream
+	}
+	rec0, rel0 := gpu.records.Load(), gpu.releases.Load()
+	for range rounds {
+		rep, err := e.SubmitAndWait(engine.OpWrite, dst, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout)
+		if err != nil || rep.CompletedBytes != n {
+			t.Fatalf("write: %v %+v", err, rep)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("file bytes differ from the device")
+	}
+	recs, rels := gpu.records.Load()-rec0, gpu.releases.Load()-rel0
+	t.Logf("%d units, %d events recorded, %d released", units*rounds, recs, rels)
+	if recs*2 > units*rounds {
+		t.Errorf("%d events recorded for %d units taken %d at a time: want one per fill", recs, units*rounds, units)
+	}
+	if rels != recs {
+		t.Errorf("%d events recorded, %d released", recs, rels)
 	}
 }
