@@ -169,21 +169,27 @@ func TestStagedPollsOldestCopyFirst(t *testing.T) {
 }
 
 // TestStagedOneEventPerReapPass: one lane of 8 slots submits 8 READ
-// units of a cached file at once, so their CQEs come back in one reap
-// pass (buffered reads of cached pages complete in the submit); their
-// copies share one event per stream instead of one each, since every
-// record, query and release is a driver call the driver serializes
-// across lanes. Each event is closed exactly once, by the last slot of
-// its pass, and the bytes arrive.
+// units of a tmpfs file at once, so their CQEs come back in one reap
+// pass (tmpfs reads complete in the submit); their copies share one
+// event per stream instead of one each, since every record, query and
+// release is a driver call the driver serializes across lanes. Each
+// event is closed exactly once, by the last slot of its pass, and the
+// bytes arrive.
 func TestStagedOneEventPerReapPass(t *testing.T) {
 	gpu := newFakeGPU(1)
-	// Events complete only after 2 ms: no slot retires before the pass
-	// that reaped it recorded its event.
+	// Events complete 2 ms after their record, later than the CQEs (as
+	// a copy engine's do): slots are polled while their event pends.
 	gpu.latency.Store(int64(2 * time.Millisecond))
 	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
 	const units, rounds = 8, 4
 	const n = units << 16 // 64 KiB chunks
-	path, orig := randomFile(t, t.TempDir(), "f", n)
+	// tmpfs: its reads complete in the submit, never in a worker thread.
+	dir, err := os.MkdirTemp("/dev/shm", "orbitefs-reappass-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path, orig := randomFile(t, dir, "f", n)
 	src := openSeg(t, e, path, engine.PermRead)
 	d := deviceRegion(t, e, 0, n)
 	if _, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
