@@ -26,8 +26,12 @@
 //
 // Invariants (besides offring.go's):
 //   - A slot is free, in I/O (its SQE is on the ring), copying (its CQE
-//     arrived and device copies were enqueued) or dead; only a free slot
-//     is given a unit. A slot serves one unit of one job at a time.
+//     arrived and device copies were enqueued), out (within one fill: a
+//     WRITE unit's device copies into it were enqueued, not confirmed)
+//     or dead; only a free slot is given a unit. A slot serves one unit
+//     of one job at a time.
+//   - Events shared by slots are closed only when the last of them is
+//     freed; a slot that dies keeps them (never closed, never reused).
 //   - A slot whose chunk the kernel or the GPU may still touch (no CQE by
 //     its job's deadline + quiesce_grace, an SQE left in a ring whose
 //     submit failed, a copy whose outcome is unknown) is dead: it never
