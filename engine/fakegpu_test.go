@@ -56,6 +56,8 @@ type fakeGPU struct {
 	youngQueries atomic.Int64
 	// calls counts stream and event calls: what a real driver serializes.
 	calls atomic.Int64
+	// records and releases count event records and closes.
+	records, releases atomic.Int64
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -190,6 +192,7 @@ func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
 }
 func (s *fakeStream) Record() (engine.Event, error) {
 	s.f.calls.Add(1)
+	s.f.records.Add(1)
 	ev := &fakeEvent{f: s.f, s: s, done: make(chan struct{}), at: time.Now().Add(time.Duration(s.f.latency.Load()))}
 	s.mu.Lock()
 	live := s.evs[:0]
@@ -255,7 +258,7 @@ func (e *fakeEvent) Wait() error {
 	time.Sleep(time.Until(e.at))
 	return nil
 }
-func (e *fakeEvent) Close() error { e.f.calls.Add(1); return nil }
+func (e *fakeEvent) Close() error { e.f.calls.Add(1); e.f.releases.Add(1); return nil }
 
 // fakeGDS moves bytes with pread/pwrite on the registered O_DIRECT fd.
 type fakeGDS struct {

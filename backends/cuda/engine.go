@@ -170,8 +170,9 @@ func (m *deviceMemory) Free() error {
 // regions live outside the Go heap.
 //
 // It keeps the events the engine closed after they completed and records
-// with them again: the staging path records one event per unit, and
-// cuEventCreate/cuEventDestroy are two more driver calls per unit, which
+// with them again: the staging path records an event per stream for
+// every reap pass (READ) or fill (WRITE) of a lane, and
+// cuEventCreate/cuEventDestroy would be two more driver calls each, which
 // the driver serializes across lanes (doc.go). An event closed before it
 // was seen complete is destroyed, never reused.
 type stream struct {
