@@ -200,8 +200,8 @@ func (e *Engine) Batches() []*Batch {
 	return out
 }
 
-// Target is what a submission addresses. *Segment is the only target in
-// this build; network peers will be the next.
+// Target is what a submission addresses: a file (*Segment), a region of
+// this engine (*MemSegment) or a peer's region (*RemoteSegment).
 type Target interface{ isTarget() }
 
 // Submit validates requests, admits them as one group and queues it.
@@ -549,6 +549,9 @@ func (b *Batch) Cancel(i int) error {
 	switch {
 	case t.parked:
 		b.fenceParkedLocked(i)
+		b.changedLocked()
+		return nil
+	case t.state == TaskRunning && b.cutRunningLocked(i):
 		b.changedLocked()
 		return nil
 	case t.state == TaskRunning:

@@ -370,6 +370,11 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 			effect = EffectUnknown
 		}
 		if !prefix {
+			// A peer may hold bytes past the reported prefix: never
+			// call that none (peerexec.go).
+			if g.remote != nil && g.op == OpWrite && r.submitted {
+				effect = EffectUnknown
+			}
 			continue
 		}
 		got += min(r.got, u.n)
@@ -381,7 +386,7 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 			if g.op == OpWrite {
 				what = "short write"
 			}
-			err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
+			err = errorf(KindRange, g.op.String(), g.targetName(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
 			prefix = false
 		}
 	}
@@ -468,6 +473,7 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 		}
 		seen = append(seen, rt)
 		size, byPiece := ex.cut()
+		size = g.unitSize(size)
 		x := newOffRing(g, rt, size, byPiece, func(j int) bool {
 			r, _ := e.executor(g.routes[j])
 			return live(j) && r == rt
@@ -478,6 +484,6 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 
 // unitErr wraps a lane failure for one unit.
 func unitErr(g *group, u *unit, kind Kind, err error) error {
-	return &Error{Op: g.op.String(), Name: g.seg.name(), Kind: kind,
+	return &Error{Op: g.op.String(), Name: g.targetName(), Kind: kind,
 		Err: fmt.Errorf("requests[%d]: bytes [%d, %d): %w", u.task, u.rel, u.rel+u.n, err)}
 }

@@ -107,6 +107,11 @@ func runMount(args []string) int {
 		}
 		return ""
 	}
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
+		e.Close(time.Second)
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
 	svc := control.New(e, sopts)
 
 	psrv, err := startPeerServer(cfg.Peer, svc, lg)
