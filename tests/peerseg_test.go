@@ -77,7 +77,7 @@ echo '{"name":"h","uri":"hp_tcp://%[1]s/kv","permission":"read"}' > $M/segments/
 	out = a.ok(t, fmt.Sprintf(`head -c 8388608 /dev/urandom > $M/memory/buf/data
 cp $M/memory/buf/data %[1]s/want
 cp %[2]s/memory/kv/data %[1]s/before
-`, tmp, b.dir) + fmt.Sprintf(batchScript, `{"op":"write","target":"r","requests":[{"memory":"buf","offset":"1MiB","target_offset":"1MiB","length":"6MiB"}]}`))
+`, tmp, b.dir)+fmt.Sprintf(batchScript, `{"op":"write","target":"r","requests":[{"memory":"buf","offset":"1MiB","target_offset":"1MiB","length":"6MiB"}]}`))
 	if !strings.HasPrefix(out, "completed") || !strings.Contains(out, `"remote_effect": "applied"`) {
 		t.Fatalf("WRITE batch:\n%s", out)
 	}
