@@ -412,24 +412,31 @@ func TestExecutorContract(t *testing.T) {
 				}
 				for _, tc := range []struct {
 					name   string
-					effect engine.RemoteEffect
-					n      uint64 // the WRITE's bytes; the failing unit is its last
+					effect engine.RemoteEffect // what the failing unit's WriteAt says
+					n      uint64              // the WRITE's bytes
+					failAt uint64              // the failing unit's offset
+					after  int64               // it fails after this many units applied
+					want   engine.RemoteEffect // the task's effect
 				}{
-					{"lost ack", engine.EffectUnknown, 4 * peerUnit},
-					{"nothing posted", engine.EffectNone, peerUnit},
+					{"lost ack", engine.EffectUnknown, 4 * peerUnit, 3 * peerUnit, 0, engine.EffectUnknown},
+					{"nothing posted", engine.EffectNone, peerUnit, 0, 0, engine.EffectNone},
+					// The first unit reached nothing, the three after it
+					// landed: the peer holds bytes past the reported
+					// (empty) prefix, which is not "none".
+					{"posted past the gap", engine.EffectNone, 4 * peerUnit, 0, 3, engine.EffectUnknown},
 				} {
 					t.Run(tc.name, func(t *testing.T) {
 						f := newExecFixture(t, c, dir)
 						eff := tc.effect
-						f.remote.failOff, f.remote.failEffect = tc.n-peerUnit, &eff
+						f.remote.failOff, f.remote.failEffect, f.remote.failAfter = tc.failAt, &eff, tc.after
 						b, _ := f.run(engine.OpWrite, []engine.Request{f.req(0, tc.n)})
 						ts, _ := b.TaskStatus(0)
-						if ts.State != engine.TaskFailed || ts.RemoteEffect != tc.effect || ts.FailoverCount != 0 {
-							t.Fatalf("WRITE: %v, effect %v, %d failovers (%v); want failed, effect %v, never retried", ts.State, ts.RemoteEffect, ts.FailoverCount, ts.Err, tc.effect)
+						if ts.State != engine.TaskFailed || ts.RemoteEffect != tc.want || ts.FailoverCount != 0 {
+							t.Fatalf("WRITE: %v, effect %v, %d failovers (%v); want failed, effect %v, never retried", ts.State, ts.RemoteEffect, ts.FailoverCount, ts.Err, tc.want)
 						}
 						tries := 0
 						for _, call := range f.remote.callLog() {
-							if call == fmt.Sprintf("write %d+%d", tc.n-peerUnit, peerUnit) {
+							if call == fmt.Sprintf("write %d+%d", tc.failAt, peerUnit) {
 								tries++
 							}
 						}

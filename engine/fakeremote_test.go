@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
 )
@@ -32,6 +33,10 @@ type fakeRemote struct {
 	// failOff with failEffect (once).
 	failOff    uint64
 	failEffect *engine.RemoteEffect
+	// failAfter: the failing WRITE first waits until this many WRITEs
+	// were applied (so later units land before an earlier one fails).
+	failAfter int64
+	applied   atomic.Int64
 
 	reads, writes atomic.Int64
 	calls         []string // "read OFF+N", "write OFF+N", in call order
@@ -83,6 +88,11 @@ func (f *fakeRemote) WriteAt(ctx context.Context, p []byte, off uint64) (engine.
 	f.writes.Add(1)
 	f.mu.Lock()
 	if f.failEffect != nil && off == f.failOff {
+		for f.applied.Load() < f.failAfter && ctx.Err() == nil {
+			f.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			f.mu.Lock()
+		}
 		eff := *f.failEffect
 		f.failEffect = nil
 		f.calls = append(f.calls, fmt.Sprintf("write %d+%d", off, len(p)))
@@ -102,6 +112,7 @@ func (f *fakeRemote) WriteAt(ctx context.Context, p []byte, off uint64) (engine.
 	f.mu.Lock()
 	copy(f.data[off:], p)
 	f.mu.Unlock()
+	f.applied.Add(1)
 	return engine.EffectApplied, nil
 }
 
