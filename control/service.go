@@ -87,6 +87,12 @@ type Options struct {
 	// server stopped answering waits in the kernel. Past it the open is
 	// KindTimeout; 0 waits as long as the kernel does.
 	StoreCallTimeout time.Duration
+	// Cluster, when set, is shown under /cluster and in /stats
+	// (cluster.go); nil: the daemon is no cluster member.
+	Cluster Cluster
+	// ExportsChanged, when set, is called after a registration with an
+	// export is added or removed. It must not block.
+	ExportsChanged func()
 }
 
 // maxStuckPathChecks bounds the OwnMount walks left waiting in the kernel
@@ -326,7 +332,17 @@ func textLine(s string) []byte {
 func (s *Service) Version() []byte { return []byte("orbitefs " + s.opts.Version + "\n") }
 
 // Stats is /stats: the engine's stats as JSON.
-func (s *Service) Stats() []byte { return marshal(s.e.Stats()) }
+func (s *Service) Stats() []byte {
+	st := s.e.Stats()
+	if s.opts.Cluster == nil {
+		return marshal(st)
+	}
+	cs := s.opts.Cluster.ClusterStats()
+	return marshal(struct {
+		engine.Stats
+		Cluster ClusterStats `json:"cluster"`
+	}{st, cs})
+}
 
 // Metrics is /metrics.
 func (s *Service) Metrics() []byte { return RenderMetrics(s.e.Stats(), s.opts.Version) }

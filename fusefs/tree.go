@@ -63,6 +63,9 @@ func newRoot(f *fsys) *dir {
 		{name: "ctl", ino: inoCtl, dir: true, node: f.staticDir(ctl)},
 		f.qosDir(), // qos.go
 	}
+	if svc.ClusterEnabled() {
+		root = append(root, f.clusterDir()) // cluster.go
+	}
 	return &dir{f: f, t: svc.Started(), kids: root}
 }
 
