@@ -253,8 +253,12 @@ func peerUnit(x *offRing, k int) {
 	}
 	p := u.pieces[0] // cut byPiece: one local piece per unit
 	buf := p.host
-	if p.kind == piecePad {
+	switch p.kind {
+	case piecePad:
 		buf = make([]byte, u.n) // zeros on WRITE; discarded on READ
+	case pieceDevice: // refused at submit (buildRemote); never moved as if host
+		x.resolve(k, 0, unitErr(g, u, KindUnavailable, errors.New("device memory on a remote segment")))
+		return
 	}
 	if g.op == OpRead {
 		if err := rt.seg.r.ReadAt(ctx, buf, u.off); err != nil {
