@@ -7,6 +7,7 @@ package engine_test
 // transfers drained.
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 
@@ -64,4 +65,47 @@ func TestRemoteSegmentRefusals(t *testing.T) {
 	}
 	_, err = e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 4096}}, ioTimeout)
 	wantKind(t, err, engine.KindBusy)
+}
+
+// A vector moves as its pieces, padding included: zeros on WRITE, and on
+// READ the padded bytes are skipped.
+func TestRemoteSegmentVector(t *testing.T) {
+	e := gpuEngine(t, newFakeGPU(1), nil, nil)
+	host := register(t, e, 8192)
+	src := make([]byte, 8192)
+	for i := range src {
+		src[i] = byte(i%251 + 1)
+	}
+	host.WriteAt(src, 0)
+	f := newFakeRemote(8192, engine.PermReadWrite, peerUnit)
+	for i := range f.data {
+		f.data[i] = 0xEE
+	}
+	seg, err := e.OpenRemoteSegment("tcp://127.0.0.1:1/kv", f, engine.PermReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := host.BaseAddress()
+	vec := engine.Vector(engine.TransportUnspec, 100, engine.Range(b, 1000), engine.Pad(24), engine.Range(b+4096, 3072))
+	if _, err := e.SubmitAndWait(engine.OpWrite, seg, []engine.Request{vec}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte{0xEE}, 8192)
+	copy(want[100:], src[:1000])
+	copy(want[1100:], make([]byte, 24))
+	copy(want[1124:], src[4096:4096+3072])
+	if !bytes.Equal(f.bytes(), want) {
+		t.Fatal("the region differs from the vector's pieces and zeroed padding")
+	}
+	back := register(t, e, 8192)
+	rb := back.BaseAddress()
+	rvec := engine.Vector(engine.TransportUnspec, 100, engine.Range(rb, 1000), engine.Pad(24), engine.Range(rb+4096, 3072))
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{rvec}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 8192)
+	back.ReadAt(got, 0)
+	if !bytes.Equal(got[:1000], src[:1000]) || !bytes.Equal(got[4096:4096+3072], src[4096:4096+3072]) || !bytes.Equal(got[1000:4096], make([]byte, 3096)) {
+		t.Fatal("READ of the vector put the wrong bytes in memory")
+	}
 }
