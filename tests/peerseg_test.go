@@ -15,10 +15,11 @@ import (
 	"time"
 )
 
-// startPeerDaemonConf is startPeerDaemon with more [peer] keys.
+// startPeerDaemonConf is startPeerDaemon with more [peer] keys, shared
+// with other users (allow_other).
 func startPeerDaemonConf(t *testing.T, name, keyFile, more string) (*mount, string) {
 	t.Helper()
-	m := startDaemon(t, daemonOpts{config: fmt.Sprintf("[peer]\nlisten = \"127.0.0.1:0\"\nname = %q\nkey_file = %q\n%s", name, keyFile, more)})
+	m := startDaemon(t, daemonOpts{config: fmt.Sprintf("[mount]\nallow_other = true\n[peer]\nlisten = \"127.0.0.1:0\"\nname = %q\nkey_file = %q\n%s", name, keyFile, more)})
 	sub := peerAddrRE.FindStringSubmatch(m.logText())
 	if sub == nil {
 		t.Fatalf("daemon %s did not log its peer address:\n%s", name, m.logText())
@@ -110,6 +111,14 @@ echo SEGMENTS $(ls $M/segments)`, addrB))
 	}
 	if strings.Contains(r.stdout, "ok\n") || !strings.Contains(r.stdout, "SEGMENTS h open r\n") {
 		t.Errorf("a refused open was accepted or left a segment:\n%s", r)
+	}
+	// The daemon's key is not every user's: nobody opens no peer segment.
+	r = a.run(t, asNobody+"bash -c "+shq(fmt.Sprintf(`echo '{"name":"x","uri":"tcp://%s/kv","permission":"read"}' > %s/segments/open`, addrB, a.dir)))
+	if r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+		t.Errorf("nobody's peer segment: %s", r)
+	}
+	if got := a.line(t, `cat "$M/error"`); !strings.Contains(got, "a peer segment uses the daemon's peer key; only root or the daemon's user") {
+		t.Errorf("nobody's peer segment: /error = %q", got)
 	}
 	a.ok(t, `rmdir $M/segments/r $M/segments/h; test ! -e $M/segments/r`)
 }
