@@ -445,6 +445,21 @@ func TestExecutorContract(t *testing.T) {
 						}
 					})
 				}
+				t.Run("deadline while running", func(t *testing.T) {
+					f := newExecFixture(t, c, dir)
+					rel := make(chan struct{})
+					defer close(rel)
+					f.remote.hold, f.remote.holdEnd = rel, uint64(c.n)
+					start := time.Now()
+					rep, err := f.e.SubmitAndWait(engine.OpWrite, f.target, []engine.Request{f.req(0, uint64(c.n))}, 100*time.Millisecond)
+					wantKind(t, err, engine.KindTimeout)
+					if rep.RemoteEffect != engine.EffectUnknown || !rep.LocallyDrained || time.Since(start) > 5*time.Second {
+						t.Fatalf("WRITE cut by its deadline: effect %v, drained %v after %v; want unknown, drained, at once", rep.RemoteEffect, rep.LocallyDrained, time.Since(start))
+					}
+					if !bytes.Equal(f.remote.bytes(), f.orig) {
+						t.Fatal("a held unit wrote after its deadline")
+					}
+				})
 				t.Run("cancel running", func(t *testing.T) {
 					f := newExecFixture(t, c, dir)
 					rel := make(chan struct{})
