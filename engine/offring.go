@@ -1,6 +1,7 @@
 // offring.go owns the jobs of groups that leave the batch worker's ring:
 // requests that touch device memory (pinned staging, staged.go; cuFile,
-// gdsexec.go) and large requests on in-memory files (hostcopy.go).
+// gdsexec.go), large requests on in-memory files (hostcopy.go) and every
+// request on a peer's region (peerexec.go).
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
@@ -23,7 +24,8 @@
 //     units from the start, plus the returned prefix of the first short
 //     one; a gap stops the count even if later units succeeded.
 //   - A WRITE unit that reached the kernel (or cuFile) and failed makes
-//     its task's remote effect unknown.
+//     its task's remote effect unknown; on a remote segment so does any
+//     posted unit past the task's reported prefix (peerexec.go).
 //   - A lane that cannot prove its units drained (no CQE past deadline +
 //     quiesce_grace, an uncertain device copy) marks the job undrained
 //     before resolving them: the group then ends unquiesced and keeps its
