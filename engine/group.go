@@ -555,7 +555,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m)
+	rt, err := e.chooseRoute(g.ent, r, m, g.n)
 	if err != nil {
 		return err
 	}

@@ -127,3 +127,42 @@ func moveBytes(reqs []engine.Request, base uint64, mem, file []byte, op engine.O
 		}
 	}
 }
+
+// TestHostCopyGroupCap: a group of more than hostCopyMaxGroup (16) large
+// requests stays on the ring, where tasks not yet started stay pending
+// and can be cancelled; 16 go to the host copy lanes.
+func TestHostCopyGroupCap(t *testing.T) {
+	needIOUring(t)
+	shm, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	const each = 4<<20 + 4096 // over one unit
+	size := func(n int) uint64 { return uint64(n) * each }
+	for _, c := range []struct {
+		n    int
+		want engine.TransportKind
+	}{{16, engine.TransportCopy}, {17, engine.TransportIOUring}} {
+		e := newEngine(t, nil)
+		path, _ := randomFile(t, shm, "f", int(size(c.n)))
+		seg := openSeg(t, e, path, engine.PermRead)
+		r := register(t, e, size(c.n))
+		reqs := make([]engine.Request, c.n)
+		for i := range reqs {
+			off := size(i)
+			reqs[i] = engine.Request{Address: r.BaseAddress() + off, TargetOffset: off, Length: each}
+		}
+		b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("%d requests: %v %v", c.n, st, err)
+		}
+		for _, ts := range b.TaskStatuses() {
+			if ts.Transport != c.want {
+				t.Fatalf("%d requests: task %d over %v, want %v", c.n, ts.Index, ts.Transport, c.want)
+			}
+		}
+	}
+}
