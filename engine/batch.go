@@ -565,7 +565,8 @@ func (b *Batch) Cancel(i int) error {
 	return nil
 }
 
-// CancelAll cancels every task that has not started.
+// CancelAll cancels every task that has not started, and cuts every
+// running task on a peer's region (as Cancel does).
 func (b *Batch) CancelAll() error { return b.cancelAll(true) }
 
 // cancelAll is CancelAll; Close passes live=false to reach deferred
@@ -583,6 +584,8 @@ func (b *Batch) cancelAll(live bool) error {
 			b.fenceParkedLocked(i)
 		case b.mu.tasks[i].state == TaskPending:
 			b.cancelTaskLocked(i)
+		case b.mu.tasks[i].state == TaskRunning:
+			b.cutRunningLocked(i) // a peer task: cut (peerexec.go); others run on
 		}
 	}
 	b.changedLocked()

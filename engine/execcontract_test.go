@@ -465,26 +465,32 @@ func TestExecutorContract(t *testing.T) {
 					rel := make(chan struct{})
 					defer close(rel)
 					f.remote.hold, f.remote.holdEnd = rel, uint64(c.n)
-					b, err := f.e.AllocateBatch(1)
+					b, err := f.e.AllocateBatch(2)
 					if err != nil {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { b.Free() })
-					if _, err := b.Submit(engine.OpWrite, f.target, []engine.Request{f.req(0, uint64(c.n))}, nil, ioTimeout); err != nil {
+					half := uint64(c.n / 2)
+					if _, err := b.Submit(engine.OpWrite, f.target, []engine.Request{f.req(0, half), f.req(half, half)}, nil, ioTimeout); err != nil {
 						t.Fatal(err)
 					}
-					waitFor(t, "a unit held in the peer", func() bool { return f.remote.writes.Load() > 0 })
+					waitFor(t, "every unit of both tasks held in the peer", func() bool { return f.remote.writes.Load() >= int64(c.n/peerUnit) })
 					if err := b.Cancel(0); err != nil {
 						t.Fatalf("cancel of a running peer WRITE: %v", err)
+					}
+					if err := b.CancelAll(); err != nil {
+						t.Fatal(err)
 					}
 					b.Seal()
 					start := time.Now()
 					if _, err := b.Wait(ioTimeout); err != nil {
 						t.Fatal(err)
 					}
-					ts, _ := b.TaskStatus(0)
-					if ts.State != engine.TaskCancelled || ts.RemoteEffect != engine.EffectUnknown || time.Since(start) > 5*time.Second {
-						t.Fatalf("cut WRITE: %v, effect %v (%v) after %v; want cancelled with effect unknown at once", ts.State, ts.RemoteEffect, ts.Err, time.Since(start))
+					for i := range 2 {
+						ts, _ := b.TaskStatus(i)
+						if ts.State != engine.TaskCancelled || ts.RemoteEffect != engine.EffectUnknown || time.Since(start) > 5*time.Second {
+							t.Fatalf("cut WRITE %d (cancel, then cancel_all): %v, effect %v (%v) after %v; want cancelled with effect unknown at once", i, ts.State, ts.RemoteEffect, ts.Err, time.Since(start))
+						}
 					}
 					if !bytes.Equal(f.remote.bytes(), f.orig) {
 						t.Fatal("a held unit wrote after its cut")
