@@ -3,7 +3,8 @@
 // daemons on loopback, READ and WRITE through ctl/batches, bytes checked
 // with cmp through the other daemon's memory/X/data; the open's refusals;
 // a WRITE to a daemon killed mid-transfer ends with remote effect unknown
-// and is never retried.
+// and is never retried; a WRITE held mid-frame by a relay is cut by
+// `cancel 0` (cancelled, unknown, not retried).
 
 package tests
 
@@ -147,6 +148,48 @@ echo '{"name":"r","uri":"tcp://%s/kv","permission":"write"}' > $M/segments/open`
 	}
 	if code, err := b.waitExit(5 * time.Second); err != nil || code != -1 {
 		t.Fatalf("the daemon was not killed: exit %d, %v", code, err)
+	}
+	time.Sleep(200 * time.Millisecond) // room for a retry that must not come
+	rl.mu.Lock()
+	defer rl.mu.Unlock()
+	if rl.accepted != 2 || rl.sent != 16<<20 {
+		t.Fatalf("relay: %d connections (want control and one lane: no retry), %d bytes", rl.accepted, rl.sent)
+	}
+}
+
+// A relay that stops forwarding mid-frame holds a batch WRITE (no ack
+// comes); `cancel 0` cuts it at once: the task ends cancelled with remote
+// effect unknown, long before the peer's io_timeout, and nothing is sent
+// again.
+func TestPeerSegmentCancelRunning(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, _ := startPeerDaemonConf(t, "alpha", key, "io_timeout = \"60s\"\n")
+	b, addrB := startPeerDaemon(t, "beta", key)
+	b.ok(t, `echo '{"name":"kv","location":"cpu","bytes":"64MiB","export":"write"}' > $M/memory/register`)
+	held := make(chan struct{})
+	rl := startRelay(t, addrB, 16<<20, func() { close(held) })
+	a.ok(t, fmt.Sprintf(`echo '{"name":"buf","location":"cpu","bytes":"64MiB"}' > $M/memory/register
+head -c 67108864 /dev/urandom > $M/memory/buf/data
+echo '{"name":"r","uri":"tcp://%s/kv","permission":"write"}' > $M/segments/open
+B=$(cat $M/ctl/batches/clone)
+echo '{"op":"write","target":"r","timeout":"50s","requests":[{"memory":"buf","offset":0,"target_offset":0,"length":"64MiB"}]}' > $M/ctl/batches/$B/submit
+echo seal > $M/ctl/batches/$B/ctl`, rl.ln.Addr()))
+	select {
+	case <-held:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the WRITE never reached the relay's limit")
+	}
+	start := time.Now()
+	out := a.ok(t, `echo "cancel 0" > $M/ctl/batches/1/ctl
+timeout 10 cat $M/ctl/batches/1/wait
+cat $M/ctl/batches/1/tasks/0`)
+	t.Logf("cancelled mid-frame:\n%s", out)
+	if !strings.HasPrefix(out, "cancelled") || !strings.Contains(out, `"state": "cancelled"`) || !strings.Contains(out, `"remote_effect": "unknown"`) || !strings.Contains(out, "cancelled while running") {
+		t.Fatalf("a WRITE cancelled mid-frame:\n%s", out)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the cancel took %v", d)
 	}
 	time.Sleep(200 * time.Millisecond) // room for a retry that must not come
 	rl.mu.Lock()
