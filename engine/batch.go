@@ -121,12 +121,17 @@ type Batch struct {
 		queue    []*group // accepted, not yet dispatched
 		inflight []*group // dispatched, not finished (worker-owned order)
 		active   int      // groups accepted and not finished
-		worker   bool
-		w        *worker // the running worker, for submit-through
-		onDone   func(Report)
-		notify   []Report // finished groups not yet handed to onDone
-		changed  chan struct{}
-		state    State
+		// laneCopies: caller copies queued or running on the host copy
+		// lanes; callerRun: caller copies since the last lane copy
+		// (lanecopy.go).
+		laneCopies int
+		callerRun  int
+		worker     bool
+		w          *worker // the running worker, for submit-through
+		onDone     func(Report)
+		notify     []Report // finished groups not yet handed to onDone
+		changed    chan struct{}
+		state      State
 		// parked are failed attempts awaiting a failover decision, in
 		// the order they failed (failover.go).
 		parked []parked
@@ -235,11 +240,14 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 	b.mu.groups = append(b.mu.groups, g)
 	b.mu.active++
 	if copyOK && b.startCallerCopyLocked(g) {
+		lane := b.laneCopyLocked(g) // lanecopy.go
 		b.changedLocked()
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)
-		b.callerCopy(g)
-		b.deliver()
+		if !lane || !b.e.hostCopy.runCopy(g) {
+			b.callerCopy(g)
+			b.deliver()
+		}
 		return TaskRange{First: g.first, Count: len(reqs)}, nil
 	}
 	b.mu.queue = append(b.mu.queue, g)

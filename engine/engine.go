@@ -54,6 +54,9 @@ type Engine struct {
 	probeOnce sync.Once
 	probeErr  error
 
+	// laneCopyHeld, nil outside tests, runs on the lane before a lane
+	// copy's deadline check (lanecopy.go): a test holds lane copies there.
+	laneCopyHeld func()
 	// closeDrained, nil outside tests, runs in CloseFileSegment after the
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.
@@ -119,6 +122,7 @@ type Engine struct {
 		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
 		callerCopies     counter
+		laneCopies       counter
 		hostCopyUnits    counter
 		peerUnits        counter
 		workersRunning   atomic.Int64
@@ -321,6 +325,7 @@ type Stats struct {
 	SubmitThrough      uint64        `json:"submit_through"`
 	WorkersStarted     uint64        `json:"workers_started"`
 	CallerCopies       uint64        `json:"caller_copies"`   // groups the submitter copied (callercopy.go)
+	LaneCopies         uint64        `json:"lane_copies"`     // of those, groups the host copy lanes copied (lanecopy.go)
 	HostCopyUnits      uint64        `json:"host_copy_units"` // units the host copy lanes copied (hostcopy.go)
 	PeerUnits          uint64        `json:"peer_units"`      // units the peer executor moved (peerexec.go)
 	WorkersRunning     int64         `json:"workers_running"`
@@ -375,6 +380,7 @@ func (e *Engine) Stats() Stats {
 	s.SubmitThrough = e.st.submitThrough.Load()
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.CallerCopies = e.st.callerCopies.Load()
+	s.LaneCopies = e.st.laneCopies.Load()
 	s.HostCopyUnits = e.st.hostCopyUnits.Load()
 	s.PeerUnits = e.st.peerUnits.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()

@@ -51,6 +51,9 @@ type execCase struct {
 	// meets the ring instead, and the cancel and deadline checks do not
 	// reach it.
 	queued bool
+	// lanes: lane_copy_probe 1, so every caller copy runs on the host
+	// copy lanes (lanecopy.go); the bytes check counts them.
+	lanes bool
 	// uncertain makes the next READ's outcome unknown and returns the
 	// READ's timeout; nil where the executor cannot lose track (a
 	// synchronous copy always returns; a real ring's lost CQE is covered
@@ -67,7 +70,10 @@ var execCases = []execCase{
 	{name: "ring", fs: "tmpfs", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
+	{name: "lane copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy, lanes: true},
 	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true},
+	// Two requests of exactly one unit each: the 4 MiB stream.
+	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true},
 	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true,
@@ -106,6 +112,9 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 	f.e = gpuEngine(t, f.gpu, f.cufile, func(cfg *config.Engine) {
 		cfg.QuiesceGrace = config.Duration(100 * time.Millisecond)
 		cfg.MaxTransferBytes = 64 << 20
+		if c.lanes {
+			cfg.LaneCopyProbe = 1
+		}
 	})
 	f.path, f.orig = randomFile(t, dir, "f", c.n)
 	f.seg = openSeg(t, f.e, f.path, engine.PermReadWrite)
@@ -328,6 +337,11 @@ func TestExecutorContract(t *testing.T) {
 				after := f.e.Stats()
 				if hooks[0] != 1 || hooks2[0] != 1 || after.TasksCompleted-before.TasksCompleted != 3 {
 					t.Fatalf("hooks %v %v, tasks completed %d: want each group and task reported once (3 tasks)", hooks, hooks2, after.TasksCompleted-before.TasksCompleted)
+				}
+				// A lane copy is a caller copy run by a lane: both count.
+				lanes, copies := after.LaneCopies-before.LaneCopies, after.CallerCopies-before.CallerCopies
+				if c.lanes && (lanes != 2 || copies != 2) {
+					t.Fatalf("%d lane copies of %d caller copies, want 2 of 2 (the READ and the WRITE)", lanes, copies)
 				}
 			})
 			t.Run("cancel before start", func(t *testing.T) {

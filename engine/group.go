@@ -60,6 +60,8 @@ type group struct {
 	// caller: the submitting goroutine copies it (callercopy.go); the
 	// worker neither reaps nor cuts it off.
 	caller bool
+	// lane: a caller copy that the host copy lanes run (lanecopy.go).
+	lane bool
 
 	// Guarded by b.mu.
 	dispatched    bool

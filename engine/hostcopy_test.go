@@ -12,8 +12,8 @@ import (
 	"github.com/orbitefs/orbitefs/engine"
 )
 
-// TestHostCopyRoutes: a single-range host request larger than one 4 MiB
-// unit on an in-memory file goes to the host copy lanes, cut into units
+// TestHostCopyRoutes: a single-range host request of one 4 MiB unit or
+// more on an in-memory file goes to the host copy lanes, cut into units
 // (one 256 MiB buffered READ was one SQE copied by one thread); smaller
 // ones, disk files, an explicit io_uring and the runtime queue keep the
 // ring; a small vector in the same group rides along.
@@ -34,7 +34,8 @@ func TestHostCopyRoutes(t *testing.T) {
 		units uint64
 	}{
 		{"tmpfs 12 MiB", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportCopy, 3},
-		{"tmpfs one unit keeps the ring", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportIOUring, 0},
+		{"tmpfs exactly one unit", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportCopy, 1},
+		{"tmpfs just under one unit keeps the ring", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4<<20 - 4096}} }, engine.TransportIOUring, 0},
 		{"tmpfs explicit io_uring", shm, false, func(base uint64) []engine.Request {
 			return []engine.Request{{Transport: engine.TransportIOUring, Address: base, Length: big}}
 		}, engine.TransportIOUring, 0},

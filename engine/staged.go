@@ -44,10 +44,12 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,6 +87,7 @@ type slot struct {
 	k     int      // unit index in x
 	state slotState
 	evs   []Event
+	seq   uint64 // when its copies were enqueued, in the lane's order
 	got   uint64
 	short error // why a READ unit stopped short, reported after its copy
 }
@@ -99,6 +102,8 @@ type lane struct {
 	slots   []slot
 	streams map[int]Stream
 	pending []int // slots prepared, not yet consumed by Submit
+	copyTab []int // scratch of retireCopies: copying slots, oldest first
+	copySeq uint64
 	inIO    int
 	inCopy  int
 	live    bool // counted in stagedExec.live
@@ -688,6 +693,8 @@ func (l *lane) complete(c Completion) {
 		return
 	}
 	sl.short = short
+	l.copySeq++
+	sl.seq = l.copySeq
 	if len(sl.evs) == 0 {
 		l.free(sl)
 		x.resolve(k, got, short)
@@ -802,15 +809,27 @@ func waitEvent(ev Event, cut time.Time) (bool, error) {
 	}
 }
 
-// retireCopies frees slots whose device copies completed. With a
-// nonzero cut it first waits (polling, never past cut) for the oldest
-// copy.
+// retireCopies frees slots whose device copies completed, oldest first.
+// With a nonzero cut it first waits (polling, never past cut) for the
+// oldest copy.
+//
+// It stops at the first slot whose copies have not completed: a lane
+// records every slot's event on each of its streams after that slot's
+// copies, and a stream completes in order, so a younger slot cannot be
+// done either. Querying it anyway costs a driver call that the driver
+// serializes across lanes (backends/cuda: 1.2 us per query from 16
+// goroutines), once per slot per loop turn.
 func (l *lane) retireCopies(cut time.Time) {
+	tab := l.copyTab[:0]
 	for i := range l.slots {
-		sl := &l.slots[i]
-		if sl.state != slotCopy {
-			continue
+		if l.slots[i].state == slotCopy {
+			tab = append(tab, i)
 		}
+	}
+	slices.SortFunc(tab, func(a, b int) int { return cmp.Compare(l.slots[a].seq, l.slots[b].seq) })
+	l.copyTab = tab
+	for _, i := range tab {
+		sl := &l.slots[i]
 		done, err := l.copied(sl, cut)
 		cut = time.Time{} // waited once; only poll the rest
 		if err != nil {
@@ -825,7 +844,7 @@ func (l *lane) retireCopies(cut time.Time) {
 			continue
 		}
 		if !done {
-			continue
+			return
 		}
 		l.closeEvents(sl)
 		x, k, got, short := sl.x, sl.k, sl.got, sl.short

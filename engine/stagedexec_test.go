@@ -134,3 +134,34 @@ func TestStagedManyClients(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedPollsOldestCopyFirst: a lane with several device copies in
+// flight queries the oldest one's event and no younger one while it is
+// pending (a stream completes in order). Each query is a driver call
+// that the CUDA driver serializes across lanes; querying every slot each
+// turn capped 128 KiB units into cuda:0 on the H200.
+func TestStagedPollsOldestCopyFirst(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.latency.Store(int64(3 * time.Millisecond))
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
+	const n = 8 << 16 // 8 units of one 64 KiB chunk each
+	path, orig := randomFile(t, t.TempDir(), "f", n)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, n)
+	for range 3 {
+		rep, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout)
+		if err != nil || rep.CompletedBytes != n {
+			t.Fatalf("read: %v %+v", err, rep)
+		}
+	}
+	got := make([]byte, n)
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, orig) {
+		t.Fatal("device bytes differ from the file")
+	}
+	if q := gpu.youngQueries.Load(); q != 0 {
+		t.Fatalf("%d queries of a copy event while an older one on its stream was pending", q)
+	}
+}
