@@ -78,6 +78,10 @@ type Options struct {
 	// be raced by a symlink swapped between the check and the open, the
 	// device of the opened inode cannot. Nil skips the check.
 	OwnDevice func() string
+	// DialRemote connects to a peer's exported region for a tcp:// or
+	// hp_tcp:// segment (with the daemon's [peer] key); nil refuses such
+	// segments (KindUnavailable).
+	DialRemote func(ctx context.Context, u RemoteURI) (engine.Remote, error)
 	// StoreCallTimeout bounds the OwnMount walk (engine.store_call_timeout):
 	// it lstats every component of a path, and one on a filesystem whose
 	// server stopped answering waits in the kernel. Past it the open is

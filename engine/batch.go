@@ -205,8 +205,8 @@ func (e *Engine) Batches() []*Batch {
 	return out
 }
 
-// Target is what a submission addresses. *Segment is the only target in
-// this build; network peers will be the next.
+// Target is what a submission addresses: a file (*Segment), a region of
+// this engine (*MemSegment) or a peer's region (*RemoteSegment).
 type Target interface{ isTarget() }
 
 // Submit validates requests, admits them as one group and queues it.
@@ -559,6 +559,9 @@ func (b *Batch) Cancel(i int) error {
 		b.fenceParkedLocked(i)
 		b.changedLocked()
 		return nil
+	case t.state == TaskRunning && b.cutRunningLocked(i):
+		b.changedLocked()
+		return nil
 	case t.state == TaskRunning:
 		return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
 	case t.state.terminal():
@@ -570,7 +573,8 @@ func (b *Batch) Cancel(i int) error {
 	return nil
 }
 
-// CancelAll cancels every task that has not started.
+// CancelAll cancels every task that has not started, and cuts every
+// running task on a peer's region (as Cancel does).
 func (b *Batch) CancelAll() error { return b.cancelAll(true) }
 
 // cancelAll is CancelAll; Close passes live=false to reach deferred
@@ -588,6 +592,8 @@ func (b *Batch) cancelAll(live bool) error {
 			b.fenceParkedLocked(i)
 		case b.mu.tasks[i].state == TaskPending:
 			b.cancelTaskLocked(i)
+		case b.mu.tasks[i].state == TaskRunning:
+			b.cutRunningLocked(i) // a peer task: cut (peerexec.go); others run on
 		}
 	}
 	b.changedLocked()

@@ -45,6 +45,7 @@ type Engine struct {
 	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
 	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
 	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
+	peerExec peerExec      // peer lanes (peerexec.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -123,6 +124,7 @@ type Engine struct {
 		callerCopies     counter
 		laneCopies       counter
 		hostCopyUnits    counter
+		peerUnits        counter
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
@@ -159,6 +161,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.staged = newStagedExec(e)
 	e.hostCopy = newHostCopyExec()
 	e.gdsExec = newGDSExec(e)
+	e.peerExec = newPeerExec()
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -277,6 +280,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.staged.close()
 	e.hostCopy.close()
 	e.gdsExec.close()
+	e.peerExec.close()
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {
@@ -323,6 +327,7 @@ type Stats struct {
 	CallerCopies       uint64        `json:"caller_copies"`   // groups the submitter copied (callercopy.go)
 	LaneCopies         uint64        `json:"lane_copies"`     // of those, groups the host copy lanes copied (lanecopy.go)
 	HostCopyUnits      uint64        `json:"host_copy_units"` // units the host copy lanes copied (hostcopy.go)
+	PeerUnits          uint64        `json:"peer_units"`      // units the peer executor moved (peerexec.go)
 	WorkersRunning     int64         `json:"workers_running"`
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
@@ -377,6 +382,7 @@ func (e *Engine) Stats() Stats {
 	s.CallerCopies = e.st.callerCopies.Load()
 	s.LaneCopies = e.st.laneCopies.Load()
 	s.HostCopyUnits = e.st.hostCopyUnits.Load()
+	s.PeerUnits = e.st.peerUnits.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
 	s.Failovers = e.st.failovers.Load()

@@ -112,6 +112,11 @@ func runMount(args []string) int {
 		}
 		return ""
 	}
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
+		e.Close(time.Second)
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
 	var mem *member
 	if cfg.Cluster.Enabled() {
 		mem = newMember(cfg.Cluster, lg)

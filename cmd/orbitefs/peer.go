@@ -21,6 +21,7 @@ import (
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/control"
 	"github.com/orbitefs/orbitefs/discovery"
+	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/peer"
 	"github.com/orbitefs/orbitefs/peer/wire"
 )
@@ -83,6 +84,37 @@ func startPeerServer(c config.Peer, svc *control.Service, lg *slog.Logger) (*pee
 		return nil, err
 	}
 	return s, nil
+}
+
+// remoteDialer returns how the daemon opens a peer's region as a segment
+// (tcp:// with one lane, hp_tcp:// with [peer] lanes), with [peer]'s key
+// and timeouts; nil without a key_file (such segments are refused).
+func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+	if c.KeyFile == "" {
+		return nil, nil
+	}
+	key, err := peer.LoadKey(c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer.key_file: %w", err)
+	}
+	return func(ctx context.Context, u control.RemoteURI) (engine.Remote, error) {
+		lanes := 1
+		if u.Scheme == "hp_tcp" {
+			lanes = c.Lanes
+		}
+		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Key: key, Lanes: lanes,
+			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
+			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
+		if err != nil {
+			return nil, err
+		}
+		r, err := peer.OpenRemote(ctx, conn, u.Region)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return r, nil
+	}, nil
 }
 
 // peerResult is the JSON line `orbitefs peer` prints.
