@@ -76,7 +76,10 @@ func startPeerServer(c config.Peer, svc *control.Service, lg *slog.Logger) (*pee
 		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
-		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg}, serviceExports{svc})
+		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg,
+		Inbox: peer.InboxLimits{Max: c.MaxPendingNotifications, MaxPerSender: c.MaxPendingNotificationsPerPeer,
+			MaxBytes: int64(c.MaxPendingNotificationBytes)},
+		MaxNotifyBytes: uint64(c.MaxNotificationBytes)}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
