@@ -30,7 +30,9 @@ const (
 	inoQoSContracts
 	inoQoSUsage
 	inoQoSResolve
-	inoTxn // txn.go
+	inoTxn   // txn.go
+	inoPeers // peers.go
+	inoNotifications
 )
 
 const (

@@ -17,7 +17,7 @@ import (
 func notifyServer(t *testing.T, lim InboxLimits, hook func(hookPoint, *wire.Header, net.Conn)) (*Server, *Conn) {
 	t.Helper()
 	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice,
-		Inbox: lim, MaxNotifyBytes: 16, Logger: slog.New(slog.DiscardHandler)}, &memExports{})
+		Inbox: NewInbox(lim), MaxNotifyBytes: 16, Logger: slog.New(slog.DiscardHandler)}, &memExports{})
 	s.hook = hook
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)

@@ -68,9 +68,12 @@ type ServerConfig struct {
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
 	Allowed []netip.Prefix
-	// Inbox bounds the notifications waiting to be read; MaxNotifyBytes
-	// bounds one notification's message. Zero values are the defaults.
-	Inbox          InboxLimits
+	// Epoch is this engine's epoch; 0: a fresh one (NewEpoch).
+	Epoch uint64
+	// Inbox receives the notifications peers send (nil: a new one with
+	// the default bounds); MaxNotifyBytes bounds one message (0: the
+	// default).
+	Inbox          *Inbox
 	MaxNotifyBytes uint64
 	Logger         *slog.Logger
 }
@@ -129,13 +132,16 @@ type session struct {
 
 // NewServer makes a server for exp with a fresh random epoch.
 func NewServer(cfg ServerConfig, exp Exports) *Server {
-	if cfg.Inbox == (InboxLimits{}) {
-		cfg.Inbox = InboxLimits{Max: DefaultMaxPending, MaxPerSender: DefaultMaxPendingPerSender, MaxBytes: DefaultMaxPendingBytes}
+	if cfg.Inbox == nil {
+		cfg.Inbox = NewInbox(InboxLimits{Max: DefaultMaxPending, MaxPerSender: DefaultMaxPendingPerSender, MaxBytes: DefaultMaxPendingBytes})
 	}
 	if cfg.MaxNotifyBytes == 0 {
 		cfg.MaxNotifyBytes = DefaultMaxNotifyBytes
 	}
-	s := &Server{cfg: cfg, exp: exp, epoch: newEpoch(), inbox: NewInbox(cfg.Inbox), log: cfg.Logger}
+	if cfg.Epoch == 0 {
+		cfg.Epoch = newEpoch()
+	}
+	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
