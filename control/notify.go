@@ -226,7 +226,7 @@ func (s *Service) groupDone(bt *Batch, r engine.Report) {
 	if r.Err != nil {
 		for i := range n.dests {
 			d := &n.dests[i]
-			d.state, d.reason = NotifyNotSent, "not sent: submission failed ("+engine.KindOf(r.Err).String()+")"
+			d.state, d.reason = NotifyNotSent, "not sent: submission failed: "+r.Err.Error()
 			s.releaseDest(d)
 		}
 		bt.mu.Unlock()
