@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ func TestNotifyDelivered(t *testing.T) {
 // the receiver held after queueing, Notify has not returned.
 func TestNotifyDeliveredOnlyAfterAck(t *testing.T) {
 	queued, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(release) }) }) // a failure must not leave the server held
 	s, c := notifyServer(t, roomy, func(p hookPoint, _ *wire.Header, _ net.Conn) {
 		if p == hookNotifyQueued {
 			close(queued)
@@ -69,7 +72,7 @@ func TestNotifyDeliveredOnlyAfterAck(t *testing.T) {
 		t.Fatalf("Notify returned %s before the receiver answered", d)
 	case <-time.After(100 * time.Millisecond):
 	}
-	close(release)
+	once.Do(func() { close(release) })
 	if d := <-done; d != Delivered {
 		t.Fatalf("Notify = %s after the answer, want delivered", d)
 	}
