@@ -29,9 +29,10 @@ func DefaultTOML() string { return defaultTOML }
 
 // Daemon is the whole daemon config file.
 type Daemon struct {
-	Mount  Mount  `toml:"mount"`
-	Engine Engine `toml:"engine"`
-	Peer   Peer   `toml:"peer"`
+	Mount   Mount   `toml:"mount"`
+	Engine  Engine  `toml:"engine"`
+	Peer    Peer    `toml:"peer"`
+	Cluster Cluster `toml:"cluster"`
 }
 
 // Mount configures the FUSE front end.
@@ -215,6 +216,7 @@ func (d *Daemon) Validate() error {
 	}
 	d.Engine.validate(&p, "engine.")
 	d.Peer.validate(&p)
+	d.Cluster.validate(&p)
 	return p.err("invalid config")
 }
 

@@ -48,7 +48,14 @@ type Engine struct {
 	// CallerCopy lets the submitter copy a group of at most
 	// caller_fast_path_bytes on a file that lives in memory itself
 	// (engine/callercopy.go); false keeps every such group on io_uring.
-	CallerCopy     bool     `toml:"caller_copy" json:"caller_copy"`
+	CallerCopy bool `toml:"caller_copy" json:"caller_copy"`
+	// LaneCopyProbe: one caller copy in every LaneCopyProbe of a batch
+	// goes to the host copy lanes instead, so a client
+	// keeping many groups in flight on that batch is seen (its next
+	// groups find one on the lanes and follow it there); 1 sends every
+	// such group to the lanes, 0 keeps every one on its submitter
+	// (engine/lanecopy.go).
+	LaneCopyProbe  int      `toml:"lane_copy_probe" json:"lane_copy_probe"`
 	DefaultTimeout Duration `toml:"default_timeout" json:"default_timeout"`
 	// StoreCallTimeout bounds one open or stat of a segment's file that
 	// the kernel may block on (a stalled FUSE or network store): the
@@ -154,6 +161,7 @@ func DefaultEngine() Engine {
 		CallerFastPathBytes:      64 << 10,
 		CallerFastPathWait:       Duration(200 * time.Microsecond),
 		CallerCopy:               true,
+		LaneCopyProbe:            64,
 		DefaultTimeout:           Duration(30 * time.Second),
 		StoreCallTimeout:         Duration(5 * time.Second),
 		MergeRequests:            true,
@@ -246,6 +254,7 @@ func (c *Engine) validate(p *problems, pre string) {
 	if c.CallerFastPathBytes > c.MaxTransferBytes {
 		p.addf("%scaller_fast_path_bytes (%s) must be <= max_transfer_bytes (%s)", pre, c.CallerFastPathBytes, c.MaxTransferBytes)
 	}
+	p.between(pre+"lane_copy_probe", c.LaneCopyProbe, 0, 1<<20)
 	if c.CallerFastPathWait > Duration(time.Second) {
 		p.addf("%scaller_fast_path_wait (%s) must be <= 1s", pre, c.CallerFastPathWait)
 	}

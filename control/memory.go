@@ -148,6 +148,9 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 	s.mu.memory[spec.Name] = m
 	s.mu.Unlock()
 	s.log.Info("memory registered", "op", "register", "region", m.Name, "bytes", r.Len(), "shm", spec.Shm, "export", m.Export)
+	if m.Export != ExportNone {
+		s.exportsChanged()
+	}
 	return nil
 }
 
@@ -172,6 +175,9 @@ func (s *Service) Unregister(c *engine.Caller, name string) error {
 	}
 	s.mu.Unlock()
 	s.log.Info("memory unregistered", "op", "unregister", "region", name)
+	if m.Export != ExportNone {
+		s.exportsChanged()
+	}
 	return nil
 }
 

@@ -51,6 +51,8 @@ var engineMetrics = []metric{
 	{"submit_through_total", "counter", "Submissions put on a running worker's ring by the submitting goroutine.", func(s *engine.Stats) float64 { return float64(s.SubmitThrough) }},
 	{"workers_started_total", "counter", "Batch workers started.", func(s *engine.Stats) float64 { return float64(s.WorkersStarted) }},
 	{"caller_copies_total", "counter", "Small groups on in-memory files copied by their submitter (no worker, no ring).", func(s *engine.Stats) float64 { return float64(s.CallerCopies) }},
+	{"peer_units_total", "counter", "Units of transfers on remote segments moved by the peer executor.", func(s *engine.Stats) float64 { return float64(s.PeerUnits) }},
+	{"lane_copies_total", "counter", "Of the caller copies, those the host copy lanes ran for a batch streaming small groups.", func(s *engine.Stats) float64 { return float64(s.LaneCopies) }},
 	{"host_copy_units_total", "counter", "Units of large requests on in-memory files copied by the host copy lanes.", func(s *engine.Stats) float64 { return float64(s.HostCopyUnits) }},
 	{"workers_running", "gauge", "Batch workers running now.", func(s *engine.Stats) float64 { return float64(s.WorkersRunning) }},
 	{"unquiesced_groups_total", "counter", "Submissions that ended without proof the kernel was done with their memory.", func(s *engine.Stats) float64 { return float64(s.UnquiescedGroups) }},

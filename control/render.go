@@ -168,6 +168,35 @@ func RenderMemSegmentInfo(name, memory string, info engine.MemSegmentInfo) MemSe
 		Users: info.Users, Draining: info.Draining, Permission: info.Permission.String()}
 }
 
+// RemoteSegmentInfoJSON is /segments/<name>/info of a peer's region.
+type RemoteSegmentInfoJSON struct {
+	Name       string `json:"name"`
+	URI        string `json:"uri"`
+	Address    string `json:"address"`
+	Peer       string `json:"peer"`
+	Epoch      uint64 `json:"epoch"`
+	Region     string `json:"region"`
+	Size       uint64 `json:"size"`
+	Export     string `json:"export"`
+	Lanes      int    `json:"lanes"`
+	UnitBytes  uint64 `json:"unit_bytes"`
+	Users      int    `json:"users"`
+	Draining   bool   `json:"draining"`
+	Permission string `json:"permission"`
+}
+
+// RenderRemoteSegmentInfo combines a name with the engine's info.
+func RenderRemoteSegmentInfo(name string, info engine.RemoteSegmentInfo) RemoteSegmentInfoJSON {
+	r := info.Remote
+	export := "none"
+	if r.Export != 0 {
+		export = r.Export.String()
+	}
+	return RemoteSegmentInfoJSON{Name: name, URI: info.URI, Address: r.Address, Peer: r.Peer, Epoch: r.Epoch,
+		Region: r.Region, Size: r.Size, Export: export, Lanes: r.Lanes, UnitBytes: r.Unit,
+		Users: info.Users, Draining: info.Draining, Permission: info.Permission.String()}
+}
+
 // RenderSegmentInfo combines a name with the engine's info.
 func RenderSegmentInfo(name string, info engine.SegmentInfo) SegmentInfoJSON {
 	return SegmentInfoJSON{Name: name, SegmentInfo: info, Permission: info.Permission.String()}

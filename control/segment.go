@@ -2,7 +2,8 @@
 // /segments/open, described by info, refreshed by a write to refresh,
 // closed by rmdir with a bounded drain. A segment is a file
 // (file:///path) or a registered memory region of this mount
-// (mem://MEMORY), the target of the local memory transport.
+// (mem://MEMORY), the target of the local memory transport, or a peer's
+// exported region (tcp://HOST:PORT/REGION, hp_tcp://...: remote.go).
 //
 // Invariants:
 //   - A name maps to at most one engine segment handle; a close that
@@ -25,9 +26,10 @@ type Segment struct {
 	URI     string
 	seq     uint64
 	created time.Time
-	seg     *engine.Segment    // a file segment, or
-	mem     *engine.MemSegment // a memory segment
-	memory  string             // the memory name of a memory segment
+	seg     *engine.Segment       // a file segment, or
+	mem     *engine.MemSegment    // a memory segment
+	memory  string                // the memory name of a memory segment
+	remote  *engine.RemoteSegment // a peer's region
 	owner   owner
 }
 
@@ -37,8 +39,11 @@ func (g *Segment) Owner() (uid, gid uint32, ok bool) { return ownerIDs(g.owner) 
 
 // target is what submissions to this segment address.
 func (g *Segment) target() engine.Target {
-	if g.mem != nil {
+	switch {
+	case g.mem != nil:
 		return g.mem
+	case g.remote != nil:
+		return g.remote
 	}
 	return g.seg
 }
@@ -128,6 +133,11 @@ func (s *Service) OpenSegment(c *engine.Caller, doc []byte) error {
 		} else {
 			g.mem, err = s.e.OpenMemorySegment(spec.URI, m.region, perm)
 		}
+	} else if ru, ok, perr := ParseRemoteURI(spec.URI); ok {
+		err = perr
+		if err == nil {
+			g.remote, err = s.openRemote(c, spec.URI, ru, perm)
+		}
 	} else {
 		g.seg, err = s.e.OpenFileSegmentAs(c, spec.URI, perm)
 		if err == nil {
@@ -182,9 +192,12 @@ func (s *Service) CloseSegment(c *engine.Caller, name string) error {
 		return s.fail(sc, s.notYours(c, "segment "+name, g.owner))
 	}
 	var err error
-	if g.mem != nil {
+	switch {
+	case g.mem != nil:
 		err = s.e.CloseMemorySegment(g.mem, s.opts.CloseTimeout)
-	} else {
+	case g.remote != nil:
+		err = s.e.CloseRemoteSegment(g.remote, s.opts.CloseTimeout)
+	default:
 		err = s.e.CloseFileSegment(g.seg, s.opts.CloseTimeout)
 	}
 	if err != nil {
@@ -202,7 +215,7 @@ func (s *Service) CloseSegment(c *engine.Caller, name string) error {
 // RefreshSegment re-reads the file size into the info cache (a memory
 // segment's size never changes: nothing to do).
 func (s *Service) RefreshSegment(g *Segment) error {
-	if g.mem != nil {
+	if g.mem != nil || g.remote != nil {
 		return nil
 	}
 	if err := s.e.RefreshFileSegment(g.seg); err != nil {
@@ -215,6 +228,9 @@ func (s *Service) RefreshSegment(g *Segment) error {
 func (s *Service) SegmentInfo(g *Segment) ([]byte, error) {
 	if g.mem != nil {
 		return marshal(RenderMemSegmentInfo(g.Name, g.memory, g.mem.Info())), nil
+	}
+	if g.remote != nil {
+		return marshal(RenderRemoteSegmentInfo(g.Name, g.remote.Info())), nil
 	}
 	info, err := s.e.FileSegmentInfo(g.seg)
 	if err != nil {

@@ -78,6 +78,10 @@ type Options struct {
 	// be raced by a symlink swapped between the check and the open, the
 	// device of the opened inode cannot. Nil skips the check.
 	OwnDevice func() string
+	// DialRemote connects to a peer's exported region for a tcp:// or
+	// hp_tcp:// segment (with the daemon's [peer] key); nil refuses such
+	// segments (KindUnavailable).
+	DialRemote func(ctx context.Context, u RemoteURI) (engine.Remote, error)
 	// StoreCallTimeout bounds the OwnMount walk (engine.store_call_timeout):
 	// it lstats every component of a path, and one on a filesystem whose
 	// server stopped answering waits in the kernel. Past it the open is
@@ -95,6 +99,12 @@ type Options struct {
 	MaxNotificationBytes        int
 	MaxPendingNotifications     int
 	MaxPendingNotificationBytes int64
+	// Cluster, when set, is shown under /cluster and in /stats
+	// (cluster.go); nil: the daemon is no cluster member.
+	Cluster Cluster
+	// ExportsChanged, when set, is called after a registration with an
+	// export is added or removed. It must not block.
+	ExportsChanged func()
 }
 
 // maxStuckPathChecks bounds the OwnMount walks left waiting in the kernel
@@ -352,7 +362,17 @@ func textLine(s string) []byte {
 func (s *Service) Version() []byte { return []byte("orbitefs " + s.opts.Version + "\n") }
 
 // Stats is /stats: the engine's stats as JSON.
-func (s *Service) Stats() []byte { return marshal(s.e.Stats()) }
+func (s *Service) Stats() []byte {
+	st := s.e.Stats()
+	if s.opts.Cluster == nil {
+		return marshal(st)
+	}
+	cs := s.opts.Cluster.ClusterStats()
+	return marshal(struct {
+		engine.Stats
+		Cluster ClusterStats `json:"cluster"`
+	}{st, cs})
+}
 
 // Metrics is /metrics.
 func (s *Service) Metrics() []byte { return RenderMetrics(s.e.Stats(), s.opts.Version) }

@@ -136,7 +136,7 @@ func ParseSegmentSpec(data []byte, max int) (*SegmentSpec, engine.Permission, er
 		return nil, 0, invalid("%v", err)
 	}
 	if s.URI == "" {
-		return nil, 0, invalid("uri is missing: want file:///absolute/path or mem://MEMORY")
+		return nil, 0, invalid("uri is missing: want file:///absolute/path, mem://MEMORY or tcp://HOST:PORT/REGION")
 	}
 	if len(s.URI) > maxURIBytes {
 		// Refused before anything quotes it whole.
@@ -145,6 +145,10 @@ func ParseSegmentSpec(data []byte, max int) (*SegmentSpec, engine.Permission, er
 	if mem, ok := strings.CutPrefix(s.URI, "mem://"); ok {
 		if err := ValidateName(mem); err != nil {
 			return nil, 0, invalid("uri %s: memory name: %v", quoteText(s.URI, 300), err)
+		}
+	} else if _, ok, err := ParseRemoteURI(s.URI); ok {
+		if err != nil {
+			return nil, 0, err
 		}
 	} else if _, err := engine.ParseFileURI(s.URI); err != nil {
 		return nil, 0, invalid("%v", err)

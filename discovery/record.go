@@ -14,12 +14,15 @@
 package discovery
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
 	"unicode"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/orbitefs/orbitefs/engine"
 )
@@ -232,3 +235,29 @@ func enginesKey(prefix string) string { return prefix + enginesPath }
 
 // engineKey is the key of the engine named name.
 func engineKey(prefix, name string) string { return enginesKey(prefix) + name }
+
+// Lookup reads the live record of name under prefix from etcd (one Get),
+// for a client that resolves a name once instead of keeping a view. ok
+// is false when no engine holds the name; a record that does not decode
+// is an error naming the key.
+func Lookup(ctx context.Context, cli *clientv3.Client, prefix, name string) (_ Record, ok bool, _ error) {
+	if err := checkPrefix(prefix); err != nil {
+		return Record{}, false, err
+	}
+	if err := checkName("name", name); err != nil {
+		return Record{}, false, invalid("lookup", name, "%v", err)
+	}
+	key := engineKey(prefix, name)
+	resp, err := cli.Get(ctx, key)
+	if err != nil {
+		return Record{}, false, &engine.Error{Op: "lookup", Name: name, Kind: engine.KindUnavailable, Err: fmt.Errorf("get %s: %w", key, err)}
+	}
+	if len(resp.Kvs) == 0 {
+		return Record{}, false, nil
+	}
+	rec, err := decodeRecord(name, resp.Kvs[0].Value)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("%s: %w", key, err)
+	}
+	return rec, true, nil
+}

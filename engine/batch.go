@@ -121,12 +121,17 @@ type Batch struct {
 		queue    []*group // accepted, not yet dispatched
 		inflight []*group // dispatched, not finished (worker-owned order)
 		active   int      // groups accepted and not finished
-		worker   bool
-		w        *worker // the running worker, for submit-through
-		onDone   func(Report)
-		notify   []Report // finished groups not yet handed to onDone
-		changed  chan struct{}
-		state    State
+		// laneCopies: caller copies queued or running on the host copy
+		// lanes; callerRun: caller copies since the last lane copy
+		// (lanecopy.go).
+		laneCopies int
+		callerRun  int
+		worker     bool
+		w          *worker // the running worker, for submit-through
+		onDone     func(Report)
+		notify     []Report // finished groups not yet handed to onDone
+		changed    chan struct{}
+		state      State
 		// parked are failed attempts awaiting a failover decision, in
 		// the order they failed (failover.go).
 		parked []parked
@@ -200,8 +205,8 @@ func (e *Engine) Batches() []*Batch {
 	return out
 }
 
-// Target is what a submission addresses. *Segment is the only target in
-// this build; network peers will be the next.
+// Target is what a submission addresses: a file (*Segment), a region of
+// this engine (*MemSegment) or a peer's region (*RemoteSegment).
 type Target interface{ isTarget() }
 
 // Submit validates requests, admits them as one group and queues it.
@@ -235,11 +240,14 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 	b.mu.groups = append(b.mu.groups, g)
 	b.mu.active++
 	if copyOK && b.startCallerCopyLocked(g) {
+		lane := b.laneCopyLocked(g) // lanecopy.go
 		b.changedLocked()
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)
-		b.callerCopy(g)
-		b.deliver()
+		if !lane || !b.e.hostCopy.runCopy(g) {
+			b.callerCopy(g)
+			b.deliver()
+		}
 		return TaskRange{First: g.first, Count: len(reqs)}, nil
 	}
 	b.mu.queue = append(b.mu.queue, g)
@@ -551,6 +559,9 @@ func (b *Batch) Cancel(i int) error {
 		b.fenceParkedLocked(i)
 		b.changedLocked()
 		return nil
+	case t.state == TaskRunning && b.cutRunningLocked(i):
+		b.changedLocked()
+		return nil
 	case t.state == TaskRunning:
 		return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
 	case t.state.terminal():
@@ -562,7 +573,8 @@ func (b *Batch) Cancel(i int) error {
 	return nil
 }
 
-// CancelAll cancels every task that has not started.
+// CancelAll cancels every task that has not started, and cuts every
+// running task on a peer's region (as Cancel does).
 func (b *Batch) CancelAll() error { return b.cancelAll(true) }
 
 // cancelAll is CancelAll; Close passes live=false to reach deferred
@@ -580,6 +592,8 @@ func (b *Batch) cancelAll(live bool) error {
 			b.fenceParkedLocked(i)
 		case b.mu.tasks[i].state == TaskPending:
 			b.cancelTaskLocked(i)
+		case b.mu.tasks[i].state == TaskRunning:
+			b.cutRunningLocked(i) // a peer task: cut (peerexec.go); others run on
 		}
 	}
 	b.changedLocked()

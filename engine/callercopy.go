@@ -100,6 +100,9 @@ func (b *Batch) callerCopy(g *group) {
 		res = append(res, copyOp(g, &g.ops[i]))
 	}
 	b.mu.Lock()
+	if g.lane {
+		b.mu.laneCopies--
+	}
 	for i := range g.ops {
 		b.completeLocked(Completion{Token: g.ops[i].Token, Res: res[i]})
 	}

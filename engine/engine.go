@@ -45,6 +45,7 @@ type Engine struct {
 	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
 	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
 	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
+	peerExec peerExec      // peer lanes (peerexec.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -53,6 +54,9 @@ type Engine struct {
 	probeOnce sync.Once
 	probeErr  error
 
+	// laneCopyHeld, nil outside tests, runs on the lane before a lane
+	// copy's deadline check (lanecopy.go): a test holds lane copies there.
+	laneCopyHeld func()
 	// closeDrained, nil outside tests, runs in CloseFileSegment after the
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.
@@ -118,7 +122,9 @@ type Engine struct {
 		submitThrough    atomic.Uint64
 		workersStarted   atomic.Uint64
 		callerCopies     counter
+		laneCopies       counter
 		hostCopyUnits    counter
+		peerUnits        counter
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
@@ -155,6 +161,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.staged = newStagedExec(e)
 	e.hostCopy = newHostCopyExec()
 	e.gdsExec = newGDSExec(e)
+	e.peerExec = newPeerExec()
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -273,6 +280,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.staged.close()
 	e.hostCopy.close()
 	e.gdsExec.close()
+	e.peerExec.close()
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {
@@ -317,7 +325,9 @@ type Stats struct {
 	SubmitThrough      uint64        `json:"submit_through"`
 	WorkersStarted     uint64        `json:"workers_started"`
 	CallerCopies       uint64        `json:"caller_copies"`   // groups the submitter copied (callercopy.go)
+	LaneCopies         uint64        `json:"lane_copies"`     // of those, groups the host copy lanes copied (lanecopy.go)
 	HostCopyUnits      uint64        `json:"host_copy_units"` // units the host copy lanes copied (hostcopy.go)
+	PeerUnits          uint64        `json:"peer_units"`      // units the peer executor moved (peerexec.go)
 	WorkersRunning     int64         `json:"workers_running"`
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
@@ -370,7 +380,9 @@ func (e *Engine) Stats() Stats {
 	s.SubmitThrough = e.st.submitThrough.Load()
 	s.WorkersStarted = e.st.workersStarted.Load()
 	s.CallerCopies = e.st.callerCopies.Load()
+	s.LaneCopies = e.st.laneCopies.Load()
 	s.HostCopyUnits = e.st.hostCopyUnits.Load()
+	s.PeerUnits = e.st.peerUnits.Load()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
 	s.Failovers = e.st.failovers.Load()

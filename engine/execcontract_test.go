@@ -14,11 +14,20 @@ package engine_test
 //     Range, with exactly the bytes up to the new end transferred;
 //   - uncertain: where the executor can lose track of an outcome (a
 //     device copy, a cuFile call that never returns), the group ends
-//     unquiesced and its memory stays loaned.
+//     unquiesced and its memory stays loaned;
+//   - remote effects (the peer executor, over the fake Remote of
+//     fakeremote_test.go): a WRITE whose ack was lost is unknown and is
+//     never replayed, one that reached nothing is none, and a cancel of
+//     a running WRITE cuts it (cancelled, effect unknown).
+//
+// The peer case's target is the fake Remote's region instead of a file:
+// "the file" below is that region, cut by shrinking it, and its units
+// are whole (a short unit moves nothing).
 
 import (
 	"bytes"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -42,18 +51,29 @@ type execCase struct {
 	// meets the ring instead, and the cancel and deadline checks do not
 	// reach it.
 	queued bool
+	// lanes: lane_copy_probe 1, so every caller copy runs on the host
+	// copy lanes (lanecopy.go); the bytes check counts them.
+	lanes bool
 	// uncertain makes the next READ's outcome unknown and returns the
 	// READ's timeout; nil where the executor cannot lose track (a
 	// synchronous copy always returns; a real ring's lost CQE is covered
 	// by TestUnquiesced over the test ring backend).
 	uncertain func(f *execFixture) time.Duration
+	// peer: the target is a remote segment over a fake Remote whose
+	// units are peerUnit bytes.
+	peer bool
 }
+
+const peerUnit = 64 << 10
 
 var execCases = []execCase{
 	{name: "ring", fs: "tmpfs", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
+	{name: "lane copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy, lanes: true},
 	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true},
+	// Two requests of exactly one unit each: the 4 MiB stream.
+	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true},
 	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true,
@@ -64,6 +84,7 @@ var execCases = []execCase{
 			f.t.Cleanup(func() { close(f.cufile.hang) })
 			return 100 * time.Millisecond
 		}},
+	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, peer: true},
 }
 
 // execFixture is a fresh engine with one file segment, local memory for
@@ -79,6 +100,8 @@ type execFixture struct {
 	seg    *engine.Segment
 	mem    *engine.Region
 	hold   *engine.Region
+	target engine.Target // seg, or the remote segment of a peer case
+	remote *fakeRemote
 }
 
 func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
@@ -89,6 +112,9 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 	f.e = gpuEngine(t, f.gpu, f.cufile, func(cfg *config.Engine) {
 		cfg.QuiesceGrace = config.Duration(100 * time.Millisecond)
 		cfg.MaxTransferBytes = 64 << 20
+		if c.lanes {
+			cfg.LaneCopyProbe = 1
+		}
 	})
 	f.path, f.orig = randomFile(t, dir, "f", c.n)
 	f.seg = openSeg(t, f.e, f.path, engine.PermReadWrite)
@@ -98,7 +124,51 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 		f.mem = register(t, f.e, uint64(c.n))
 	}
 	f.hold = deviceRegion(t, f.e, 0, 4096)
+	f.target = f.seg
+	if c.peer {
+		f.remote = newFakeRemote(c.n, engine.PermReadWrite, peerUnit)
+		copy(f.remote.data, f.orig)
+		rs, err := f.e.OpenRemoteSegment("tcp://127.0.0.1:1/kv", f.remote, engine.PermReadWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.target = rs
+	}
 	return f
+}
+
+// targetBytes reads the case's target: the file, or the remote region.
+func (f *execFixture) targetBytes() []byte {
+	if f.remote != nil {
+		return f.remote.bytes()
+	}
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return b
+}
+
+// cutTarget shrinks the target to n bytes.
+func (f *execFixture) cutTarget(n int) {
+	if f.remote != nil {
+		f.remote.mu.Lock()
+		f.remote.size = uint64(n)
+		f.remote.mu.Unlock()
+		return
+	}
+	if err := os.Truncate(f.path, int64(n)); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// whole is what a target moves of n bytes that end short: all of them
+// from a file, whole units from a peer.
+func (f *execFixture) whole(n int) uint64 {
+	if f.remote != nil {
+		return uint64(n / peerUnit * peerUnit)
+	}
+	return uint64(n)
 }
 
 // req is the case's request for n bytes of memory and file from off.
@@ -147,7 +217,7 @@ func (f *execFixture) run(op engine.Op, groups ...[]engine.Request) (*engine.Bat
 		}
 	})
 	for _, g := range groups {
-		if _, err := b.Submit(op, f.seg, g, nil, ioTimeout); err != nil {
+		if _, err := b.Submit(op, f.target, g, nil, ioTimeout); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -200,11 +270,21 @@ func (f *execFixture) fenced(timeout time.Duration, act func(b *engine.Batch)) [
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Free() })
-	if _, err := b.Submit(engine.OpWrite, f.seg, []engine.Request{{Address: f.hold.BaseAddress(), Length: 4096, Producer: ev}}, nil, ioTimeout); err != nil {
+	if f.remote != nil {
+		// The peer executor takes host memory only: the holding WRITE
+		// is held inside the fake Remote instead.
+		f.remote.mu.Lock()
+		f.remote.hold, f.remote.holdEnd = ev.done, 4096
+		f.remote.mu.Unlock()
+		host := register(t, f.e, 4096)
+		if _, err := b.Submit(engine.OpWrite, f.target, []engine.Request{{Address: host.BaseAddress(), Length: 4096}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+	} else if _, err := b.Submit(engine.OpWrite, f.seg, []engine.Request{{Address: f.hold.BaseAddress(), Length: 4096, Producer: ev}}, nil, ioTimeout); err != nil {
 		t.Fatal(err)
 	}
 	half := uint64(f.c.n / 2)
-	if _, err := b.Submit(engine.OpRead, f.seg, []engine.Request{f.req(0, half), f.req(half, uint64(f.c.n)-half)}, nil, timeout); err != nil {
+	if _, err := b.Submit(engine.OpRead, f.target, []engine.Request{f.req(0, half), f.req(half, uint64(f.c.n)-half)}, nil, timeout); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the holding WRITE to run", func() bool { ts, _ := b.TaskStatus(0); return ts.State == engine.TaskRunning })
@@ -251,12 +331,17 @@ func TestExecutorContract(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, hooks2 := f.run(engine.OpWrite, []engine.Request{f.req(0, uint64(c.n))})
-				if back, _ := os.ReadFile(f.path); !bytes.Equal(back, out) {
+				if back := f.targetBytes(); !bytes.Equal(back, out) {
 					t.Fatal("WRITE: the file differs from memory")
 				}
 				after := f.e.Stats()
 				if hooks[0] != 1 || hooks2[0] != 1 || after.TasksCompleted-before.TasksCompleted != 3 {
 					t.Fatalf("hooks %v %v, tasks completed %d: want each group and task reported once (3 tasks)", hooks, hooks2, after.TasksCompleted-before.TasksCompleted)
+				}
+				// A lane copy is a caller copy run by a lane: both count.
+				lanes, copies := after.LaneCopies-before.LaneCopies, after.CallerCopies-before.CallerCopies
+				if c.lanes && (lanes != 2 || copies != 2) {
+					t.Fatalf("%d lane copies of %d caller copies, want 2 of 2 (the READ and the WRITE)", lanes, copies)
 				}
 			})
 			t.Run("cancel before start", func(t *testing.T) {
@@ -275,7 +360,7 @@ func TestExecutorContract(t *testing.T) {
 					t.Fatalf("READ tasks: %v (%v) and, cancelled, %v with %d bytes", ts[0].State, ts[0].Err, ts[1].State, ts[1].Transferred)
 				}
 				time.Sleep(20 * time.Millisecond)
-				file, _ := os.ReadFile(f.path) // the holding WRITE changed its first page
+				file := f.targetBytes() // the holding WRITE changed its first page
 				copy(want, file[:half])
 				if !bytes.Equal(f.memBytes(), want) {
 					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
@@ -304,19 +389,17 @@ func TestExecutorContract(t *testing.T) {
 				f := newExecFixture(t, c, dir)
 				f.sentinel()
 				cut := c.n/2 + 100
-				ts := f.fenced(ioTimeout, func(*engine.Batch) {
-					if err := os.Truncate(f.path, int64(cut)); err != nil {
-						t.Fatal(err)
-					}
-				})
+				ts := f.fenced(ioTimeout, func(*engine.Batch) { f.cutTarget(cut) })
 				if ts[0].State != engine.TaskCompleted || ts[0].Transferred != uint64(c.n/2) {
 					t.Fatalf("READ before the new end: %v %v, %d bytes", ts[0].State, ts[0].Err, ts[0].Transferred)
 				}
-				if ts[1].State != engine.TaskFailed || engine.KindOf(ts[1].Err) != engine.KindRange || ts[1].Transferred != uint64(cut-c.n/2) {
-					t.Fatalf("READ past the new end: %v %v, %d bytes; want failed Range, %d bytes", ts[1].State, ts[1].Err, ts[1].Transferred, cut-c.n/2)
+				short := f.whole(cut - c.n/2)
+				if ts[1].State != engine.TaskFailed || engine.KindOf(ts[1].Err) != engine.KindRange || ts[1].Transferred != short {
+					t.Fatalf("READ past the new end: %v %v, %d bytes; want failed Range, %d bytes", ts[1].State, ts[1].Err, ts[1].Transferred, short)
 				}
-				file, _ := os.ReadFile(f.path) // the holding WRITE changed its first page
-				if got := f.memBytes(); len(file) != cut || !bytes.Equal(got[:cut], file) {
+				file := f.targetBytes() // the holding WRITE changed its first page
+				moved := c.n/2 + int(short)
+				if got := f.memBytes(); len(file) != cut || !bytes.Equal(got[:moved], file[:moved]) {
 					t.Fatal("the bytes before the new end differ from the file")
 				}
 			})
@@ -336,6 +419,97 @@ func TestExecutorContract(t *testing.T) {
 					t.Fatalf("unquiesced groups %d", st.UnquiescedGroups)
 				}
 				wantKind(t, f.e.Close(ioTimeout), engine.KindUnquiesced)
+			})
+			t.Run("remote effects", func(t *testing.T) {
+				if !c.peer {
+					t.Skip("a file has no remote effect beyond its CQEs (TestUnquiesced and the ring's own checks)")
+				}
+				for _, tc := range []struct {
+					name   string
+					effect engine.RemoteEffect // what the failing unit's WriteAt says
+					n      uint64              // the WRITE's bytes
+					failAt uint64              // the failing unit's offset
+					after  int64               // it fails after this many units applied
+					want   engine.RemoteEffect // the task's effect
+				}{
+					{"lost ack", engine.EffectUnknown, 4 * peerUnit, 3 * peerUnit, 0, engine.EffectUnknown},
+					{"nothing posted", engine.EffectNone, peerUnit, 0, 0, engine.EffectNone},
+					// The first unit reached nothing, the three after it
+					// landed: the peer holds bytes past the reported
+					// (empty) prefix, which is not "none".
+					{"posted past the gap", engine.EffectNone, 4 * peerUnit, 0, 3, engine.EffectUnknown},
+				} {
+					t.Run(tc.name, func(t *testing.T) {
+						f := newExecFixture(t, c, dir)
+						eff := tc.effect
+						f.remote.failOff, f.remote.failEffect, f.remote.failAfter = tc.failAt, &eff, tc.after
+						b, _ := f.run(engine.OpWrite, []engine.Request{f.req(0, tc.n)})
+						ts, _ := b.TaskStatus(0)
+						if ts.State != engine.TaskFailed || ts.RemoteEffect != tc.want || ts.FailoverCount != 0 {
+							t.Fatalf("WRITE: %v, effect %v, %d failovers (%v); want failed, effect %v, never retried", ts.State, ts.RemoteEffect, ts.FailoverCount, ts.Err, tc.want)
+						}
+						tries := 0
+						for _, call := range f.remote.callLog() {
+							if call == fmt.Sprintf("write %d+%d", tc.failAt, peerUnit) {
+								tries++
+							}
+						}
+						if tries != 1 {
+							t.Fatalf("the failed unit was sent %d times (%v); want once, never replayed", tries, f.remote.callLog())
+						}
+					})
+				}
+				t.Run("deadline while running", func(t *testing.T) {
+					f := newExecFixture(t, c, dir)
+					rel := make(chan struct{})
+					defer close(rel)
+					f.remote.hold, f.remote.holdEnd = rel, uint64(c.n)
+					start := time.Now()
+					rep, err := f.e.SubmitAndWait(engine.OpWrite, f.target, []engine.Request{f.req(0, uint64(c.n))}, 100*time.Millisecond)
+					wantKind(t, err, engine.KindTimeout)
+					if rep.RemoteEffect != engine.EffectUnknown || !rep.LocallyDrained || time.Since(start) > 5*time.Second {
+						t.Fatalf("WRITE cut by its deadline: effect %v, drained %v after %v; want unknown, drained, at once", rep.RemoteEffect, rep.LocallyDrained, time.Since(start))
+					}
+					if !bytes.Equal(f.remote.bytes(), f.orig) {
+						t.Fatal("a held unit wrote after its deadline")
+					}
+				})
+				t.Run("cancel running", func(t *testing.T) {
+					f := newExecFixture(t, c, dir)
+					rel := make(chan struct{})
+					defer close(rel)
+					f.remote.hold, f.remote.holdEnd = rel, uint64(c.n)
+					b, err := f.e.AllocateBatch(2)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { b.Free() })
+					half := uint64(c.n / 2)
+					if _, err := b.Submit(engine.OpWrite, f.target, []engine.Request{f.req(0, half), f.req(half, half)}, nil, ioTimeout); err != nil {
+						t.Fatal(err)
+					}
+					waitFor(t, "every unit of both tasks held in the peer", func() bool { return f.remote.writes.Load() >= int64(c.n/peerUnit) })
+					if err := b.Cancel(0); err != nil {
+						t.Fatalf("cancel of a running peer WRITE: %v", err)
+					}
+					if err := b.CancelAll(); err != nil {
+						t.Fatal(err)
+					}
+					b.Seal()
+					start := time.Now()
+					if _, err := b.Wait(ioTimeout); err != nil {
+						t.Fatal(err)
+					}
+					for i := range 2 {
+						ts, _ := b.TaskStatus(i)
+						if ts.State != engine.TaskCancelled || ts.RemoteEffect != engine.EffectUnknown || time.Since(start) > 5*time.Second {
+							t.Fatalf("cut WRITE %d (cancel, then cancel_all): %v, effect %v (%v) after %v; want cancelled with effect unknown at once", i, ts.State, ts.RemoteEffect, ts.Err, time.Since(start))
+						}
+					}
+					if !bytes.Equal(f.remote.bytes(), f.orig) {
+						t.Fatal("a held unit wrote after its cut")
+					}
+				})
 			})
 		})
 	}

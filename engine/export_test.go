@@ -15,3 +15,8 @@ func (b *Batch) ParkedAttempts() int {
 // closing the entry to new work and before waiting for its users. Set
 // before the engine is used concurrently.
 func (e *Engine) HoldCloses(f func()) { e.closeDrained = f }
+
+// HoldLaneCopies installs f as the hook a host copy lane runs before a
+// lane copy's deadline check (lanecopy.go). Set before the engine is
+// used concurrently.
+func (e *Engine) HoldLaneCopies(f func()) { e.laneCopyHeld = f }

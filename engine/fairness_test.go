@@ -556,6 +556,7 @@ func BenchmarkQoSOtherTenantLatency(b *testing.B) {
 // transfer, or one queued behind its own batch) outrank every newer
 // submission of any priority.
 func TestPriorityAgingCountsTheWait(t *testing.T) {
+	needIOUring(t)
 	const aging = 200 * time.Millisecond
 	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
 	e := newEngine(t, func(c *config.Engine) {

@@ -44,6 +44,20 @@ type fakeGPU struct {
 	// failHtoDAt fails the enqueue of every HtoD copy to that device
 	// address (0: none).
 	failHtoDAt atomic.Uint64
+	// latency (ns) is how long after its Record an event completes, the
+	// way a real copy engine finishes later whether or not the host
+	// sleeps: the copies run at once, the event reports done only then.
+	latency atomic.Int64
+	// dma: copies move no byte (benchmarks only), as a real GPU's copy
+	// engine costs the host no CPU; the bytes are then wrong.
+	dma atomic.Bool
+	// youngQueries counts queries of an event that is not done while an
+	// event recorded before it on the same stream is not done either.
+	youngQueries atomic.Int64
+	// calls counts stream and event calls: what a real driver serializes.
+	calls atomic.Int64
+	// records and releases count event records and closes.
+	records, releases atomic.Int64
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -131,9 +145,12 @@ func (d *fakeMem) Free() error {
 type fakeStream struct {
 	f    *fakeGPU
 	work chan func()
+	mu   sync.Mutex
+	evs  []*fakeEvent // recorded, in order; the done ones pruned
 }
 
 func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
+	s.f.calls.Add(1)
 	if a := s.f.failHtoDAt.Load(); a != 0 && dst == a {
 		return errors.New("fake: cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE")
 	}
@@ -148,12 +165,15 @@ func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
 		if hold > 0 && dst >= hold {
 			<-s.f.held
 		}
-		copy(hostBytes(uintptr(dst), n), hostBytes(src, n))
+		if !s.f.dma.Load() {
+			copy(hostBytes(uintptr(dst), n), hostBytes(src, n))
+		}
 		s.f.copies.Add(1)
 	}
 	return nil
 }
 func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
+	s.f.calls.Add(1)
 	if nth := s.f.dtohs.Add(1); nth == s.f.failDtoHNth.Load() {
 		return errors.New("fake: cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE")
 	}
@@ -162,14 +182,27 @@ func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
 		if d := s.f.slowCopy.Load(); d > 0 {
 			time.Sleep(time.Duration(d))
 		}
-		copy(hostBytes(dst, n), hostBytes(uintptr(src), n))
+		if !s.f.dma.Load() {
+			copy(hostBytes(dst, n), hostBytes(uintptr(src), n))
+		}
 		s.f.copies.Add(1)
 		s.f.busyCopies.Add(-1)
 	}
 	return nil
 }
 func (s *fakeStream) Record() (engine.Event, error) {
-	ev := &fakeEvent{f: s.f, done: make(chan struct{})}
+	s.f.calls.Add(1)
+	s.f.records.Add(1)
+	ev := &fakeEvent{f: s.f, s: s, done: make(chan struct{}), at: time.Now().Add(time.Duration(s.f.latency.Load()))}
+	s.mu.Lock()
+	live := s.evs[:0]
+	for _, e := range s.evs {
+		if !e.ready() {
+			live = append(live, e)
+		}
+	}
+	s.evs = append(live, ev)
+	s.mu.Unlock()
 	s.work <- func() { close(ev.done) }
 	return ev, nil
 }
@@ -181,18 +214,40 @@ func (s *fakeStream) Close() error { close(s.work); return nil }
 
 type fakeEvent struct {
 	f    *fakeGPU
+	s    *fakeStream
 	done chan struct{}
+	at   time.Time // not done before (fakeGPU.latency)
 }
 
 func (e *fakeEvent) Done() (bool, error) {
+	e.f.calls.Add(1)
 	if e.f.failEvent.Load() {
 		return false, errors.New("fake: CUDA_ERROR_LAUNCH_FAILED")
 	}
+	if e.ready() {
+		return true, nil
+	}
+	e.s.mu.Lock()
+	for _, o := range e.s.evs {
+		if o == e {
+			break
+		}
+		if !o.ready() {
+			e.f.youngQueries.Add(1)
+			break
+		}
+	}
+	e.s.mu.Unlock()
+	return false, nil
+}
+
+// ready reports whether the copies before e ran and its latency passed.
+func (e *fakeEvent) ready() bool {
 	select {
 	case <-e.done:
-		return true, nil
+		return !time.Now().Before(e.at)
 	default:
-		return false, nil
+		return false
 	}
 }
 func (e *fakeEvent) Wait() error {
@@ -200,9 +255,10 @@ func (e *fakeEvent) Wait() error {
 		return errors.New("fake: CUDA_ERROR_LAUNCH_FAILED")
 	}
 	<-e.done
+	time.Sleep(time.Until(e.at))
 	return nil
 }
-func (e *fakeEvent) Close() error { return nil }
+func (e *fakeEvent) Close() error { e.f.calls.Add(1); e.f.releases.Add(1); return nil }
 
 // fakeGDS moves bytes with pread/pwrite on the registered O_DIRECT fd.
 type fakeGDS struct {

@@ -320,7 +320,7 @@ func TestGDSRegistrationFailure(t *testing.T) {
 }
 
 // TestUncertainCopyRetains: a device copy whose outcome is unknown ends
-// the group unquiesced; its loans and staging chunks stay held.
+// the group unquiesced; its loans, staging chunks and events stay held.
 func TestUncertainCopyRetains(t *testing.T) {
 	gpu := newFakeGPU(1)
 	e := gpuEngine(t, gpu, nil, nil)
@@ -336,6 +336,11 @@ func TestUncertainCopyRetains(t *testing.T) {
 	wantKind(t, e.Unregister(d), engine.KindBusy)
 	if st := e.Stats(); st.UnquiescedGroups != 1 || st.Staging.InUse == 0 {
 		t.Fatalf("unquiesced %d, staging in use %d", st.UnquiescedGroups, st.Staging.InUse)
+	}
+	// The events behind those copies stay too: a stream may reuse a
+	// closed event, and these ones' copies may still be running.
+	if n := gpu.releases.Load(); n != 0 {
+		t.Fatalf("%d events of uncertain copies released", n)
 	}
 	wantKind(t, e.Close(ioTimeout), engine.KindUnquiesced)
 }

@@ -31,7 +31,8 @@ type group struct {
 	first, n int
 	op       Op
 	seg      *Segment
-	mem      *memTarget // a memory segment target (memgroup.go); seg and ent are nil
+	mem      *memTarget    // a memory segment target (memgroup.go); seg and ent are nil
+	remote   *remoteTarget // a remote segment target (peerexec.go); seg and ent are nil
 	ent      *segEntry
 	deadline time.Time
 	charge   uint64
@@ -59,6 +60,8 @@ type group struct {
 	// caller: the submitting goroutine copies it (callercopy.go); the
 	// worker neither reaps nor cuts it off.
 	caller bool
+	// lane: a caller copy that the host copy lanes run (lanecopy.go).
+	lane bool
 
 	// Guarded by b.mu.
 	dispatched    bool
@@ -89,6 +92,9 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	if ms, ok := target.(*MemSegment); ok && ms != nil {
 		return e.prepareMem(b, op, ms, reqs, note, opts) // memgroup.go
+	}
+	if rs, ok := target.(*RemoteSegment); ok && rs != nil {
+		return e.prepareRemote(b, op, rs, reqs, note, opts) // peerexec.go
 	}
 	seg, ok := target.(*Segment)
 	if !ok || seg == nil {
@@ -379,6 +385,9 @@ func (g *group) computeBounds() {
 // device and inode, not by entry: a read_write and a read handle on one
 // file are two entries) where one writes.
 func (g *group) conflicts(h *group) bool {
+	if g.remoteConflict(h) {
+		return true
+	}
 	if g.ent != nil && h.ent != nil && g.ent.sameFile(h.ent) && (g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi {
 		return true
 	}
@@ -413,9 +422,13 @@ func (g *group) unmapScratch() {
 // release returns the admission charge and segment user of a group that
 // has drained (or was never queued).
 func (g *group) release() {
-	if g.mem != nil {
+	switch {
+	case g.mem != nil:
 		g.mem.seg.done()
-	} else {
+	case g.remote != nil:
+		g.endRemote()
+		g.remote.seg.done()
+	default:
 		g.ent.done()
 	}
 	g.unadmit()
@@ -544,7 +557,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m)
+	rt, err := e.chooseRoute(g.ent, r, m, g.n)
 	if err != nil {
 		return err
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/orbitefs/orbitefs/engine"
 )
 
-// TestHostCopyRoutes: a single-range host request larger than one 4 MiB
-// unit on an in-memory file goes to the host copy lanes, cut into units
+// TestHostCopyRoutes: a single-range host request of one 4 MiB unit or
+// more on an in-memory file goes to the host copy lanes, cut into units
 // (one 256 MiB buffered READ was one SQE copied by one thread); smaller
 // ones, disk files, an explicit io_uring and the runtime queue keep the
 // ring; a small vector in the same group rides along.
@@ -34,7 +34,8 @@ func TestHostCopyRoutes(t *testing.T) {
 		units uint64
 	}{
 		{"tmpfs 12 MiB", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportCopy, 3},
-		{"tmpfs one unit keeps the ring", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportIOUring, 0},
+		{"tmpfs exactly one unit", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportCopy, 1},
+		{"tmpfs just under one unit keeps the ring", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4<<20 - 4096}} }, engine.TransportIOUring, 0},
 		{"tmpfs explicit io_uring", shm, false, func(base uint64) []engine.Request {
 			return []engine.Request{{Transport: engine.TransportIOUring, Address: base, Length: big}}
 		}, engine.TransportIOUring, 0},
@@ -124,6 +125,45 @@ func moveBytes(reqs []engine.Request, base uint64, mem, file []byte, op engine.O
 				copy(mem[el.Address-base:el.Address-base+el.Length], file[at:])
 			}
 			at += el.Length + el.Padding
+		}
+	}
+}
+
+// TestHostCopyGroupCap: a group of more than hostCopyMaxGroup (16) large
+// requests stays on the ring, where tasks not yet started stay pending
+// and can be cancelled; 16 go to the host copy lanes.
+func TestHostCopyGroupCap(t *testing.T) {
+	needIOUring(t)
+	shm, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	const each = 4<<20 + 4096 // over one unit
+	size := func(n int) uint64 { return uint64(n) * each }
+	for _, c := range []struct {
+		n    int
+		want engine.TransportKind
+	}{{16, engine.TransportCopy}, {17, engine.TransportIOUring}} {
+		e := newEngine(t, nil)
+		path, _ := randomFile(t, shm, "f", int(size(c.n)))
+		seg := openSeg(t, e, path, engine.PermRead)
+		r := register(t, e, size(c.n))
+		reqs := make([]engine.Request, c.n)
+		for i := range reqs {
+			off := size(i)
+			reqs[i] = engine.Request{Address: r.BaseAddress() + off, TargetOffset: off, Length: each}
+		}
+		b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("%d requests: %v %v", c.n, st, err)
+		}
+		for _, ts := range b.TaskStatuses() {
+			if ts.Transport != c.want {
+				t.Fatalf("%d requests: task %d over %v, want %v", c.n, ts.Index, ts.Transport, c.want)
+			}
 		}
 	}
 }

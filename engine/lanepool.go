@@ -1,8 +1,8 @@
 // lanepool.go owns the lanes of the executors whose unit is one
-// synchronous call (the host copy's pread/pwrite, a cuFile call): a fixed
-// set of goroutines, started on the first job and stopped at
-// Engine.Close, taking units from one fair queue (fairqueue.go) shared by
-// every batch.
+// synchronous call (the host copy's pread/pwrite, a cuFile call, a peer's
+// round trip): a fixed set of goroutines, started on the first job and
+// stopped at Engine.Close, taking units from one fair queue (fairqueue.go)
+// shared by every batch.
 //
 // Invariants:
 //   - A unit is handed to exactly one lane; do resolves it (offring.go).
@@ -18,10 +18,16 @@ type lanePool struct {
 	n    int
 	do   func(x *offRing, k int)
 	done chan struct{}
-	work chan struct{} // wake-ups; a woken lane drains the queue
+	work chan struct{} // wake-ups, one per lane claimed idle (wakeLocked)
 
-	mu      sync.Mutex
-	q       fairQueue
+	mu sync.Mutex
+	q  fairQueue
+	// copies: lane copies (lanecopy.go) in FIFO order from copies[head];
+	// turn says whether the next take prefers them to a unit.
+	copies  []*group
+	head    int
+	turn    bool
+	idle    int // lanes that found nothing to take and wait on work
 	started bool
 	closed  bool
 	wg      sync.WaitGroup
@@ -43,6 +49,30 @@ func (p *lanePool) run(x *offRing) {
 		x.gate(func() { p.ready(x) })
 	}
 	p.q.push(x)
+	p.startLocked()
+	k := p.wakeLocked(len(x.units))
+	p.mu.Unlock()
+	p.wake(k)
+}
+
+// runCopy queues lane copy g, or reports false once the pool is closed
+// (the submitter then copies it).
+func (p *lanePool) runCopy(g *group) bool {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	p.copies = append(p.copies, g)
+	p.startLocked()
+	k := p.wakeLocked(1)
+	p.mu.Unlock()
+	p.wake(k)
+	return true
+}
+
+// startLocked starts the lanes on the first job. REQUIRES: p.mu.
+func (p *lanePool) startLocked() {
 	if !p.started {
 		p.started = true
 		for range p.n {
@@ -50,8 +80,6 @@ func (p *lanePool) run(x *offRing) {
 			go p.lane()
 		}
 	}
-	p.mu.Unlock()
-	p.wake(len(x.units))
 }
 
 // ready queues a gated job again when it released units after leaving
@@ -61,32 +89,77 @@ func (p *lanePool) ready(x *offRing) {
 	if !p.closed && !x.exhausted() && !p.q.holds(x) {
 		p.q.push(x)
 	}
+	k := p.wakeLocked(len(x.units))
 	p.mu.Unlock()
-	p.wake(len(x.units))
+	p.wake(k)
 }
 
-// wake wakes up to n idle lanes.
+// wakeLocked claims up to n idle lanes for new work and returns how many
+// to wake. Only a lane that found nothing to take is idle, so a lane
+// still draining the queue costs the submitter no wake-up (a futex round
+// trip per small lane copy otherwise). REQUIRES: p.mu.
+func (p *lanePool) wakeLocked(n int) int {
+	k := min(n, p.idle)
+	p.idle -= k
+	return k
+}
+
+// wake sends n wake-ups claimed by wakeLocked; each lane claimed idle
+// has room for one in work, so this never blocks.
 func (p *lanePool) wake(n int) {
-	for range min(n, p.n) {
-		select {
-		case p.work <- struct{}{}:
-		default:
-			return
-		}
+	for range n {
+		p.work <- struct{}{}
 	}
 }
 
-func (p *lanePool) take() (*offRing, int) {
+// take hands out a lane copy or a unit, the two in turn while both
+// wait: (nil, nil, -1) when neither does.
+func (p *lanePool) take() (*group, *offRing, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.q.take()
+	p.turn = !p.turn
+	if p.turn {
+		if g := p.popCopyLocked(); g != nil {
+			return g, nil, -1
+		}
+	}
+	if x, k := p.q.take(); k >= 0 {
+		return nil, x, k
+	}
+	g := p.popCopyLocked()
+	if g == nil {
+		p.idle++ // the lane waits on work next; wakeLocked claims it
+	}
+	return g, nil, -1
+}
+
+// popCopyLocked removes the oldest lane copy, or returns nil.
+// REQUIRES: p.mu.
+func (p *lanePool) popCopyLocked() *group {
+	if p.head == len(p.copies) {
+		return nil
+	}
+	g := p.copies[p.head]
+	p.copies[p.head] = nil
+	p.head++
+	if p.head == len(p.copies) {
+		p.copies, p.head = p.copies[:0], 0
+	}
+	return g
 }
 
 func (p *lanePool) lane() {
 	defer p.wg.Done()
 	for {
-		for x, k := p.take(); k >= 0; x, k = p.take() {
-			p.do(x, k)
+		for {
+			g, x, k := p.take()
+			if g != nil {
+				g.b.laneCopy(g)
+			} else if k >= 0 {
+				p.do(x, k)
+			} else {
+				break
+			}
 		}
 		select {
 		case <-p.work:

@@ -60,11 +60,17 @@ type memOwner struct {
 
 // targetURI is what reports name as the group's target.
 func (g *group) targetURI() string {
-	if g.mem != nil {
+	switch {
+	case g.mem != nil:
 		return g.mem.seg.uri
+	case g.remote != nil:
+		return g.remote.seg.uri
 	}
 	return g.seg.uri
 }
+
+// targetName is the target as errors name it ("segments/URI").
+func (g *group) targetName() string { return "segments/" + g.targetURI() }
 
 // aliases returns the group-relative requests sharing request i's
 // physical transfer (i itself for file groups).

@@ -1,6 +1,7 @@
 // offring.go owns the jobs of groups that leave the batch worker's ring:
 // requests that touch device memory (pinned staging, staged.go; cuFile,
-// gdsexec.go) and large requests on in-memory files (hostcopy.go).
+// gdsexec.go), large requests on in-memory files (hostcopy.go) and every
+// request on a peer's region (peerexec.go).
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
@@ -23,7 +24,8 @@
 //     units from the start, plus the returned prefix of the first short
 //     one; a gap stops the count even if later units succeeded.
 //   - A WRITE unit that reached the kernel (or cuFile) and failed makes
-//     its task's remote effect unknown.
+//     its task's remote effect unknown; on a remote segment so does any
+//     posted unit past the task's reported prefix (peerexec.go).
 //   - A lane that cannot prove its units drained (no CQE past deadline +
 //     quiesce_grace, an uncertain device copy) marks the job undrained
 //     before resolving them: the group then ends unquiesced and keeps its
@@ -370,6 +372,11 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 			effect = EffectUnknown
 		}
 		if !prefix {
+			// A peer may hold bytes past the reported prefix: never
+			// call that none (peerexec.go).
+			if g.remote != nil && g.op == OpWrite && r.submitted {
+				effect = EffectUnknown
+			}
 			continue
 		}
 		got += min(r.got, u.n)
@@ -381,7 +388,7 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 			if g.op == OpWrite {
 				what = "short write"
 			}
-			err = errorf(KindRange, g.op.String(), g.seg.name(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
+			err = errorf(KindRange, g.op.String(), g.targetName(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
 			prefix = false
 		}
 	}
@@ -468,6 +475,7 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 		}
 		seen = append(seen, rt)
 		size, byPiece := ex.cut()
+		size = g.unitSize(size)
 		x := newOffRing(g, rt, size, byPiece, func(j int) bool {
 			r, _ := e.executor(g.routes[j])
 			return live(j) && r == rt
@@ -478,6 +486,6 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 
 // unitErr wraps a lane failure for one unit.
 func unitErr(g *group, u *unit, kind Kind, err error) error {
-	return &Error{Op: g.op.String(), Name: g.seg.name(), Kind: kind,
+	return &Error{Op: g.op.String(), Name: g.targetName(), Kind: kind,
 		Err: fmt.Errorf("requests[%d]: bytes [%d, %d): %w", u.task, u.rel, u.rel+u.n, err)}
 }

@@ -10,6 +10,8 @@
 //   - routeHostCopy: a large single-range host request on a file in
 //     memory (tmpfs), copied in units by the host copy lanes
 //     (hostcopy.go); the task reports transport copy.
+//   - routeRemote: every request on a remote segment, moved by the peer
+//     executor (peerexec.go); the task reports transport tcp.
 //
 // Selection (spec "transport preference", with one documented narrowing):
 //   - transport gds: honoured when cuFile is usable and the request is
@@ -41,6 +43,9 @@ const (
 	// routeHostCopy: a large host request on a memory-backed file, cut
 	// into units copied by the host copy lanes (hostcopy.go).
 	routeHostCopy
+	// routeRemote: a peer's region (remote.go), moved by the peer
+	// executor (peerexec.go).
+	routeRemote
 )
 
 // transport is the kind a task on this route reports.
@@ -52,6 +57,8 @@ func (r route) transport() TransportKind {
 		return TransportMemory
 	case routeCopy, routeHostCopy:
 		return TransportCopy
+	case routeRemote:
+		return TransportTCP
 	}
 	return TransportIOUring
 }
@@ -63,6 +70,8 @@ func (e *Engine) executor(rt route) (route, executor) {
 		return routeGDS, e.gdsExec
 	case routeHostCopy:
 		return routeHostCopy, e.hostCopy
+	case routeRemote:
+		return routeRemote, e.peerExec
 	}
 	return routeStaged, e.staged
 }
@@ -100,8 +109,9 @@ type reqMemory struct {
 	devices []int // distinct CUDA devices
 }
 
-// chooseRoute picks request r's route. It may probe cuFile.
-func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, error) {
+// chooseRoute picks request r's route in a group of n requests. It may
+// probe cuFile.
+func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory, n int) (route, error) {
 	switch r.Transport {
 	case TransportGDS:
 		if why := e.gdsIneligible(ent, r, m); why != "" {
@@ -113,7 +123,7 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, err
 		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
 	}
 	if !m.device {
-		if e.hostCopyEligible(ent, r, m) {
+		if e.hostCopyEligible(ent, r, m, n) {
 			return routeHostCopy, nil
 		}
 		return routeRing, nil

@@ -5,7 +5,9 @@ package engine_test
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -132,5 +134,132 @@ func TestStagedManyClients(t *testing.T) {
 				t.Fatalf("staging %+v: want no fallback, at most the pool's chunks, none left in use, the 3 configured lanes", st.Staging)
 			}
 		})
+	}
+}
+
+// TestStagedPollsOldestCopyFirst: a lane with several device copies in
+// flight queries the oldest one's event and no younger one while it is
+// pending (a stream completes in order). Each query is a driver call
+// that the CUDA driver serializes across lanes; querying every slot each
+// turn capped 128 KiB units into cuda:0 on the H200.
+func TestStagedPollsOldestCopyFirst(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.latency.Store(int64(3 * time.Millisecond))
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
+	const n = 8 << 16 // 8 units of one 64 KiB chunk each
+	path, orig := randomFile(t, t.TempDir(), "f", n)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, n)
+	for range 3 {
+		rep, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout)
+		if err != nil || rep.CompletedBytes != n {
+			t.Fatalf("read: %v %+v", err, rep)
+		}
+	}
+	got := make([]byte, n)
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, orig) {
+		t.Fatal("device bytes differ from the file")
+	}
+	if q := gpu.youngQueries.Load(); q != 0 {
+		t.Fatalf("%d queries of a copy event while an older one on its stream was pending", q)
+	}
+}
+
+// TestStagedOneEventPerReapPass: one lane of 8 slots submits 8 READ
+// units of a tmpfs file at once, so their CQEs come back in one reap
+// pass (tmpfs reads complete in the submit); their copies share one
+// event per stream instead of one each, since every record, query and
+// release is a driver call the driver serializes across lanes. Each
+// event is closed exactly once, by the last slot of its pass, and the
+// bytes arrive.
+func TestStagedOneEventPerReapPass(t *testing.T) {
+	gpu := newFakeGPU(1)
+	// Events complete 2 ms after their record, later than the CQEs (as
+	// a copy engine's do): slots are polled while their event pends.
+	gpu.latency.Store(int64(2 * time.Millisecond))
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
+	const units, rounds = 8, 4
+	const n = units << 16 // 64 KiB chunks
+	// tmpfs: its reads complete in the submit, never in a worker thread.
+	dir, err := os.MkdirTemp("/dev/shm", "orbitefs-reappass-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path, orig := randomFile(t, dir, "f", n)
+	src := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, n)
+	if _, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
+		t.Fatal(err) // warms the lane, its stream and the page cache
+	}
+	rec0, rel0 := gpu.records.Load(), gpu.releases.Load()
+	for range rounds {
+		rep, err := e.SubmitAndWait(engine.OpRead, src, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout)
+		if err != nil || rep.CompletedBytes != n {
+			t.Fatalf("read: %v %+v", err, rep)
+		}
+	}
+	got := make([]byte, n)
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, orig) {
+		t.Fatal("device bytes differ from the file")
+	}
+	recs, rels := gpu.records.Load()-rec0, gpu.releases.Load()-rel0
+	t.Logf("%d units, %d events recorded, %d released", units*rounds, recs, rels)
+	if recs*2 > units*rounds {
+		t.Errorf("%d events recorded for %d units arriving %d at a time: want one per reap pass", recs, units*rounds, units)
+	}
+	if rels != recs {
+		t.Errorf("%d events recorded, %d released: each must be released once, by the last slot sharing it", recs, rels)
+	}
+}
+
+// TestStagedOneEventPerFill: the WRITE units one lane takes in one fill
+// (8 slots, one job of 8 units) have their device-to-chunk copies
+// confirmed by one event per stream behind them all, not one each, and
+// the file gets the device's bytes.
+func TestStagedOneEventPerFill(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.latency.Store(int64(time.Millisecond))
+	e := gpuEngine(t, gpu, nil, func(c *config.Engine) { c.StagingLanes = 1 })
+	const units, rounds = 8, 4
+	const n = units << 16 // 64 KiB chunks
+	path, _ := randomFile(t, t.TempDir(), "f", n)
+	dst := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, n)
+	want := make([]byte, n)
+	rand.Read(want)
+	if _, err := d.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SubmitAndWait(engine.OpWrite, dst, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout); err != nil {
+		t.Fatal(err) // warms the lane and its stream
+	}
+	rec0, rel0 := gpu.records.Load(), gpu.releases.Load()
+	for range rounds {
+		rep, err := e.SubmitAndWait(engine.OpWrite, dst, []engine.Request{{Address: d.BaseAddress(), Length: n}}, ioTimeout)
+		if err != nil || rep.CompletedBytes != n {
+			t.Fatalf("write: %v %+v", err, rep)
+		}
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("file bytes differ from the device")
+	}
+	recs, rels := gpu.records.Load()-rec0, gpu.releases.Load()-rel0
+	t.Logf("%d units, %d events recorded, %d released", units*rounds, recs, rels)
+	if recs*2 > units*rounds {
+		t.Errorf("%d events recorded for %d units taken %d at a time: want one per fill", recs, units*rounds, units)
+	}
+	if rels != recs {
+		t.Errorf("%d events recorded, %d released", recs, rels)
 	}
 }

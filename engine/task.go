@@ -16,7 +16,10 @@
 
 package engine
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // TaskState is one task's state.
 type TaskState uint8
@@ -198,10 +201,15 @@ func (b *Batch) endTaskLocked(g *group, i int, o outcome) {
 	t := &b.mu.tasks[g.first+i]
 	t.transferred = o.transferred
 	t.effect = o.effect
-	if o.err == nil {
+	switch {
+	case o.err == nil:
 		t.state = TaskCompleted
 		e.st.tasksCompleted.Add(1)
-	} else {
+	case errors.Is(o.err, errCutRunning):
+		t.state = TaskCancelled // a running peer transfer cut (peerexec.go)
+		t.err = o.err
+		e.st.tasksCancelled.Add(1)
+	default:
 		t.state = TaskFailed
 		t.err = o.err
 		e.st.tasksFailed.Add(1)
@@ -221,7 +229,7 @@ func (b *Batch) endTaskLocked(g *group, i int, o outcome) {
 		drained := !g.offUndrained
 		if !drained {
 			e.st.unquiesced.Add(1)
-			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
+			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.targetURI())
 		}
 		g.finishLocked(drained)
 	}

@@ -67,6 +67,9 @@ const (
 	// the host copy lanes (hostcopy.go); tasks report it, requests cannot
 	// ask for it.
 	TransportCopy
+	// TransportTCP: a peer's region over the peer protocol (peerexec.go);
+	// tasks report it, requests cannot ask for it.
+	TransportTCP
 )
 
 func (t TransportKind) String() string {
@@ -75,6 +78,8 @@ func (t TransportKind) String() string {
 		return "memory"
 	case TransportCopy:
 		return "copy"
+	case TransportTCP:
+		return "tcp"
 	case TransportIOUring:
 		return "io_uring"
 	case TransportGDS:

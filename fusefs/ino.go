@@ -30,7 +30,10 @@ const (
 	inoQoSContracts
 	inoQoSUsage
 	inoQoSResolve
-	inoTxn   // txn.go
+	inoTxn     // txn.go
+	inoCluster // cluster.go
+	inoClusterStatus
+	inoClusterPeers
 	inoPeers // peers.go
 	inoNotifications
 )

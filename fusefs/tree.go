@@ -64,6 +64,9 @@ func newRoot(f *fsys) *dir {
 		f.qosDir(),   // qos.go
 		f.peersDir(), // peers.go
 	}
+	if svc.ClusterEnabled() {
+		root = append(root, f.clusterDir()) // cluster.go
+	}
 	return &dir{f: f, t: svc.Started(), kids: root}
 }
 

@@ -200,6 +200,10 @@ type daemonOpts struct {
 	noWait bool
 	// args are more flags for `orbitefs mount` (--qos FILE, ...).
 	args []string
+	// netns runs the daemon in that network namespace (nsenter --net:
+	// `ip netns exec` would also give it a mount namespace of its own,
+	// hiding its mount from the test).
+	netns string
 }
 
 // startDaemon starts `orbitefs mount [--config F] DIR` as a separate
@@ -267,7 +271,13 @@ func startDaemon(t *testing.T, o daemonOpts) *mount {
 	for _, e := range mountsAt(m.dir) {
 		m.before[e.id] = true
 	}
-	m.cmd = exec.Command(bin, args...)
+	if o.netns != "" {
+		// nsenter execs the daemon: the pid stays the daemon's.
+		args = append([]string{"--net=/run/netns/" + o.netns, bin}, args...)
+		m.cmd = exec.Command("nsenter", args...)
+	} else {
+		m.cmd = exec.Command(bin, args...)
+	}
 	m.cmd.Dir = cwd
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	// If the test binary dies without cleanup, the daemon gets SIGTERM

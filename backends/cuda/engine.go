@@ -168,9 +168,23 @@ func (m *deviceMemory) Free() error {
 
 // stream copies by raw address: the engine's staging chunks and pinned
 // regions live outside the Go heap.
+//
+// It keeps the events the engine closed after they completed and records
+// with them again: the staging path records an event per stream for
+// every reap pass (READ) or fill (WRITE) of a lane, and
+// cuEventCreate/cuEventDestroy would be two more driver calls each, which
+// the driver serializes across lanes (doc.go). An event closed before it
+// was seen complete is destroyed, never reused.
 type stream struct {
 	s *Stream
+
+	mu   sync.Mutex
+	free []*Event // completed, closed by the engine, ready to record again
 }
+
+// maxFreeEvents bounds the events a stream keeps: a lane has a few
+// staging slots, each with one event in flight.
+const maxFreeEvents = 64
 
 func hostSlice(addr uintptr, n uint64) []byte {
 	return unsafe.Slice(*(**byte)(unsafe.Pointer(&addr)), n)
@@ -185,25 +199,79 @@ func (s *stream) DtoH(dst uintptr, src uint64, n uint64) error {
 }
 
 func (s *stream) Record() (engine.Event, error) {
-	ev, err := s.s.dev.NewEvent(true)
-	if err != nil {
-		return nil, err
+	var ev *Event
+	s.mu.Lock()
+	if n := len(s.free); n > 0 {
+		ev = s.free[n-1]
+		s.free = s.free[:n-1]
+	}
+	s.mu.Unlock()
+	if ev == nil {
+		var err error
+		if ev, err = s.s.dev.NewEvent(true); err != nil {
+			return nil, err
+		}
 	}
 	if err := ev.Record(s.s); err != nil {
 		ev.Destroy()
 		return nil, err
 	}
-	return &event{ev}, nil
+	return &event{ev: ev, home: s}, nil
 }
 
-func (s *stream) Sync() error  { return s.s.Sync() }
-func (s *stream) Close() error { return s.s.Destroy() }
+// keep takes back a completed event; false when the stream keeps enough.
+func (s *stream) keep(ev *Event) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.free) >= maxFreeEvents {
+		return false
+	}
+	s.free = append(s.free, ev)
+	return true
+}
 
-type event struct{ ev *Event }
+func (s *stream) Sync() error { return s.s.Sync() }
 
-func (e *event) Done() (bool, error) { return e.ev.Query() }
-func (e *event) Wait() error         { return e.ev.Sync() }
-func (e *event) Close() error        { return e.ev.Destroy() }
+func (s *stream) Close() error {
+	s.mu.Lock()
+	free := s.free
+	s.free = nil
+	s.mu.Unlock()
+	var errs []error
+	for _, ev := range free {
+		errs = append(errs, ev.Destroy())
+	}
+	errs = append(errs, s.s.Destroy())
+	return errors.Join(errs...)
+}
+
+// event is one recorded event. home is the stream that may record with
+// it again once it completed (nil: a producer's event, destroyed on
+// Close).
+type event struct {
+	ev   *Event
+	home *stream
+	done bool // a Done or Wait saw it complete
+}
+
+func (e *event) Done() (bool, error) {
+	d, err := e.ev.Query()
+	e.done = d && err == nil
+	return d, err
+}
+
+func (e *event) Wait() error {
+	err := e.ev.Sync()
+	e.done = err == nil
+	return err
+}
+
+func (e *event) Close() error {
+	if e.done && e.home != nil && e.home.keep(e.ev) {
+		return nil
+	}
+	return e.ev.Destroy()
+}
 
 // unavailable keeps the driver's own text and matches
 // engine.ErrUnavailable, so the engine's message says it once.
@@ -215,4 +283,4 @@ func (u unavailable) Is(target error) bool { return target == engine.ErrUnavaila
 
 // EngineEvent lets a producer's event (recorded after the work that
 // filled device memory) gate a transfer: engine.Request.Producer.
-func EngineEvent(ev *Event) engine.Event { return &event{ev} }
+func EngineEvent(ev *Event) engine.Event { return &event{ev: ev} }

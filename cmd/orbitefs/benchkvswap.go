@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -51,6 +52,7 @@ func kvswapMain(args []string) int {
 	buffered := fs.Bool("buffered", false, "page cache only (no O_DIRECT fd)")
 	create := fs.Bool("create", false, "create or grow the layer files with random data first")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -93,5 +95,18 @@ func kvswapMain(args []string) int {
 	cfg.MaxInflightBatches = max(cfg.MaxInflightBatches, o.Concurrency)
 	cfg.MaxBatchRequests = max(cfg.MaxBatchRequests, o.BatchGroups)
 	cfg.MaxAllocatedRequests = max(cfg.MaxAllocatedRequests, o.BatchGroups*o.Concurrency)
-	return runOnEngine("kvswap", cfg, *asJSON, func(e *engine.Engine) (bench.KVResult, error) { return bench.RunKV(ctx, e, o) })
+	return runOnEngine("kvswap", cfg, *asJSON, func(e *engine.Engine) (bench.KVResult, error) {
+		if *cpuprofile != "" {
+			f, err := os.Create(*cpuprofile)
+			if err != nil {
+				return bench.KVResult{}, fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer f.Close()
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return bench.KVResult{}, fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer pprof.StopCPUProfile()
+		}
+		return bench.RunKV(ctx, e, o)
+	})
 }

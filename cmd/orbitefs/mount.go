@@ -10,6 +10,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/discovery"
 	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/fusefs"
 )
@@ -74,6 +76,9 @@ func runMount(args []string) int {
 	dir := fl.Arg(0)
 
 	cfg, err := config.Load(*cfgPath)
+	if err == nil {
+		err = cfg.CheckMember()
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
@@ -114,6 +119,17 @@ func runMount(args []string) int {
 		return 1
 	}
 	defer notes.close()
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
+		e.Close(time.Second)
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
+	var mem *member
+	if cfg.Cluster.Enabled() {
+		mem = newMember(cfg.Cluster, lg)
+		sopts.Cluster = mem
+		sopts.ExportsChanged = mem.exportsChanged
+	}
 	svc := control.New(e, sopts)
 
 	psrv, err := startPeerServer(cfg.Peer, svc, notes, lg)
@@ -125,6 +141,18 @@ func runMount(args []string) int {
 	if psrv != nil {
 		defer psrv.Close()
 	}
+	if mem != nil {
+		// Registered before mounting: a mounted member is listed.
+		rec := discovery.Record{Name: peerName(cfg.Peer), Epoch: discovery.Epoch(psrv.Epoch()),
+			Addr: cfg.Cluster.AdvertiseAddr(psrv.Addr().String())}
+		if err := mem.start(context.Background(), rec, exportedRegions(svc)); err != nil {
+			psrv.Close()
+			e.Close(time.Second)
+			fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+			return 1
+		}
+		defer mem.close()
+	}
 
 	// Signals are caught before mounting, so one arriving during the
 	// mount still leads to an orderly unmount.
@@ -135,6 +163,9 @@ func runMount(args []string) int {
 	srv, err := fusefs.Mount(dir, svc, fusefs.Options{MaxWrite: int(cfg.Mount.MaxWrite),
 		AllowOther: cfg.Mount.AllowOther, Logger: lg, Debug: *debug})
 	if err != nil {
+		if mem != nil {
+			mem.close()
+		}
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
@@ -165,6 +196,9 @@ func runMount(args []string) int {
 			lg.Warn("shutdown already in progress; it is bounded by mount.shutdown_timeout", "op", "shutdown", "signal", s.String())
 		}
 	}()
+	if mem != nil {
+		mem.close() // leave the cluster first: peers stop resolving this engine
+	}
 	if psrv != nil {
 		psrv.Close() // peers first: nothing reaches the regions while the engine drains
 	}

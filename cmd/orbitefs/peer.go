@@ -15,10 +15,13 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/control"
+	"github.com/orbitefs/orbitefs/discovery"
+	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/peer"
 	"github.com/orbitefs/orbitefs/peer/wire"
 )
@@ -135,6 +138,37 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 	return s, nil
 }
 
+// remoteDialer returns how the daemon opens a peer's region as a segment
+// (tcp:// with one lane, hp_tcp:// with [peer] lanes), with [peer]'s key
+// and timeouts; nil without a key_file (such segments are refused).
+func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+	if c.KeyFile == "" {
+		return nil, nil
+	}
+	key, err := peer.LoadKey(c.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("peer.key_file: %w", err)
+	}
+	return func(ctx context.Context, u control.RemoteURI) (engine.Remote, error) {
+		lanes := 1
+		if u.Scheme == "hp_tcp" {
+			lanes = c.Lanes
+		}
+		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Key: key, Lanes: lanes,
+			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
+			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
+		if err != nil {
+			return nil, err
+		}
+		r, err := peer.OpenRemote(ctx, conn, u.Region)
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		return r, nil
+	}, nil
+}
+
 // peerResult is the JSON line `orbitefs peer` prints.
 type peerResult struct {
 	Op      string  `json:"op"`
@@ -150,19 +184,23 @@ type peerResult struct {
 }
 
 // peerUsage is `orbitefs peer`'s help.
-const peerUsage = `usage: orbitefs peer read|write|regions --addr HOST:PORT [flags]
+const peerUsage = `usage: orbitefs peer read|write|regions --addr HOST:PORT|peer://NAME[/REGION] [flags]
 
   peer write --addr A --region R [--offset N] --file F   F's bytes into the peer's region R at N
   peer read  --addr A --region R [--offset N] [--length N] --file F
                                                          the region's bytes into F (created or truncated)
   peer regions --addr A                                  the peer's exported regions as JSON lines
-The key, lanes and timeouts come from --config's [peer] section. N is a size
+The key, lanes and timeouts come from --config's [peer] section. peer://NAME
+is resolved through the etcd of --config's [cluster] section; the engine
+answering must be NAME with the epoch etcd lists (else nothing is sent).
+N is a size
 (4096, "4MiB"). ` + "`orbitefs peer read -h`" + ` prints every flag.
 `
 
 // peerArgs are `orbitefs peer OP`'s flags.
 type peerArgs struct {
 	cfgPath, addr, region, file string
+	name                        string // from --addr peer://NAME[/REGION]; "" for host:port
 	offset, length              uint64
 	lanes                       int
 }
@@ -179,7 +217,7 @@ func parsePeerArgs(op string, args []string, out io.Writer) (peerArgs, error) {
 		fl.PrintDefaults()
 	}
 	fl.StringVar(&a.cfgPath, "config", "", "TOML config `file` whose [peer] section gives key_file, lanes and timeouts")
-	fl.StringVar(&a.addr, "addr", "", "the peer's `host:port` ([peer] listen on its side)")
+	fl.StringVar(&a.addr, "addr", "", "the peer's `host:port` ([peer] listen on its side), or peer://NAME[/REGION] resolved through [cluster]")
 	fl.StringVar(&a.region, "region", "", "the peer's exported region `name`")
 	fl.StringVar(&offset, "offset", "0", "byte `offset` in the region (a size: 4096, 4MiB)")
 	fl.StringVar(&length, "length", "", "bytes to read, a `size` (4096, 4MiB; default: to the region's end)")
@@ -202,6 +240,11 @@ func parsePeerArgs(op string, args []string, out io.Writer) (peerArgs, error) {
 		}
 		a.length = uint64(n)
 	}
+	target, err := parsePeerTarget(a.addr, a.region)
+	if err != nil {
+		return a, err
+	}
+	a.name, a.region = target.name, target.region
 	if a.addr == "" || (op != "regions" && (a.region == "" || a.file == "")) {
 		return a, errors.New("--addr, --region and --file are required (regions needs only --addr)")
 	}
@@ -239,6 +282,14 @@ func runPeer(args []string) int {
 	if err != nil {
 		return fail("%v", err)
 	}
+	var want *discovery.Record // the incarnation the cluster lists, for peer://NAME
+	if a.name != "" {
+		rec, err := resolvePeer(context.Background(), cfg.Cluster, a.name)
+		if err != nil {
+			return fail("%v", err)
+		}
+		want, *addr = &rec, rec.Addr
+	}
 	pc := cfg.Peer
 	if *lanes != 0 {
 		if *lanes < 1 || *lanes > config.MaxPeerLanes {
@@ -261,6 +312,12 @@ func runPeer(args []string) int {
 		return fail("%v", err)
 	}
 	defer c.Close()
+	if want != nil && (c.PeerName() != want.Name || discovery.Epoch(c.PeerEpoch()) != want.Epoch) {
+		// The name's record is stale (it restarted since, or another
+		// engine took the address): nothing was sent, effect none.
+		return fail("peer://%s: the engine at %s is %q epoch %s, but the cluster lists %q epoch %s; nothing was sent (effect none): try again once the cluster's record is current",
+			want.Name, *addr, c.PeerName(), discovery.Epoch(c.PeerEpoch()), want.Name, want.Epoch)
+	}
 	out := json.NewEncoder(os.Stdout)
 	if op == "regions" {
 		for _, d := range c.Regions() {
@@ -303,4 +360,52 @@ func runPeer(args []string) int {
 	res.Bytes = uint64(len(buf))
 	out.Encode(res)
 	return 0
+}
+
+// peerTarget is --addr: a host:port, or a name of the cluster.
+type peerTarget struct {
+	name   string // from peer://NAME; "" for a host:port
+	region string // from peer://NAME/REGION, or --region
+}
+
+// parsePeerTarget reads --addr; a region in the URL and a different
+// --region are refused.
+func parsePeerTarget(addr, region string) (peerTarget, error) {
+	rest, ok := strings.CutPrefix(addr, "peer://")
+	if !ok {
+		return peerTarget{region: region}, nil
+	}
+	name, reg, _ := strings.Cut(rest, "/")
+	if name == "" || strings.Contains(reg, "/") {
+		return peerTarget{}, fmt.Errorf("--addr %q: want peer://NAME or peer://NAME/REGION", addr)
+	}
+	if reg != "" && region != "" && reg != region {
+		return peerTarget{}, fmt.Errorf("--addr %q names region %q but --region is %q: give one", addr, reg, region)
+	}
+	if reg == "" {
+		reg = region
+	}
+	return peerTarget{name: name, region: reg}, nil
+}
+
+// resolvePeer reads name's live record from the cluster's etcd.
+func resolvePeer(ctx context.Context, c config.Cluster, name string) (discovery.Record, error) {
+	if !c.Enabled() {
+		return discovery.Record{}, fmt.Errorf("peer://%s: no cluster to resolve it: set [cluster] etcd_endpoints in the --config file", name)
+	}
+	cli, err := etcdClient(ctx, c)
+	if err != nil {
+		return discovery.Record{}, err
+	}
+	defer cli.Close()
+	lctx, cancel := context.WithTimeout(ctx, c.DialTimeout.D())
+	defer cancel()
+	rec, ok, err := discovery.Lookup(lctx, cli, c.Prefix, name)
+	if err != nil {
+		return discovery.Record{}, fmt.Errorf("peer://%s: %w", name, err)
+	}
+	if !ok {
+		return discovery.Record{}, fmt.Errorf("peer://%s: no engine of that name is registered under %s%s (cluster.prefix); is it running?", name, c.Prefix, "engines/")
+	}
+	return rec, nil
 }

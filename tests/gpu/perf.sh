@@ -28,15 +28,18 @@
 # Knobs (defaults for the GPU machine): PERF_RUNTIME seconds per point
 # (2), PERF_ROUNDS (2), PERF_CLIENTS ("1 4 16 64"), PERF_SIZE bytes of
 # the tmpfs file of steps 1-2 (4294967296), PERF_BUDGET seconds for the
-# whole run (510), PY (the torch venv's python, else python3).
+# whole run (510), PERF_STEPS (which of "load multicore kvswap" to run:
+# all), PERF_BIN (the folder build fills and run uses: .gpu/perf), PY
+# (the torch venv's python, else python3).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-B=.gpu/perf
+B=${PERF_BIN:-.gpu/perf}
 RUNTIME=${PERF_RUNTIME:-2}
 ROUNDS=${PERF_ROUNDS:-2}
 CLIENTS=${PERF_CLIENTS:-1 4 16 64}
 SIZE=${PERF_SIZE:-4294967296}
 BUDGET=${PERF_BUDGET:-510}
+STEPS=" ${PERF_STEPS:-load multicore kvswap} "
 export PERF_CLIENTS=$CLIENTS
 
 # left NEED STEP: true when NEED seconds remain in the budget; says so
@@ -151,13 +154,17 @@ run)
 	export ORBITEFS=$B/orbitefs
 	# The short, fixed steps first: what overruns the budget is the
 	# last kvswap rows, which say so in skipped.txt.
-	echo "## bench load and multicore on $F"
-	"$ORBITEFS" bench file --file "$F" --size "$SIZE" --create --runtime 1ms --json >/dev/null
-	load_step
-	multicore_step
-	rm -f "$F"
-	echo "## kvswap and the peer"
-	kvswap_step
+	if [[ $STEPS == *" load "* || $STEPS == *" multicore "* ]]; then
+		echo "## bench load and multicore on $F"
+		"$ORBITEFS" bench file --file "$F" --size "$SIZE" --create --runtime 1ms --json >/dev/null
+		[[ $STEPS == *" load "* ]] && load_step
+		[[ $STEPS == *" multicore "* ]] && multicore_step
+		rm -f "$F"
+	fi
+	if [[ $STEPS == *" kvswap "* ]]; then
+		echo "## kvswap and the peer"
+		kvswap_step
+	fi
 	python3 "$B/perfsummary.py" "$R" >"$R/summary.md" 2>&1 ||
 		/opt/torch/.venv/bin/python3 "$B/perfsummary.py" "$R" >"$R/summary.md"
 	cat "$R/summary.md"
