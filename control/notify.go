@@ -233,9 +233,6 @@ func (s *Service) groupDone(bt *Batch, r engine.Report) {
 		return
 	}
 	bt.mu.Unlock()
-	if s.hookBeforeSend != nil {
-		s.hookBeforeSend(bt, n)
-	}
 	for i := range n.dests {
 		go s.send(bt, n, i)
 	}

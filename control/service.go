@@ -138,14 +138,12 @@ type Service struct {
 	// pathChecks counts OwnMount walks still running (stuck ones included).
 	pathChecks atomic.Int64
 	// notes is what the notifications not yet decided hold of their
-	// budget (notify.go); hookBeforeSend, when set (tests only), runs
-	// after a notice is decided to be sent and before it is.
+	// budget (notify.go).
 	notes struct {
 		sync.Mutex
 		count int
 		bytes int64
 	}
-	hookBeforeSend func(*Batch, *notice)
 
 	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
 	stopCtx    context.Context
