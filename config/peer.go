@@ -1,6 +1,8 @@
 // peer.go owns the [peer] section: the listener for other engines
 // (off while listen is empty), this engine's advertised name, the key
-// file, and the client side's lanes and timeouts.
+// file, the client side's lanes and timeouts, and the bounds on
+// completion notifications (the receiver's inbox, the sender's pending
+// ones, one message).
 //
 // Invariants:
 //   - With listen set, key_file is required: a daemon never serves peers
@@ -41,15 +43,29 @@ type Peer struct {
 	// MaxSliceBytes is the largest payload of one frame (and so of one
 	// slice of a striped request).
 	MaxSliceBytes Size `toml:"max_slice_bytes"`
+	// MaxPendingNotifications bounds the notifications held at once: the
+	// inbox's unread ones (a receiver), and those whose submission has
+	// not finished sending them (a sender).
+	MaxPendingNotifications int `toml:"max_pending_notifications"`
+	// MaxPendingNotificationBytes bounds their message bytes the same way.
+	MaxPendingNotificationBytes Size `toml:"max_pending_notification_bytes"`
+	// MaxPendingNotificationsPerPeer bounds the unread ones from one
+	// sender, so one chatty peer cannot fill the inbox for all.
+	MaxPendingNotificationsPerPeer int `toml:"max_pending_notifications_per_peer"`
+	// MaxNotificationBytes bounds one notification's message.
+	MaxNotificationBytes Size `toml:"max_notification_bytes"`
 }
 
 // The bounds of [peer].
 const (
-	MaxPeerLanes    = 64
-	MinPeerSlice    = 1 << 20
-	MaxPeerSlice    = 1 << 30
-	maxPeerNameLen  = 255
-	minPeerDuration = Duration(1e6) // 1ms
+	MaxPeerLanes                       = 64
+	MinPeerSlice                       = 1 << 20
+	MaxPeerSlice                       = 1 << 30
+	maxPeerNameLen                     = 255
+	minPeerDuration                    = Duration(1e6) // 1ms
+	MaxPendingNotificationsCeiling     = 1 << 20
+	MaxNotificationBytesCeiling        = 1 << 20 // fits one frame at the smallest max_slice_bytes
+	MaxPendingNotificationBytesCeiling = 1 << 30
 )
 
 func (c *Peer) validate(p *problems) {
@@ -90,5 +106,17 @@ func (c *Peer) validate(p *problems) {
 	}
 	if c.MaxSliceBytes < MinPeerSlice || c.MaxSliceBytes > MaxPeerSlice {
 		p.addf("peer.max_slice_bytes (%s) must be in [1MiB, 1GiB]", c.MaxSliceBytes)
+	}
+	p.between("peer.max_pending_notifications", c.MaxPendingNotifications, 1, MaxPendingNotificationsCeiling)
+	if c.MaxPendingNotificationsPerPeer < 1 || c.MaxPendingNotificationsPerPeer > c.MaxPendingNotifications {
+		p.addf("peer.max_pending_notifications_per_peer (%d) must be in [1, peer.max_pending_notifications (%d)]",
+			c.MaxPendingNotificationsPerPeer, c.MaxPendingNotifications)
+	}
+	if c.MaxNotificationBytes < 1 || c.MaxNotificationBytes > MaxNotificationBytesCeiling {
+		p.addf("peer.max_notification_bytes (%s) must be in [1, 1MiB]", c.MaxNotificationBytes)
+	}
+	if c.MaxPendingNotificationBytes < c.MaxNotificationBytes || c.MaxPendingNotificationBytes > MaxPendingNotificationBytesCeiling {
+		p.addf("peer.max_pending_notification_bytes (%s) must be in [peer.max_notification_bytes (%s), 1GiB]",
+			c.MaxPendingNotificationBytes, c.MaxNotificationBytes)
 	}
 }

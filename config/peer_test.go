@@ -45,3 +45,28 @@ key_file = "/k"`, `host "example.com" is not an IP address`},
 		t.Fatalf("a valid [peer]: %v %+v", err, d)
 	}
 }
+
+func TestPeerNotificationBounds(t *testing.T) {
+	d, err := Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := d.Peer
+	if p.MaxPendingNotifications != 1024 || p.MaxPendingNotificationBytes != 4<<20 ||
+		p.MaxPendingNotificationsPerPeer != 256 || p.MaxNotificationBytes != 64<<10 {
+		t.Fatalf("notification defaults %+v", p)
+	}
+	for _, tc := range []struct{ toml, want string }{
+		{`max_pending_notifications = 0`, `peer.max_pending_notifications (0) must be in [1, 1048576]`},
+		{`max_pending_notifications_per_peer = 1025`, `peer.max_pending_notifications_per_peer (1025) must be in [1, peer.max_pending_notifications (1024)]`},
+		{`max_pending_notifications_per_peer = 0`, `peer.max_pending_notifications_per_peer (0) must be in [1,`},
+		{`max_notification_bytes = "2MiB"`, `peer.max_notification_bytes (2MiB) must be in [1, 1MiB]`},
+		{`max_notification_bytes = 0`, `peer.max_notification_bytes (0B) must be in [1, 1MiB]`},
+		{`max_pending_notification_bytes = "32KiB"`, `peer.max_pending_notification_bytes (32KiB) must be in [peer.max_notification_bytes (64KiB), 1GiB]`},
+	} {
+		_, err := Parse("[peer]\n" + tc.toml + "\n")
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+}

@@ -46,6 +46,9 @@ type Batch struct {
 		submitting int            // submits in progress
 		reclaimed  bool           // freed by the idle timer
 		freed      bool           // freed; listed until its deferred work drains
+		// notices are the submissions' notifications by first task
+		// (notify.go); nil until the first submission with notify.
+		notices map[int]*notice
 	}
 }
 
@@ -289,6 +292,9 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
+	if len(sub.Notify) > 0 && seg.mem == nil {
+		return prepared{}, invalid("notify: target %q is a file segment; a notification rides a memory submission (mem://) only", sub.Target)
+	}
 	opts, err := s.submitOptions(sub) // qos.go
 	if err != nil {
 		return prepared{}, err
@@ -306,13 +312,26 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 // submitPrepared appends p to bt as one group. Its error is not
 // recorded.
 func (s *Service) submitPrepared(bt *Batch, p prepared) error {
+	n, err := s.newNotice(p.sub)
+	if err != nil {
+		return err
+	}
+	if n != nil {
+		s.watchGroups(bt) // before the submit: the group may end inside it
+	}
 	tr, err := bt.b.SubmitWith(p.sub.EngineOp(), p.seg.target(), p.reqs, nil, p.opts)
 	if err != nil {
+		if n != nil {
+			s.dropNotice(n)
+		}
 		return err
 	}
 	bt.mu.Lock()
 	bt.mu.targets[tr.First] = p.sub.Target
 	bt.mu.Unlock()
+	if n != nil {
+		s.attach(bt, tr.First, n)
+	}
 	if s.debug() {
 		s.log.Debug("submitted", "op", "submit", "batch", bt.ID, "segment", p.sub.Target, "task", tr.First, "count", tr.Count)
 	}
@@ -531,6 +550,7 @@ func (s *Service) Status(bt *Batch) ([]byte, error) {
 		snap.Targets[k] = v
 	}
 	bt.mu.Unlock()
+	snap.Notify = bt.notices()
 	return marshal(RenderStatus(snap)), nil
 }
 

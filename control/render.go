@@ -72,6 +72,9 @@ type SubmissionJSON struct {
 	// RemoteEffect is what a WRITE submission may have done to its file:
 	// none, applied (confirmed bytes only) or unknown.
 	RemoteEffect string `json:"remote_effect"`
+	// Notify is each destination's notification outcome, when the
+	// submission carried one.
+	Notify []NotifyJSON `json:"notify,omitempty"`
 }
 
 // StatusJSON is /ctl/batches/<N>/status.
@@ -93,8 +96,9 @@ type BatchSnapshot struct {
 	Tasks    []engine.TaskStatus
 	Reports  []engine.Report
 	// Targets maps a submission's first task index to the segment name it
-	// named.
+	// named; Notify to its notification's outcomes.
 	Targets map[int]string
+	Notify  map[int][]NotifyJSON
 }
 
 // RenderStatus builds the status document.
@@ -122,6 +126,7 @@ func RenderStatus(b BatchSnapshot) StatusJSON {
 			Done: r.Done, CompletedRequests: r.CompletedRequests, CompletedBytes: r.CompletedBytes,
 			RequestIndex: r.RequestIndex, AffectedRequests: r.AffectedRequests,
 			LocallyDrained: r.LocallyDrained, Error: errText(r.Err), RemoteEffect: r.RemoteEffect.String(),
+			Notify: b.Notify[r.Tasks.First],
 		})
 	}
 	return st

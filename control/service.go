@@ -87,6 +87,18 @@ type Options struct {
 	// server stopped answering waits in the kernel. Past it the open is
 	// KindTimeout; 0 waits as long as the kernel does.
 	StoreCallTimeout time.Duration
+	// Notify sends a submission's completion notification (notify.go);
+	// nil: submissions with notify are refused (KindUnavailable).
+	Notify NotifyFunc
+	// NextNotification waits for the next notification this daemon
+	// received and returns it as one JSON line; nil: no peer listener.
+	NextNotification func(ctx context.Context) ([]byte, error)
+	// MaxNotificationBytes bounds one message; MaxPendingNotifications
+	// and MaxPendingNotificationBytes what waits to be sent (the [peer]
+	// keys of the same names; 0: their defaults).
+	MaxNotificationBytes        int
+	MaxPendingNotifications     int
+	MaxPendingNotificationBytes int64
 	// Cluster, when set, is shown under /cluster and in /stats
 	// (cluster.go); nil: the daemon is no cluster member.
 	Cluster Cluster
@@ -125,6 +137,13 @@ type Service struct {
 	afterResolve func()
 	// pathChecks counts OwnMount walks still running (stuck ones included).
 	pathChecks atomic.Int64
+	// notes is what the notifications not yet decided hold of their
+	// budget (notify.go).
+	notes struct {
+		sync.Mutex
+		count int
+		bytes int64
+	}
 
 	// stopCtx is cancelled when Shutdown has drained: blocked waits end.
 	stopCtx    context.Context
@@ -164,6 +183,15 @@ func New(e *engine.Engine, opts Options) *Service {
 	}
 	if opts.Version == "" {
 		opts.Version = "dev"
+	}
+	if opts.MaxNotificationBytes <= 0 {
+		opts.MaxNotificationBytes = defaultMaxNotificationBytes
+	}
+	if opts.MaxPendingNotifications <= 0 {
+		opts.MaxPendingNotifications = defaultMaxPendingNotifications
+	}
+	if opts.MaxPendingNotificationBytes <= 0 {
+		opts.MaxPendingNotificationBytes = defaultMaxPendingNotificationBytes
 	}
 	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid()),
 		docs: NewBudget(opts.MaxBufferedDocumentBytes, opts.MaxBufferedDocumentBytesPerUser)}

@@ -40,6 +40,8 @@ type Submission struct {
 	Deadline *config.Duration `json:"deadline,omitempty"`
 	QoS      *QoSContext      `json:"qos,omitempty"`
 	Requests []Request        `json:"requests"`
+	// Notify names the peers told once every request succeeded (notify.go).
+	Notify []NotifyTarget `json:"notify,omitempty"`
 }
 
 // Request is one transfer: a local range named by memory+offset or by a
@@ -115,6 +117,9 @@ func ParseSubmission(data []byte, max int) (*Submission, error) {
 			s.Requests[i].Elements = nil // "elements": [] means none
 		}
 	}
+	if len(s.Notify) == 0 {
+		s.Notify = nil // "notify": [] means none
+	}
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
@@ -156,6 +161,9 @@ func (s *Submission) Validate() error {
 		if err := s.Requests[i].validate(); err != nil {
 			return invalid("requests[%d]: %v", i, err)
 		}
+	}
+	if err := validateNotify(s.Notify); err != nil {
+		return invalid("%v", err)
 	}
 	return nil
 }

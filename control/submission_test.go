@@ -57,7 +57,7 @@ func TestParseSubmission(t *testing.T) {
 		{name: "array", doc: `[]`, kind: engine.KindInvalid, msg: "want a JSON object"},
 		{name: "syntax", doc: `{"op":"read",}`, kind: engine.KindInvalid, msg: "invalid JSON at byte"},
 		{name: "truncated", doc: `{"op":"read"`, kind: engine.KindInvalid, msg: "incomplete JSON"},
-		{name: "unknown field", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1}],"notify":1}`, kind: engine.KindInvalid, msg: `unknown field "notify"`},
+		{name: "unknown field", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1}],"colour":1}`, kind: engine.KindInvalid, msg: `unknown field "colour"`},
 		{name: "unknown request field", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1,"len":2}]}`, kind: engine.KindInvalid, msg: `unknown field "len"`},
 		{name: "trailing data", doc: `{"op":"read","target":"c","requests":[{"memory":"b","length":1}]} {}`, kind: engine.KindInvalid, msg: "trailing data"},
 		{name: "duplicate key", doc: `{"op":"read","op":"write","target":"c","requests":[{"memory":"b","length":1}]}`, kind: engine.KindInvalid, msg: `duplicate key "op"`},

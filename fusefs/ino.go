@@ -34,6 +34,8 @@ const (
 	inoCluster // cluster.go
 	inoClusterStatus
 	inoClusterPeers
+	inoPeers // peers.go
+	inoNotifications
 )
 
 const (

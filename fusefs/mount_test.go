@@ -211,7 +211,8 @@ func TestLayoutAndModes(t *testing.T) {
 	n := m.clone(t)
 	m.mustWrite(t, "ctl/batches/"+n+"/submit", `{"op":"read","target":"cache","requests":[{"memory":"buf","length":4096},{"memory":"buf","offset":4096,"target_offset":4096,"length":4096}]}`)
 	for dir, want := range map[string]string{
-		"":                             "README ctl error memory metrics qos segments stats version",
+		"":                             "README ctl error memory metrics peers qos segments stats version",
+		"peers":                        "notifications",
 		"memory":                       "buf register",
 		"memory/buf":                   "data info",
 		"segments":                     "cache open",
@@ -239,6 +240,8 @@ func TestLayoutAndModes(t *testing.T) {
 		"ctl/engine":                   0o200,
 		"ctl/batches/" + n + "/submit": 0o200,
 		"ctl/batches/" + n + "/wait":   0o400,
+		"peers":                        fs.ModeDir | 0o700,
+		"peers/notifications":          0o400,
 	} {
 		st, err := os.Stat(m.path(p))
 		if err != nil {

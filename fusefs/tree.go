@@ -61,7 +61,8 @@ func newRoot(f *fsys) *dir {
 		{name: "memory", ino: inoMemory, dir: true, node: f.staticDir(memoryKids{f})},
 		{name: "segments", ino: inoSegments, dir: true, node: f.staticDir(segmentsKids{f})},
 		{name: "ctl", ino: inoCtl, dir: true, node: f.staticDir(ctl)},
-		f.qosDir(), // qos.go
+		f.qosDir(),   // qos.go
+		f.peersDir(), // peers.go
 	}
 	if svc.ClusterEnabled() {
 		root = append(root, f.clusterDir()) // cluster.go

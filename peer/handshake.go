@@ -27,6 +27,9 @@ import (
 var handshakeLimits = wire.Limits{MaxPayload: 0}
 
 // newEpoch is a random, nonzero 64-bit epoch.
+// NewEpoch draws an engine epoch: random, never 0.
+func NewEpoch() uint64 { return newEpoch() }
+
 func newEpoch() uint64 {
 	var b [8]byte
 	for {

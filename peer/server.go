@@ -1,6 +1,6 @@
 // server.go owns the listening side: it accepts connections, runs the
-// handshake, and serves READ, WRITE, region lists and pings against the
-// exported regions.
+// handshake, serves READ, WRITE, region lists and pings against the
+// exported regions, and queues completion notifications in its inbox.
 //
 // Invariants:
 //   - Nothing is served before the client proved the key (and, with
@@ -14,6 +14,8 @@
 //     in the region's memory.
 //   - A frame that fails a check ends its connection: after a corrupt
 //     header the stream cannot be trusted to be in step.
+//   - A notification is answered notified only after it is in the
+//     inbox, and inbox full only when it was not queued.
 //   - A lane belongs to one control session; when the control connection
 //     ends, its lanes are closed.
 
@@ -66,7 +68,14 @@ type ServerConfig struct {
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
 	Allowed []netip.Prefix
-	Logger  *slog.Logger
+	// Epoch is this engine's epoch; 0: a fresh one (NewEpoch).
+	Epoch uint64
+	// Inbox receives the notifications peers send (nil: a new one with
+	// the default bounds); MaxNotifyBytes bounds one message (0: the
+	// default).
+	Inbox          *Inbox
+	MaxNotifyBytes uint64
+	Logger         *slog.Logger
 }
 
 // Stats are a server's counters.
@@ -76,6 +85,8 @@ type Stats struct {
 	Reads, Writes     uint64 // requests served (including refused ones)
 	BytesIn, BytesOut uint64 // payload bytes
 	Corrupt           uint64 // connections ended by a frame that failed a check
+	Notified, Full    uint64 // notifications queued, refused for a full inbox
+	Pending           int    // notifications waiting in the inbox
 }
 
 // Server serves exported regions to authenticated peers.
@@ -83,6 +94,7 @@ type Server struct {
 	cfg   ServerConfig
 	exp   Exports
 	epoch uint64
+	inbox *Inbox
 	log   *slog.Logger
 	ln    net.Listener
 	wg    sync.WaitGroup
@@ -94,7 +106,7 @@ type Server struct {
 		sessions map[uint64]*session
 		next     uint64
 	}
-	refused, reads, writes, bytesIn, bytesOut, corrupt atomic.Uint64
+	refused, reads, writes, bytesIn, bytesOut, corrupt, notified, full atomic.Uint64
 
 	// hook, when set (tests), runs at the named points of a WRITE with the
 	// request's header and the connection, and may close it.
@@ -106,6 +118,7 @@ type hookPoint int
 const (
 	hookWriteBody    hookPoint = iota // header and metadata read, payload not yet
 	hookWriteApplied                  // bytes written to the region, ack not yet sent
+	hookNotifyQueued                  // notification in the inbox, reply not yet sent
 )
 
 // session is one authenticated client: its control connection and lanes.
@@ -119,7 +132,16 @@ type session struct {
 
 // NewServer makes a server for exp with a fresh random epoch.
 func NewServer(cfg ServerConfig, exp Exports) *Server {
-	s := &Server{cfg: cfg, exp: exp, epoch: newEpoch(), log: cfg.Logger}
+	if cfg.Inbox == nil {
+		cfg.Inbox = NewInbox(InboxLimits{Max: DefaultMaxPending, MaxPerSender: DefaultMaxPendingPerSender, MaxBytes: DefaultMaxPendingBytes})
+	}
+	if cfg.MaxNotifyBytes == 0 {
+		cfg.MaxNotifyBytes = DefaultMaxNotifyBytes
+	}
+	if cfg.Epoch == 0 {
+		cfg.Epoch = newEpoch()
+	}
+	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -174,6 +196,12 @@ func (s *Server) Close() error {
 	return nil
 }
 
+// Notification removes and returns the oldest received notification,
+// waiting for one until ctx ends.
+func (s *Server) Notification(ctx context.Context) (Notification, error) {
+	return s.inbox.Next(ctx)
+}
+
 // Stats returns the counters.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
@@ -184,6 +212,7 @@ func (s *Server) Stats() Stats {
 	s.mu.Unlock()
 	st.Refused, st.Reads, st.Writes = s.refused.Load(), s.reads.Load(), s.writes.Load()
 	st.BytesIn, st.BytesOut, st.Corrupt = s.bytesIn.Load(), s.bytesOut.Load(), s.corrupt.Load()
+	st.Notified, st.Full, st.Pending = s.notified.Load(), s.full.Load(), s.inbox.Len()
 	return st
 }
 
@@ -252,7 +281,7 @@ func (s *Server) handle(c net.Conn) {
 		s.log.Info("peer connected", "op", "peer", "remote", remote, "name", h.Name,
 			"epoch", fmt.Sprintf("%016x", h.Epoch), "session", ss.id)
 	}
-	if err := s.serve(c, h.Role); err != nil {
+	if err := s.serve(c, h); err != nil {
 		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
 	}
 }
@@ -324,7 +353,8 @@ func putBuf(b []byte) { bufs.Put(&b) }
 
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
-func (s *Server) serve(c net.Conn, role wire.Role) error {
+func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
+	role := hello.Role
 	br := bufio.NewReaderSize(c, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
 	hb := make([]byte, wire.HeaderLen)
@@ -369,6 +399,15 @@ func (s *Server) serve(c net.Conn, role wire.Role) error {
 			}
 			var err error
 			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
+				return err
+			}
+		case h.Type == wire.TypeNotify && role == wire.RoleControl:
+			var m wire.Notify
+			if err := m.Unmarshal(meta); err != nil {
+				return s.refuseFrame(c, &h, err)
+			}
+			var err error
+			if reply.Meta, err = s.notify(br, c, &h, &m, hello, &reply); err != nil {
 				return err
 			}
 		default:
@@ -480,5 +519,39 @@ func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, 
 		s.hook(hookWriteApplied, h, c)
 	}
 	reply.Type = wire.TypeWriteAck
+	return nil, nil
+}
+
+// notify serves a NOTIFY: it reads the message and queues it. The reply
+// is notified only once the inbox holds it; a full inbox is answered
+// inbox full (nothing queued). An error ends the connection.
+func (s *Server) notify(br io.Reader, c net.Conn, h *wire.Header, m *wire.Notify, from *wire.Hello, reply *wire.Frame) ([]byte, error) {
+	if h.PayloadLen > s.cfg.MaxNotifyBytes {
+		if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
+			return nil, fmt.Errorf("discarding refused notification %d: %w", m.ID, err)
+		}
+		e := wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("a notification of %d bytes, over the receiver's %d", h.PayloadLen, s.cfg.MaxNotifyBytes)}
+		return e.Marshal(), nil
+	}
+	buf := make([]byte, h.PayloadLen)
+	if err := wire.ReadPayload(br, h, buf); err != nil {
+		if errors.Is(err, wire.ErrCorrupt) {
+			return nil, s.refuseFrame(c, h, err)
+		}
+		return nil, fmt.Errorf("notification %d payload: %w", m.ID, err)
+	}
+	n := Notification{Sender: from.Name, Epoch: fmt.Sprintf("%016x", from.Epoch), ID: m.ID,
+		Submission: m.Submission, Message: string(buf), Received: time.Now().UTC()}
+	if err := s.inbox.Put(n); err != nil {
+		s.full.Add(1)
+		s.log.Warn("peer notification refused", "op", "peer", "name", from.Name, "id", m.ID, "err", err)
+		e := wire.Error{Code: wire.CodeFull, Message: err.Error()}
+		return e.Marshal(), nil
+	}
+	s.notified.Add(1)
+	if s.hook != nil {
+		s.hook(hookNotifyQueued, h, c)
+	}
+	reply.Type = wire.TypeNotified
 	return nil, nil
 }

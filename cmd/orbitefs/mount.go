@@ -112,6 +112,13 @@ func runMount(args []string) int {
 		}
 		return ""
 	}
+	notes, err := newNotifications(cfg.Peer, &sopts, lg)
+	if err != nil {
+		e.Close(time.Second)
+		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
+		return 1
+	}
+	defer notes.close()
 	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
@@ -125,7 +132,7 @@ func runMount(args []string) int {
 	}
 	svc := control.New(e, sopts)
 
-	psrv, err := startPeerServer(cfg.Peer, svc, lg)
+	psrv, err := startPeerServer(cfg.Peer, svc, notes, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)

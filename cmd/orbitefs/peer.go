@@ -64,22 +64,74 @@ func peerName(c config.Peer) string {
 	return h
 }
 
-// startPeerServer starts the listener when [peer] listen is set; nil
-// when it is not.
-func startPeerServer(c config.Peer, svc *control.Service, lg *slog.Logger) (*peer.Server, error) {
-	if c.Listen == "" {
-		return nil, nil
+// notifications is the daemon's side of completion notifications: the
+// inbox its listener fills (nil without one) and the notifier its
+// submissions send through (nil without a key), under one epoch.
+type notifications struct {
+	epoch    uint64
+	key      []byte
+	inbox    *peer.Inbox
+	notifier *peer.Notifier
+}
+
+// newNotifications prepares both sides from [peer] and plugs them into
+// the control Service's options.
+func newNotifications(c config.Peer, opts *control.Options, lg *slog.Logger) (*notifications, error) {
+	n := &notifications{epoch: peer.NewEpoch()}
+	opts.MaxNotificationBytes = int(c.MaxNotificationBytes)
+	opts.MaxPendingNotifications = c.MaxPendingNotifications
+	opts.MaxPendingNotificationBytes = int64(c.MaxPendingNotificationBytes)
+	if c.KeyFile == "" {
+		return n, nil
 	}
 	key, err := peer.LoadKey(c.KeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("peer.key_file: %w", err)
 	}
+	n.key = key
+	n.notifier = peer.NewNotifier(peer.Config{Name: peerName(c), Epoch: n.epoch, Key: key,
+		DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), PayloadChecksum: c.PayloadChecksum,
+		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
+	opts.Notify = func(ctx context.Context, addr, submission, message string) (string, error) {
+		d, err := n.notifier.Notify(ctx, addr, submission, message)
+		return d.String(), err
+	}
+	if c.Listen != "" {
+		n.inbox = peer.NewInbox(peer.InboxLimits{Max: c.MaxPendingNotifications,
+			MaxPerSender: c.MaxPendingNotificationsPerPeer, MaxBytes: int64(c.MaxPendingNotificationBytes)})
+		opts.NextNotification = func(ctx context.Context) ([]byte, error) {
+			m, err := n.inbox.Next(ctx)
+			if err != nil {
+				return nil, err
+			}
+			b, err := json.Marshal(m)
+			return append(b, '\n'), err
+		}
+	}
+	return n, nil
+}
+
+// close ends the notifier's connections.
+func (n *notifications) close() {
+	if n.notifier != nil {
+		n.notifier.Close()
+	}
+}
+
+// startPeerServer starts the listener when [peer] listen is set; nil
+// when it is not.
+func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *slog.Logger) (*peer.Server, error) {
+	if c.Listen == "" {
+		return nil, nil
+	}
+	key := n.key
 	var allowed []netip.Prefix
 	for _, n := range c.AllowedNetworks {
 		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
-		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg}, serviceExports{svc})
+		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg, Epoch: n.epoch,
+		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes)}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}

@@ -56,12 +56,16 @@ const (
 	TypePing      Type = 11 // request: keep-alive (and lane probe)
 	TypePong      Type = 12 // reply: keep-alive, with the server's epoch
 	TypeError     Type = 13 // reply: the request failed; says the remote effect
+	TypeNotify    Type = 14 // request (control): a completion notification; its message is the payload
+	TypeNotified  Type = 15 // reply: the notification is in the receiver's inbox (delivered)
+	maxType            = TypeNotified
 )
 
 var typeNames = map[Type]string{
 	TypeHello: "hello", TypeChallenge: "challenge", TypeAuth: "auth", TypeWelcome: "welcome",
 	TypeRegions: "regions", TypeRegionsOK: "regions-ok", TypeRead: "read", TypeReadData: "read-data",
 	TypeWrite: "write", TypeWriteAck: "write-ack", TypePing: "ping", TypePong: "pong", TypeError: "error",
+	TypeNotify: "notify", TypeNotified: "notified",
 }
 
 func (t Type) String() string {
@@ -166,7 +170,7 @@ func (h *Header) Unmarshal(b []byte, lim Limits) error {
 		PayloadCRC: le.Uint32(b[36:]),
 	}
 	switch {
-	case h.Type < TypeHello || h.Type > TypeError:
+	case h.Type < TypeHello || h.Type > maxType:
 		return fmt.Errorf("%w: unknown frame type %d", ErrCorrupt, h.Type)
 	case h.Flags&^knownFlags != 0:
 		return fmt.Errorf("%w: unknown flags %#04x", ErrCorrupt, uint16(h.Flags&^knownFlags))

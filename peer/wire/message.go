@@ -125,6 +125,14 @@ type Pong struct {
 	Epoch uint64
 }
 
+// Notify is a completion notification's metadata; its message is the
+// frame's payload. The sender's name and epoch are not repeated: the
+// receiver takes them from the session, where the sender proved them.
+type Notify struct {
+	ID         uint64 // unique per sender and epoch
+	Submission string // the sender's submission the notification completes
+}
+
 // Code classifies a TypeError reply.
 type Code uint8
 
@@ -140,12 +148,13 @@ const (
 	CodeProtocol Code = 8 // a frame out of place
 	CodeTooLarge Code = 9 // over the server's frame limit
 	CodeShutdown Code = 10
-	maxKnownCode      = CodeShutdown
+	CodeFull     Code = 11 // a notification inbox is full: the notification was not queued
+	maxKnownCode      = CodeFull
 )
 
 var codeNames = map[Code]string{CodeInternal: "internal", CodeNotFound: "not found", CodeDenied: "denied",
 	CodeRange: "range", CodeBusy: "busy", CodeCorrupt: "corrupt", CodeAuth: "auth", CodeProtocol: "protocol",
-	CodeTooLarge: "too large", CodeShutdown: "shutting down"}
+	CodeTooLarge: "too large", CodeShutdown: "shutting down", CodeFull: "inbox full"}
 
 func (c Code) String() string {
 	if s, ok := codeNames[c]; ok {
@@ -406,4 +415,18 @@ func (m *Error) Unmarshal(b []byte) error {
 		return fmt.Errorf("%w: error code %d effect %d", ErrCorrupt, m.Code, m.Applied)
 	}
 	return nil
+}
+
+func (m *Notify) Marshal() []byte {
+	var e enc
+	e.u64(m.ID)
+	e.str(m.Submission)
+	return e.b
+}
+
+func (m *Notify) Unmarshal(b []byte) error {
+	d := dec{b: b}
+	m.ID = d.u64("notify id")
+	m.Submission = d.str("notify submission")
+	return d.done("notify")
 }

@@ -1,0 +1,309 @@
+// notify.go owns completion notifications on both sides of the control
+// plane: a submission's "notify" destinations (parsed, bounded, sent only
+// after every byte of the submission succeeded, each destination's
+// outcome kept for status), and the receiver's inbox read one message at
+// a time from /peers/notifications.
+//
+//	{"op": "write", "target": "kvseg", "requests": [...],
+//	 "notify": [{"peer": "tcp://10.0.0.6:7070", "message": "layer 3 ready"}]}
+//
+// Invariants:
+//   - Nothing is sent before the submission's final report says every
+//     request succeeded; a failed or cancelled submission sends nothing
+//     and each destination says not_sent.
+//   - Each destination is decided once: pending, then delivered, busy,
+//     unknown or not_sent, and never sent twice (an unknown is not
+//     retried: the receiver may hold it).
+//   - The notifications waiting for their submission or for their answer
+//     stay within MaxPendingNotifications and MaxPendingNotificationBytes;
+//     a submission past either is refused before anything is appended.
+//
+// Lock order: a Batch's mu, then Service.notes.
+
+package control
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// NotifyTarget is one destination of a submission's notification.
+type NotifyTarget struct {
+	// Peer is "tcp://HOST:PORT", the peer listener of the receiving daemon.
+	Peer    string `json:"peer"`
+	Message string `json:"message"`
+}
+
+// MaxNotifyTargets bounds the destinations of one submission.
+const MaxNotifyTargets = 16
+
+// The [peer] defaults of the notification bounds.
+const (
+	defaultMaxNotificationBytes        = 64 << 10
+	defaultMaxPendingNotifications     = 1024
+	defaultMaxPendingNotificationBytes = 4 << 20
+)
+
+// The outcomes of one destination, as status shows them.
+const (
+	NotifyPending   = "pending"   // the submission has not finished, or the answer has not come
+	NotifyDelivered = "delivered" // the receiver acknowledged: it is in its inbox
+	NotifyBusy      = "busy"      // the receiver's inbox was full: definitely not delivered
+	NotifyUnknown   = "unknown"   // sent, no answer: the receiver may hold it; never resent
+	NotifyNotSent   = "not_sent"  // nothing reached the receiver (reason says why)
+)
+
+// NotifyFunc sends one notification to the peer at addr (host:port) and
+// returns one of the outcomes above (not pending) and, unless delivered,
+// why.
+type NotifyFunc func(ctx context.Context, addr, submission, message string) (string, error)
+
+// peerAddr checks a destination: tcp://HOST:PORT, a numeric port.
+func peerAddr(s string) (string, error) {
+	rest, ok := strings.CutPrefix(s, "tcp://")
+	if !ok {
+		return "", fmt.Errorf("peer %s: want tcp://HOST:PORT", quoteText(s, quoteRunes))
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil || host == "" || strings.ContainsAny(rest, "/?#") {
+		return "", fmt.Errorf("peer %s: want tcp://HOST:PORT", quoteText(s, quoteRunes))
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return "", fmt.Errorf("peer %s: port %s is not a number in [1, 65535]", quoteText(s, quoteRunes), quoteText(port, quoteRunes))
+	}
+	return rest, nil
+}
+
+// validateNotify checks the destinations' shape: at most
+// MaxNotifyTargets, each a tcp:// address, no address twice.
+func validateNotify(ts []NotifyTarget) error {
+	if len(ts) > MaxNotifyTargets {
+		return fmt.Errorf("notify has %d destinations, more than %d", len(ts), MaxNotifyTargets)
+	}
+	seen := map[string]int{}
+	for i, t := range ts {
+		a, err := peerAddr(t.Peer)
+		if err != nil {
+			return fmt.Errorf("notify[%d]: %v", i, err)
+		}
+		if j, dup := seen[a]; dup {
+			return fmt.Errorf("notify[%d]: peer %s is also notify[%d]: give each destination once", i, quoteText(t.Peer, quoteRunes), j)
+		}
+		seen[a] = i
+	}
+	return nil
+}
+
+// notice is one submission's notification: its destinations and their
+// outcomes. Guarded by its Batch's mu.
+type notice struct {
+	submission string // "BATCH/INDEX", what the receiver sees
+	decided    bool   // the final report was seen: sent, or marked not_sent
+	dests      []noticeDest
+	bytes      int64 // message bytes it holds of the pending budget
+}
+
+type noticeDest struct {
+	peer, addr, message string
+	state, reason       string
+	released            bool // its share of the pending budget is returned
+}
+
+// NotifyJSON is one destination's outcome in a submission's status.
+type NotifyJSON struct {
+	Peer   string `json:"peer"`
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// newNotice checks a parsed submission's notify against the message
+// limit and the pending budget and reserves its share; nil when it has
+// none.
+func (s *Service) newNotice(sub *Submission) (*notice, error) {
+	if len(sub.Notify) == 0 {
+		return nil, nil
+	}
+	if s.opts.Notify == nil {
+		return nil, detail(engine.KindUnavailable, "notify: this daemon sends no notifications ([peer] key_file is empty)")
+	}
+	n := &notice{}
+	for i, t := range sub.Notify {
+		if len(t.Message) > s.opts.MaxNotificationBytes {
+			return nil, tooLarge("notify[%d]: a message of %d bytes, over peer.max_notification_bytes (%d)", i, len(t.Message), s.opts.MaxNotificationBytes)
+		}
+		addr, _ := peerAddr(t.Peer) // Validate checked it
+		n.dests = append(n.dests, noticeDest{peer: t.Peer, addr: addr, message: t.Message, state: NotifyPending})
+		n.bytes += int64(len(t.Message))
+	}
+	s.notes.Lock()
+	defer s.notes.Unlock()
+	count, bytes := s.notes.count+len(n.dests), s.notes.bytes+n.bytes
+	switch {
+	case count > s.opts.MaxPendingNotifications:
+		return nil, detail(engine.KindExhausted, "notify: %d notifications pending, %d more would pass peer.max_pending_notifications (%d)",
+			s.notes.count, len(n.dests), s.opts.MaxPendingNotifications)
+	case bytes > s.opts.MaxPendingNotificationBytes:
+		return nil, detail(engine.KindExhausted, "notify: %d message bytes pending, %d more would pass peer.max_pending_notification_bytes (%d)",
+			s.notes.bytes, n.bytes, s.opts.MaxPendingNotificationBytes)
+	}
+	s.notes.count, s.notes.bytes = count, bytes
+	return n, nil
+}
+
+// release returns d's share of the pending budget (once).
+func (s *Service) releaseDest(d *noticeDest) {
+	if d.released {
+		return
+	}
+	d.released = true
+	s.notes.Lock()
+	s.notes.count--
+	s.notes.bytes -= int64(len(d.message))
+	s.notes.Unlock()
+}
+
+// dropNotice returns a notice's whole share: its submission was refused.
+func (s *Service) dropNotice(n *notice) {
+	for i := range n.dests {
+		s.releaseDest(&n.dests[i])
+	}
+}
+
+// watchGroups makes bt report its finished groups to groupDone; once.
+func (s *Service) watchGroups(bt *Batch) {
+	bt.mu.Lock()
+	first := bt.mu.notices == nil
+	if first {
+		bt.mu.notices = map[int]*notice{}
+	}
+	bt.mu.Unlock()
+	if first {
+		bt.b.OnGroupDone(func(r engine.Report) { s.groupDone(bt, r) })
+	}
+}
+
+// attach records n for the group whose first task is first, then
+// decides it at once if the group already finished (a small group can
+// finish inside its submit, before attach: its report found no notice).
+func (s *Service) attach(bt *Batch, first int, n *notice) {
+	reps := bt.b.Submissions()
+	idx := -1
+	for i, r := range reps {
+		if r.Tasks.First == first {
+			idx = i
+			break
+		}
+	}
+	n.submission = fmt.Sprintf("%d/%d", bt.ID, idx)
+	bt.mu.Lock()
+	bt.mu.notices[first] = n
+	bt.mu.Unlock()
+	if idx >= 0 && reps[idx].Done {
+		s.groupDone(bt, reps[idx])
+	}
+}
+
+// groupDone decides a finished group's notice: send it if every request
+// succeeded, else mark each destination not_sent. It must not block (an
+// engine hook): sending runs on its own goroutines.
+func (s *Service) groupDone(bt *Batch, r engine.Report) {
+	if !r.Done {
+		return
+	}
+	bt.mu.Lock()
+	n := bt.mu.notices[r.Tasks.First]
+	if n == nil || n.decided {
+		bt.mu.Unlock()
+		return
+	}
+	n.decided = true
+	if r.Err != nil {
+		for i := range n.dests {
+			d := &n.dests[i]
+			d.state, d.reason = NotifyNotSent, "not sent: submission failed: "+r.Err.Error()
+			s.releaseDest(d)
+		}
+		bt.mu.Unlock()
+		return
+	}
+	bt.mu.Unlock()
+	for i := range n.dests {
+		go s.send(bt, n, i)
+	}
+}
+
+// send delivers one destination and records its outcome.
+func (s *Service) send(bt *Batch, n *notice, i int) {
+	bt.mu.Lock()
+	d := n.dests[i]
+	bt.mu.Unlock()
+	state, err := s.opts.Notify(s.stopCtx, d.addr, n.submission, d.message)
+	reason := ""
+	if err != nil {
+		reason = err.Error()
+	}
+	if state == NotifyNotSent && errors.Is(err, context.Canceled) {
+		reason = "not sent: the daemon is shutting down"
+	}
+	bt.mu.Lock()
+	dd := &n.dests[i]
+	dd.state, dd.reason = state, reason
+	s.releaseDest(dd)
+	bt.mu.Unlock()
+	if state != NotifyDelivered {
+		s.log.Warn("notification not delivered", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer, "state", state, "err", err)
+		return
+	}
+	if s.debug() {
+		s.log.Debug("notification delivered", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer)
+	}
+}
+
+// notices copies each submission's destination outcomes, by first task.
+func (bt *Batch) notices() map[int][]NotifyJSON {
+	bt.mu.Lock()
+	defer bt.mu.Unlock()
+	if len(bt.mu.notices) == 0 {
+		return nil
+	}
+	out := make(map[int][]NotifyJSON, len(bt.mu.notices))
+	for first, n := range bt.mu.notices {
+		js := make([]NotifyJSON, len(n.dests))
+		for i, d := range n.dests {
+			js[i] = NotifyJSON{Peer: d.peer, State: d.state, Reason: d.reason}
+		}
+		out[first] = js
+	}
+	return out
+}
+
+// NextNotification waits for the next notification this daemon received
+// and returns it as one JSON line. An interrupted caller gets an error
+// wrapping context.Canceled (EINTR) and takes nothing from the inbox.
+func (s *Service) NextNotification(ctx context.Context, c *engine.Caller) ([]byte, error) {
+	sc := scope{caller: c, op: "notifications", name: "peers/notifications"}
+	if s.opts.NextNotification == nil {
+		return nil, s.fail(sc,
+			detail(engine.KindUnavailable, "no notifications: this daemon has no peer listener ([peer] listen is empty)"))
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.stopCtx, cancel)
+	defer stop()
+	b, err := s.opts.NextNotification(wctx)
+	switch {
+	case err == nil:
+		return b, nil
+	case ctx.Err() != nil:
+		return nil, fmt.Errorf("peers/notifications: interrupted: %w", ctx.Err())
+	case s.stopCtx.Err() != nil:
+		return nil, s.fail(sc, errClosing())
+	}
+	return nil, s.fail(sc, err)
+}
