@@ -70,6 +70,24 @@ type SubmitOptions struct {
 	Regions []*Region
 }
 
+// deadline is a submission's absolute deadline: timeout from now, or
+// o.Deadline when that is earlier (with_deadline only shortens).
+func (o SubmitOptions) deadline(timeout time.Duration) time.Time {
+	d := time.Now().Add(timeout)
+	if !o.Deadline.IsZero() && o.Deadline.Before(d) {
+		return o.Deadline
+	}
+	return d
+}
+
+// deadlineOf is o's deadline with default_timeout for a Timeout <= 0.
+func (e *Engine) deadlineOf(o SubmitOptions) time.Time {
+	if o.Timeout <= 0 {
+		return o.deadline(e.cfg.DefaultTimeout.D())
+	}
+	return o.deadline(o.Timeout)
+}
+
 // groupAdm is a group's admission record. Guarded by admission.mu.
 type groupAdm struct {
 	pol     *QoSPolicy

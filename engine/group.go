@@ -115,10 +115,6 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if !seg.ent.perm.allows(op) {
 		return nil, errorf(KindPermission, verb, b.name(), "%s on %s, opened %s", op, seg.uri, seg.ent.perm)
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout.D()
-	}
 	pol, err := e.checkPolicy(opts.QoS)
 	if err != nil {
 		return nil, wrap(KindInvalid, verb, b.name(), err)
@@ -146,10 +142,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindOf(err), verb, b.name(), err)
 	}
-	deadline := time.Now().Add(timeout)
-	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
-		deadline = opts.Deadline // with_deadline only shortens
-	}
+	deadline := e.deadlineOf(opts)
 	g := newGroup(len(reqs))
 	g.b, g.op, g.seg, g.ent = b, op, seg, ent
 	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1

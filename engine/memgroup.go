@@ -121,14 +121,7 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	if err != nil {
 		return nil, wrap(KindInvalid, verb, b.name(), err)
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout.D()
-	}
-	deadline := time.Now().Add(timeout)
-	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
-		deadline = opts.Deadline // with_deadline only shortens
-	}
+	deadline := e.deadlineOf(opts)
 	n := len(reqs)
 	g := &group{b: b, n: n, op: op, deadline: deadline, routes: make([]route, n), policy: make([]reqPolicy, n),
 		offRing: true, lastSubmitted: -1, allowed: opts.Regions,

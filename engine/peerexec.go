@@ -27,7 +27,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 )
 
 // peerLanes is how many units the executor moves at once, over every
@@ -100,14 +99,7 @@ func (e *Engine) prepareRemote(b *Batch, op Op, rs *RemoteSegment, reqs []Reques
 	if err != nil {
 		return nil, wrap(KindInvalid, verb, b.name(), err)
 	}
-	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultTimeout.D()
-	}
-	deadline := time.Now().Add(timeout)
-	if !opts.Deadline.IsZero() && opts.Deadline.Before(deadline) {
-		deadline = opts.Deadline // with_deadline only shortens
-	}
+	deadline := e.deadlineOf(opts)
 	n := len(reqs)
 	g := newGroup(n)
 	g.b, g.op, g.deadline, g.lastSubmitted, g.allowed = b, op, deadline, -1, opts.Regions
