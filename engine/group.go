@@ -170,21 +170,32 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	g.computeBounds()
 
-	if err := e.admitCharge(verb, g, pol); err != nil {
-		g.unmapScratch()
+	if err := e.admitGroup(verb, g, pol, ent.admit, seg.uri); err != nil {
 		return nil, err
-	}
-	// QoS and runtime queue admission (admission.go); on refusal unadmit
-	// returns the engine-wide charge just taken.
-	if err := e.adm.admit(g, pol); err != nil {
-		g.unadmit()
-		return nil, err
-	}
-	if !ent.admit() {
-		g.unadmit()
-		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", seg.uri)
 	}
 	return g, nil
+}
+
+// admitGroup takes a built group's charges in order: the engine-wide
+// charge, QoS and runtime-queue admission (admission.go), then a user of
+// its segment (segAdmit, false once the segment is closing). On refusal
+// it returns what it took and frees the group's scratch mappings, so a
+// refused group leaves no trace. Every kind of group (file, memory,
+// remote) is admitted here.
+func (e *Engine) admitGroup(verb string, g *group, pol *QoSPolicy, segAdmit func() bool, uri string) error {
+	if err := e.admitCharge(verb, g, pol); err != nil {
+		g.unmapScratch()
+		return err
+	}
+	if err := e.adm.admit(g, pol); err != nil {
+		g.unadmit()
+		return err
+	}
+	if !segAdmit() {
+		g.unadmit()
+		return errorf(KindBusy, verb, g.b.name(), "segment %s is closing", uri)
+	}
+	return nil
 }
 
 // admitCharge takes g's engine-wide admission charge (max_inflight_*),

@@ -136,16 +136,8 @@ func (e *Engine) prepareMem(b *Batch, op Op, ms *MemSegment, reqs []Request, not
 	// Memory-segment copies are admitted as file transfers are: the
 	// engine-wide charge, then the policy's contract and the runtime
 	// queue, counting physical owners (admission.go).
-	if err := e.admitCharge(verb, g, pol); err != nil {
+	if err := e.admitGroup(verb, g, pol, ms.admit, ms.uri); err != nil {
 		return nil, err
-	}
-	if err := e.adm.admit(g, pol); err != nil {
-		g.unadmit()
-		return nil, err
-	}
-	if !ms.admit() {
-		g.unadmit()
-		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", ms.uri)
 	}
 	return g, nil
 }

@@ -114,17 +114,8 @@ func (e *Engine) prepareRemote(b *Batch, op Op, rs *RemoteSegment, reqs []Reques
 		g.addPieces(i, &reqs[i], k)
 	}
 	g.computeBounds()
-	if err := e.admitCharge(verb, g, pol); err != nil {
-		g.unmapScratch()
+	if err := e.admitGroup(verb, g, pol, rs.admit, rs.uri); err != nil {
 		return nil, err
-	}
-	if err := e.adm.admit(g, pol); err != nil {
-		g.unadmit()
-		return nil, err
-	}
-	if !rs.admit() {
-		g.unadmit()
-		return nil, errorf(KindBusy, verb, b.name(), "segment %s is closing", rs.uri)
 	}
 	for i := range n {
 		g.remote.ctx[i], g.remote.cancel[i] = context.WithDeadline(context.Background(), deadline)
