@@ -3,10 +3,11 @@
 // regions, striped over the lanes.
 //
 // Invariants:
-//   - At most Config.Lanes lanes are open, each carrying one request at
-//     a time; a lane goes back to the idle set only if its last round
-//     trip left it in step, and an idle lane is checked (stillOpen, and a
-//     ping after KeepAlive of idleness) before it carries a request.
+//   - At most Config.Lanes bulk lanes are open, plus one for small
+//     requests (pool.go), each with a few requests in flight (lane.go);
+//     a lane that failed is never used again, and an idle lane is
+//     checked (stillOpen, and a ping after KeepAlive of idleness) before
+//     it carries a request.
 //   - A lane or a keep-alive that finds the peer with another epoch than
 //     at Dial fails the whole Conn (errRestarted): its lanes and
 //     descriptors are dropped, and every later request fails with
@@ -72,11 +73,9 @@ type Conn struct {
 	peerEpoch uint64
 	session   uint64
 
-	ctrlMu sync.Mutex
-	ctrl   *lane
+	ctrl *lane // pipelined: control requests and notifications share it
 
-	slots  chan struct{} // one token per open lane
-	idle   chan *lane
+	lanes  *pool
 	nextID atomic.Uint64
 
 	mu struct {
@@ -110,8 +109,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = cfg.IOTimeout
 	}
-	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Lanes),
-		idle: make(chan *lane, cfg.Lanes), stop: make(chan struct{})}
+	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{})}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -175,15 +173,8 @@ func (c *Conn) fail(reason error) {
 		c.log.Warn("peer connection failed", "op", "peer", "peer", c.addr, "name", c.peerName, "err", reason)
 	}
 	close(c.stop)
-	c.ctrl.c.Close() // unblocks a ping in flight; the lane is marked dead by its caller
-	for {
-		select {
-		case l := <-c.idle:
-			l.close()
-		default:
-			return
-		}
-	}
+	c.ctrl.kill(reason) // fails a ping or notification in flight
+	c.lanes.closeAll()
 }
 
 // Close closes every connection to the peer. Requests in flight fail;
@@ -231,9 +222,7 @@ func (c *Conn) control(ctx context.Context, op string, t, want wire.Type, m inte
 	if err := c.Err(); err != nil {
 		return &Error{Op: op, Peer: c.addr, Kind: kindOf(err), Err: err}
 	}
-	c.ctrlMu.Lock()
 	_, meta, err := c.ctrl.roundTrip(ctx, &wire.Frame{Type: t, ID: c.nextID.Add(1)}, want, nil)
-	c.ctrlMu.Unlock()
 	if err == nil {
 		err = m.Unmarshal(meta)
 	}
@@ -270,54 +259,70 @@ func (c *Conn) keepAlive() {
 	}
 }
 
-// getLane takes a lane for one request: an idle one that is still in
-// step, or a new one. It fails only before anything was posted.
-func (c *Conn) getLane(ctx context.Context) (*lane, error) {
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	l, err := c.takeLane(ctx)
-	if err != nil {
-		<-c.slots
-	}
-	return l, err
-}
-
-func (c *Conn) takeLane(ctx context.Context) (*lane, error) {
+// getLane takes a lane for one request of n bytes (small ones on the
+// small lane): an idle one that is still in step, one with room in its
+// pipeline, or a new one. It fails only before anything was posted.
+func (c *Conn) getLane(ctx context.Context, n uint64) (*lane, error) {
+	small := n <= SmallFrame
 	for {
 		if err := c.Err(); err != nil {
 			return nil, err
 		}
-		var l *lane
-		select {
-		case l = <-c.idle:
-		default:
-			return c.dialLane(ctx)
+		c.lanes.mu.Lock()
+		ch := c.lanes.pick(small, n)
+		c.lanes.mu.Unlock()
+		switch {
+		case ch.wait != nil:
+			if err := wait(ctx, ch.wait); err != nil {
+				return nil, err
+			}
+			continue
+		case ch.dial:
+			l, err := c.dialLane(ctx)
+			c.lanes.add(small, l, n)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
 		}
-		if !stillOpen(l.c) {
+		if l := ch.l; !c.checkIdle(ctx, l) {
 			l.close()
+			c.lanes.done(l, n)
 			continue
 		}
-		if c.cfg.KeepAlive > 0 && time.Since(l.used) > c.cfg.KeepAlive {
-			var p wire.Pong
-			_, meta, err := l.roundTrip(ctx, &wire.Frame{Type: wire.TypePing, ID: c.nextID.Add(1)}, wire.TypePong, nil)
-			if err == nil {
-				err = p.Unmarshal(meta)
-			}
-			if err != nil {
-				l.close()
-				continue
-			}
-			if p.Epoch != c.peerEpoch {
-				l.close()
-				c.fail(errRestarted)
-				continue
-			}
-		}
-		return l, nil
+		return ch.l, nil
 	}
+}
+
+// checkIdle says whether l may carry a request: a lane with others in
+// flight is (its reader watches it); an idle one must still be open and,
+// idle longer than KeepAlive, answer a ping from the same engine.
+func (c *Conn) checkIdle(ctx context.Context, l *lane) bool {
+	c.lanes.mu.Lock()
+	shared := l.inflight > 1
+	c.lanes.mu.Unlock()
+	if shared {
+		return !l.isDead()
+	}
+	if !l.idleOpen() {
+		return false
+	}
+	if c.cfg.KeepAlive <= 0 || time.Since(l.idleSince()) <= c.cfg.KeepAlive {
+		return true
+	}
+	var p wire.Pong
+	_, meta, err := l.roundTrip(ctx, &wire.Frame{Type: wire.TypePing, ID: c.nextID.Add(1)}, wire.TypePong, nil)
+	if err == nil {
+		err = p.Unmarshal(meta)
+	}
+	if err != nil {
+		return false
+	}
+	if p.Epoch != c.peerEpoch {
+		c.fail(errRestarted)
+		return false
+	}
+	return true
 }
 
 func (c *Conn) dialLane(ctx context.Context) (*lane, error) {
@@ -332,15 +337,13 @@ func (c *Conn) dialLane(ctx context.Context) (*lane, error) {
 	return l, nil
 }
 
-// putLane returns a lane after a request: to the idle set if it is in
-// step and the Conn usable, closed otherwise.
-func (c *Conn) putLane(l *lane) {
-	if l.dead || c.Err() != nil {
+// putLane releases a lane after a request of n bytes; a dead lane, or
+// any lane of a failed Conn, is closed.
+func (c *Conn) putLane(l *lane, n uint64) {
+	if c.Err() != nil {
 		l.close()
-	} else {
-		c.idle <- l // never blocks: at most Lanes lanes exist
 	}
-	<-c.slots
+	c.lanes.done(l, n)
 }
 
 // descriptor finds region name, refreshing once if it is not known.
@@ -451,7 +454,7 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 
 // slice runs one slice on a lane and returns its effect.
 func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uint64, idx uint32, p piece, buf []byte) (Effect, error) {
-	l, err := c.getLane(ctx)
+	l, err := c.getLane(ctx, p.n)
 	if err != nil {
 		return EffectNone, err
 	}
@@ -467,7 +470,7 @@ func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uin
 		f.Meta = (&wire.Read{Region: d.ID, Offset: base + p.off, Length: p.n}).Marshal()
 	}
 	posted, _, err := l.roundTrip(ctx, &f, want, dst)
-	c.putLane(l)
+	c.putLane(l, p.n)
 	var r *remoteError
 	switch {
 	case err == nil:

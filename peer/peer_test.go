@@ -246,7 +246,7 @@ func TestCorruptFramesRefused(t *testing.T) {
 	b := f.Append(nil)
 	b[9] ^= 0x40 // inside the request id: only the header checksum catches it
 	l.c.Write(b)
-	h, err := wire.ReadHeader(l.br, l.hb, l.lim)
+	h, err := wire.ReadHeader(l.br, make([]byte, wire.HeaderLen), l.lim)
 	if err != nil || h.Type != wire.TypeError {
 		t.Fatalf("reply to a corrupt header: %+v %v", h, err)
 	}
