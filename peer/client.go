@@ -38,6 +38,12 @@ const (
 	StripeMin = 2 << 20
 	// MinSlice is the smallest slice of a striped request.
 	MinSlice = 1 << 20
+	// SliceTarget bounds the slices of a large request even where the
+	// peer accepts larger frames: a lane pipelines several, so throughput
+	// does not need more, and a frame is also the unit that each side
+	// copies without yielding its CPU (a memmove is not preempted), which
+	// smaller requests on the same peer wait behind.
+	SliceTarget = 4 << 20
 	// DefaultMaxSlice bounds one frame's payload unless configured.
 	DefaultMaxSlice = 64 << 20
 )
@@ -380,7 +386,7 @@ func (c *Conn) plan(n uint64) []piece {
 	if n >= StripeMin {
 		size = max(MinSlice, (n+uint64(c.cfg.Lanes)-1)/uint64(c.cfg.Lanes))
 	}
-	size = min(size, c.cfg.MaxSlice)
+	size = min(size, c.cfg.MaxSlice, SliceTarget)
 	ps := make([]piece, 0, (n+size-1)/size)
 	for off := uint64(0); off < n; off += size {
 		ps = append(ps, piece{off, min(size, n-off)})

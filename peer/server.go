@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
@@ -339,17 +340,27 @@ func (s *Server) leave(c net.Conn, ss *session) {
 	}
 }
 
-// bufs recycles payload buffers of up to MaxSlice bytes.
-var bufs sync.Pool
+// bufs recycles payload buffers, one pool per power of two: a pool of
+// mixed sizes would hand a 4 KiB buffer to a 4 MiB frame, which then
+// allocates (and the garbage collector's pauses land on every request).
+var bufs [64]sync.Pool
 
 func getBuf(n uint64) []byte {
-	if p, ok := bufs.Get().(*[]byte); ok && uint64(cap(*p)) >= n {
+	if n == 0 {
+		return nil
+	}
+	k := bits.Len64(n - 1)
+	if p, ok := bufs[k].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
-	return make([]byte, n)
+	return make([]byte, n, 1<<k)
 }
 
-func putBuf(b []byte) { bufs.Put(&b) }
+func putBuf(b []byte) {
+	if c := uint64(cap(b)); c > 0 && c&(c-1) == 0 {
+		bufs[bits.Len64(c-1)].Put(&b)
+	}
+}
 
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
