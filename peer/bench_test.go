@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/orbitefs/orbitefs/peer/wire"
 )

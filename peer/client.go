@@ -377,7 +377,8 @@ func (c *Conn) descriptor(ctx context.Context, op, name string) (wire.Descriptor
 type piece struct{ off, n uint64 }
 
 // plan cuts n bytes into slices: one below StripeMin, else slices of at
-// least MinSlice, about one per lane, at most MaxSlice each.
+// least MinSlice, about one per lane, at most SliceTarget and MaxSlice
+// each.
 func (c *Conn) plan(n uint64) []piece {
 	if n == 0 {
 		return nil

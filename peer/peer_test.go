@@ -134,7 +134,7 @@ func TestStriping(t *testing.T) {
 }
 
 // The plan: slices of at least MinSlice, about one per lane, at most
-// MaxSlice, covering every byte once.
+// SliceTarget and MaxSlice, covering every byte once.
 func TestPlan(t *testing.T) {
 	for _, tc := range []struct {
 		lanes    int
@@ -147,8 +147,9 @@ func TestPlan(t *testing.T) {
 		{4, DefaultMaxSlice, StripeMin, 2, MinSlice},
 		{4, DefaultMaxSlice, 3 << 20, 3, MinSlice},
 		{4, DefaultMaxSlice, 8 << 20, 4, 2 << 20},
-		{4, DefaultMaxSlice, 1 << 30, 16, 64 << 20},
-		{1, DefaultMaxSlice, 1 << 30, 16, 64 << 20},
+		{4, DefaultMaxSlice, 1 << 30, 256, SliceTarget},
+		{1, DefaultMaxSlice, 1 << 30, 256, SliceTarget},
+		{4, 2 << 20, 64 << 20, 32, 2 << 20},
 		{8, 4 << 20, 10<<20 + 1, 8, MinSlice + MinSlice/4 + 1},
 	} {
 		c := &Conn{cfg: Config{Lanes: tc.lanes, MaxSlice: tc.max}}
