@@ -70,7 +70,7 @@ func TestStriping(t *testing.T) {
 	// in flight together, so on four lanes.
 	all := make(chan struct{})
 	total := 0
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p != hookWriteBody {
 			return
 		}
@@ -89,7 +89,7 @@ func TestStriping(t *testing.T) {
 				t.Errorf("slice %d: the four slices were not in flight together", h.Slice)
 			}
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 4)
 	src := pattern(8<<20, 3)
 	if err := c.Write(context.Background(), "kv", 4096, src); err != nil {
@@ -342,7 +342,7 @@ func TestKilledMidWriteIsUnknown(t *testing.T) {
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
 	var conns []net.Conn
 	var mu sync.Mutex
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p != hookWriteBody {
 			return
 		}
@@ -357,7 +357,7 @@ func TestKilledMidWriteIsUnknown(t *testing.T) {
 			}
 			c.Close()
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	err := c.Write(context.Background(), "kv", 0, pattern(256<<10, 1))
 	if e := asError(t, err); e.Effect != EffectUnknown {
@@ -389,11 +389,11 @@ func TestLostAckIsUnknown(t *testing.T) {
 	var exp memExports
 	r := exp.add(1, "kv", 1<<20, wire.PermReadWrite)
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteApplied {
 			c.Close()
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	src := pattern(64<<10, 4)
 	err := c.Write(context.Background(), "kv", 0, src)
@@ -416,7 +416,7 @@ func TestStripedSliceCut(t *testing.T) {
 	exp.add(1, "kv", 16<<20, wire.PermReadWrite)
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
 	release := make(chan struct{})
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		switch {
 		case p == hookWriteBody && h.Slice == 1:
 			c.Close()
@@ -424,7 +424,7 @@ func TestStripedSliceCut(t *testing.T) {
 		case p == hookWriteBody && h.Slice == 0:
 			<-release // slice 0 applies only after slice 1 was cut
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 2)
 	err := c.Write(context.Background(), "kv", 0, pattern(8<<20, 5))
 	e := asError(t, err)
@@ -559,7 +559,7 @@ func TestCancelCutsFrame(t *testing.T) {
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
 	ctx, cancel := context.WithCancel(context.Background())
 	hold := make(chan struct{})
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteBody {
 			cancel()
 			select {
@@ -568,7 +568,7 @@ func TestCancelCutsFrame(t *testing.T) {
 				t.Error("the cancel did not cut the frame: Write still waits")
 			}
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	err := c.Write(ctx, "kv", 0, pattern(4096, 1))
 	close(hold)
@@ -623,13 +623,13 @@ func TestServerFrameLimitHonoured(t *testing.T) {
 	defer s.Close()
 	var mu sync.Mutex
 	var sizes []uint64
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteBody {
 			mu.Lock()
 			sizes = append(sizes, h.PayloadLen)
 			mu.Unlock()
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	src := pattern(8<<20, 6)
 	if err := c.Write(context.Background(), "kv", 0, src); err != nil {
