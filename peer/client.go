@@ -62,6 +62,8 @@ type Config struct {
 	// KeepAlive is the control connection's ping interval, and how long
 	// a lane may sit idle before it is pinged before use; 0 disables both.
 	KeepAlive time.Duration
+	// Tracker, when set, lists the Conn from Dial until Close (stats.go).
+	Tracker *Tracker
 	// PayloadChecksum adds a CRC32C of every payload (both directions).
 	PayloadChecksum bool
 	// MaxSlice bounds one frame's payload; 0 is DefaultMaxSlice. A
@@ -83,6 +85,10 @@ type Conn struct {
 
 	lanes  *pool
 	nextID atomic.Uint64
+
+	cnt     counters // shared by the control connection and the lanes
+	since   time.Time
+	trackID uint64
 
 	mu struct {
 		sync.Mutex
@@ -115,7 +121,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = cfg.IOTimeout
 	}
-	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{})}
+	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{}), since: time.Now()}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -131,6 +137,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	// Slices fit the smaller of both limits, so a request is never cut
 	// into frames the peer would refuse.
 	c.cfg.MaxSlice = min(c.cfg.MaxSlice, w.MaxPayload)
+	l.cnt = &c.cnt
 	c.ctrl, c.peerName, c.peerEpoch, c.session = l, ch.Name, ch.Epoch, w.Session
 	if err := c.Refresh(ctx); err != nil {
 		l.close()
@@ -140,6 +147,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		c.wg.Add(1)
 		go c.keepAlive()
 	}
+	cfg.Tracker.add(c)
 	return c, nil
 }
 
@@ -186,6 +194,7 @@ func (c *Conn) fail(reason error) {
 // Close closes every connection to the peer. Requests in flight fail;
 // a WRITE among them has an unknown effect.
 func (c *Conn) Close() error {
+	c.cfg.Tracker.remove(c)
 	c.fail(errClosed)
 	c.wg.Wait()
 	return nil
@@ -338,8 +347,10 @@ func (c *Conn) dialLane(ctx context.Context) (*lane, error) {
 		return nil, errRestarted
 	}
 	if err != nil {
+		c.cnt.errors.Add(1)
 		return nil, fmt.Errorf("opening a lane: %w", err)
 	}
+	l.cnt = &c.cnt
 	return l, nil
 }
 

@@ -62,7 +62,8 @@ type lane struct {
 	inflight int
 	queued   uint64
 
-	sent, recv, frames atomic.Uint64 // bytes written and read, frames sent
+	frames atomic.Uint64 // frames sent on this lane
+	cnt    *counters     // its Conn's figures (stats.go)
 }
 
 // call is one request waiting for its reply.
@@ -92,7 +93,7 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 	}
 	c.SetDeadline(time.Time{})
 	l := &lane{c: c, br: bufio.NewReaderSize(c, 64<<10), lim: wire.Limits{MaxPayload: cfg.MaxSlice},
-		timeout: cfg.IOTimeout, used: time.Now(), pending: map[uint64]*call{}}
+		timeout: cfg.IOTimeout, used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
 	return l, ch, w, nil
 }
 
@@ -105,6 +106,9 @@ func (l *lane) kill(reason error) {
 	l.mu.Lock()
 	if !l.dead {
 		l.dead, l.err = true, reason
+		if !errors.Is(reason, errClosed) {
+			l.cnt.errors.Add(1)
+		}
 	}
 	reading := l.reading
 	l.mu.Unlock()
@@ -173,11 +177,15 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	// A cancel cuts the frame by closing the lane: the only way to stop
 	// a socket write or read already under way.
 	stop := context.AfterFunc(ctx, func() { l.kill(fmt.Errorf("request %d: %w", req.ID, ctx.Err())) })
+	t0 := time.Now()
 	posted, err = l.send(ctx, req)
 	if err != nil {
 		l.kill(err)
 	}
 	<-cl.done
+	if err == nil && cl.err == nil && len(req.Payload) <= SmallFrame && len(dst) <= SmallFrame {
+		l.cnt.sample(time.Since(t0))
+	}
 	cancelled := !stop()
 	if cl.err != nil && err == nil {
 		err = cl.err
@@ -217,11 +225,12 @@ func (l *lane) send(ctx context.Context, req *wire.Frame) (posted bool, err erro
 		bufs = append(bufs, req.Payload)
 	}
 	n, err := bufs.WriteTo(l.c)
-	l.sent.Add(uint64(n))
+	l.cnt.sent.Add(uint64(n))
 	if err != nil {
 		return n > 0, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)
 	}
 	l.frames.Add(1)
+	l.cnt.frames.Add(1)
 	return true, nil
 }
 
@@ -245,6 +254,7 @@ func (l *lane) read() {
 		}
 		if !l.dead {
 			l.dead, l.err = true, err
+			l.cnt.errors.Add(1)
 		}
 		l.reading = false
 		l.mu.Unlock()
@@ -294,7 +304,10 @@ func (l *lane) readOne(hb []byte) error {
 			return fmt.Errorf("reply to request %d: %w", h.ID, err)
 		}
 	}
-	l.recv.Add(wire.HeaderLen + uint64(h.MetaLen) + h.PayloadLen)
+	l.cnt.recv.Add(wire.HeaderLen + uint64(h.MetaLen) + h.PayloadLen)
+	if h.Type == wire.TypeError {
+		l.cnt.errors.Add(1)
+	}
 	cl.meta = meta
 	l.mu.Lock()
 	delete(l.pending, h.ID)

@@ -129,6 +129,8 @@ type session struct {
 	epoch uint64
 	ctrl  net.Conn
 	lanes map[net.Conn]struct{}
+	since time.Time
+	cnt   counters // payload bytes and requests of the session's connections (stats.go)
 }
 
 // NewServer makes a server for exp with a fresh random epoch.
@@ -282,7 +284,7 @@ func (s *Server) handle(c net.Conn) {
 		s.log.Info("peer connected", "op", "peer", "remote", remote, "name", h.Name,
 			"epoch", fmt.Sprintf("%016x", h.Epoch), "session", ss.id)
 	}
-	if err := s.serve(c, h); err != nil {
+	if err := s.serve(c, h, &ss.cnt); err != nil {
 		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
 	}
 }
@@ -311,7 +313,7 @@ func (s *Server) join(c net.Conn, h *wire.Hello) (*session, error) {
 	defer s.mu.Unlock()
 	if h.Role == wire.RoleControl {
 		s.mu.next++
-		ss := &session{id: s.mu.next, name: h.Name, epoch: h.Epoch, ctrl: c, lanes: map[net.Conn]struct{}{}}
+		ss := &session{id: s.mu.next, name: h.Name, epoch: h.Epoch, ctrl: c, lanes: map[net.Conn]struct{}{}, since: time.Now()}
 		s.mu.sessions[ss.id] = ss
 		return ss, nil
 	}
@@ -364,7 +366,7 @@ func putBuf(b []byte) {
 
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
-func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
+func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 	role := hello.Role
 	br := bufio.NewReaderSize(c, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
@@ -424,6 +426,16 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 		default:
 			return s.refuseFrame(c, &h, fmt.Errorf("%w: a %s frame with %d payload bytes is not a request on a %s connection",
 				wire.ErrCorrupt, h.Type, h.PayloadLen, roleName(role)))
+		}
+		// Counted before the reply goes out: a client that has its reply
+		// sees its request in the figures.
+		cnt.frames.Add(1)
+		cnt.sent.Add(uint64(len(reply.Payload)))
+		switch reply.Type {
+		case wire.TypeWriteAck:
+			cnt.recv.Add(h.PayloadLen)
+		case wire.TypeError:
+			cnt.errors.Add(1)
 		}
 		_, err = reply.Write(c)
 		if buf != nil {
