@@ -27,6 +27,7 @@ import (
 	"github.com/orbitefs/orbitefs/discovery"
 	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/fusefs"
+	"github.com/orbitefs/orbitefs/peer"
 )
 
 // unmountGrace is how long a detached mount may keep serving a client
@@ -112,14 +113,17 @@ func runMount(args []string) int {
 		}
 		return ""
 	}
-	notes, err := newNotifications(cfg.Peer, &sopts, lg)
+	tracker := peer.NewTracker()
+	var psrvAt atomic.Pointer[peer.Server] // set once listening
+	sopts.Peers = peerFigures(tracker, psrvAt.Load)
+	notes, err := newNotifications(cfg.Peer, &sopts, tracker, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
 	}
 	defer notes.close()
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, tracker, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
@@ -139,6 +143,7 @@ func runMount(args []string) int {
 		return 1
 	}
 	if psrv != nil {
+		psrvAt.Store(psrv)
 		defer psrv.Close()
 	}
 	if mem != nil {
