@@ -2,16 +2,18 @@
 # peer-compare.sh: `orbitefs bench peer` beside iperf3 on the same link in
 # the same run, and the ratios against the peer targets.
 #
-# Two network namespaces joined by a veth pair (198.18.255.1 and .2, mtu
-# 9000, GSO down so that one lost packet is one packet, as on a NIC): an
-# orbitefs daemon in the second namespace listens for peers and exports a
-# 1 GiB cpu region; iperf3 -s runs there too. From the first namespace,
-# each round alternates iperf3 (-P 1, -P 4) with `bench peer`: 1 MiB WRITE
-# and READ on tcp (1 lane) and hp_tcp (4 lanes), a 4 KiB WRITE round trip
-# alone and beside a 64 MiB write stream. With -l, the same link then
-# drops that percent of the TCP packets each way (nftables numgen) for
-# 1 MiB WRITEs on 1 and 4 lanes and for -N notifications. With -L, every
-# round also runs the same on loopback (both ends in the daemon's
+# Two network namespaces joined by a veth pair (198.18.255.1 and .2): an
+# orbitefs daemon in the second namespace listens for peers and exports
+# two cpu regions (kv, 1 GiB; st, 256 MiB); iperf3 -s runs there too.
+# From the first namespace, each round alternates iperf3 (-P 1, -P 4)
+# with `bench peer`: 1 MiB WRITE and READ on tcp (1 lane) and hp_tcp (4
+# lanes), a 4 KiB WRITE round trip alone and beside a 64 MiB write stream
+# (to the same region, and to the other one). With -l, the link is then
+# set to mtu 9000 with GSO down (one lost packet is one packet, as on a
+# NIC) and 1 MiB WRITEs on 1 and 4 lanes run without loss, then with
+# that percent of the TCP packets dropped each way (nftables numgen),
+# then -N notifications under the same loss. With -L, every round also
+# runs the lossless set on loopback (both ends in the daemon's
 # namespace).
 #
 # usage: bench/peer-compare.sh [-n ROUNDS] [-t SECONDS] [-l LOSS_PCT] [-N COUNT] [-L] [-o OUTDIR]
@@ -64,10 +66,17 @@ inA ip addr add $ipa/30 dev orbpca
 inB ip addr add $ipb/30 dev orbpcb
 for x in "A orbpca" "B orbpcb"; do
 	set -- $x
-	in$1 ip link set dev "$2" mtu 9000 gso_max_segs 1 gso_max_size 9000
 	in$1 ip link set dev "$2" up
 	in$1 ip link set dev lo up
 done
+lossy_link() { # mtu 9000, no GSO: the link the loss figures are measured on
+	inA ip link set dev orbpca mtu 9000 gso_max_segs 1 gso_max_size 9000
+	inB ip link set dev orbpcb mtu 9000 gso_max_segs 1 gso_max_size 9000
+}
+plain_link() {
+	inA ip link set dev orbpca mtu 1500 gso_max_segs 65535 gso_max_size 65536
+	inB ip link set dev orbpcb mtu 1500 gso_max_segs 65535 gso_max_size 65536
+}
 
 head -c 32 /dev/urandom | base64 >"$out/key"
 chmod 600 "$out/key"
@@ -78,6 +87,7 @@ nsenter --net=/var/run/netns/$B "$orbitefs" mount --config "$out/server.toml" "$
 daemon=$!
 for _ in $(seq 100); do [ -e "$out/m/memory/register" ] && break; sleep 0.1; done
 echo '{"name":"kv","location":"cpu","bytes":"1GiB","export":"read_write"}' >"$out/m/memory/register"
+echo '{"name":"st","location":"cpu","bytes":"256MiB","export":"read_write"}' >"$out/m/memory/register"
 nsenter --net=/var/run/netns/$B iperf3 -s -B $ipb -p 5201 >/dev/null 2>&1 &
 iperf=$!
 sleep 0.5
@@ -107,6 +117,8 @@ measure() { # prefix ns
 	peer_run "$p hp_tcp read 1MiB" "$ns" --lanes 4 --op read --size 1MiB --concurrency 16
 	peer_run "$p write 4KiB" "$ns" --lanes 4 --op write --size 4KiB --concurrency 1
 	peer_run "$p write 4KiB beside 64MiB" "$ns" --lanes 4 --op write --size 4KiB --concurrency 1 --stream 64MiB
+	peer_run "$p write 4KiB beside 64MiB to another region" "$ns" --lanes 4 --op write --size 4KiB --concurrency 1 \
+		--stream 64MiB --stream-region st
 }
 lossy() { # percent: drop that share of TCP packets in and out of B
 	inB nft -f - <<-EOF
@@ -122,6 +134,7 @@ for r in $(seq "$rounds"); do
 	measure veth A
 	[ "$loop" = 0 ] || measure loopback B
 	if [ "$loss" != 0 ]; then
+		lossy_link
 		peer_run "veth tcp write 1MiB lossless" A --lanes 1 --op write --size 1MiB --concurrency 4
 		peer_run "veth hp_tcp write 1MiB lossless" A --lanes 4 --op write --size 1MiB --concurrency 16
 		lossy "$loss"
@@ -131,6 +144,7 @@ for r in $(seq "$rounds"); do
 			--listen $ipb:0 --listen-netns /var/run/netns/$B --json) || echo "peer-compare.sh: notify failed" >&2
 		[ -z "$j" ] || record "veth notify loss" "$j"
 		inB nft delete table inet orbpcloss
+		plain_link
 	fi
 done
 

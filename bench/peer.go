@@ -40,8 +40,11 @@ type PeerOptions struct {
 	Concurrency int
 	Runtime     time.Duration
 	// Stream, when not 0, runs one more client that WRITEs requests of
-	// Stream bytes back to back for the whole run.
-	Stream uint64
+	// Stream bytes back to back for the whole run, to StreamRegion
+	// (StreamRegionBytes long) or, when that is empty, to Region.
+	Stream            uint64
+	StreamRegion      string
+	StreamRegionBytes uint64
 	// Count is the number of notifications (op notify).
 	Count     int
 	ServerPID int // the serving daemon's pid, for its CPU; 0: unknown
@@ -55,8 +58,11 @@ func (o *PeerOptions) Validate() error {
 		if o.Size == 0 {
 			errs = append(errs, errors.New("--size must be at least 1 byte"))
 		}
-		if o.Size > o.RegionBytes || o.Stream > o.RegionBytes {
-			errs = append(errs, fmt.Errorf("--size %d or --stream %d over the region's %d bytes", o.Size, o.Stream, o.RegionBytes))
+		if o.Size > o.RegionBytes {
+			errs = append(errs, fmt.Errorf("--size %d over the region's %d bytes", o.Size, o.RegionBytes))
+		}
+		if sb := o.streamBytes(); o.Stream > sb {
+			errs = append(errs, fmt.Errorf("--stream %d over the stream region's %d bytes", o.Stream, sb))
 		}
 		if o.Runtime <= 0 {
 			errs = append(errs, fmt.Errorf("--runtime %s: want more than 0", o.Runtime))
@@ -72,6 +78,20 @@ func (o *PeerOptions) Validate() error {
 		errs = append(errs, fmt.Errorf("--concurrency %d: want at least 1", o.Concurrency))
 	}
 	return errors.Join(errs...)
+}
+
+func (o *PeerOptions) streamRegion() string {
+	if o.StreamRegion != "" {
+		return o.StreamRegion
+	}
+	return o.Region
+}
+
+func (o *PeerOptions) streamBytes() uint64 {
+	if o.StreamRegion != "" {
+		return o.StreamRegionBytes
+	}
+	return o.RegionBytes
 }
 
 // PeerResult is one peer run's measurement.
@@ -105,6 +125,7 @@ type PeerResult struct {
 
 // StreamResult is the background stream of a run.
 type StreamResult struct {
+	Region   string  `json:"region"`
 	Size     uint64  `json:"size"`
 	Bytes    uint64  `json:"bytes"`
 	GBPerSec float64 `json:"gb_per_sec"`
@@ -126,7 +147,7 @@ func (r PeerResult) String() string {
 		r.Op, sizeString(r.Size), r.Concurrency, r.Lanes, r.GBPerSec, r.OpsPerSec, r.P50Us, r.P99Us, r.P999Us, r.MaxUs,
 		r.CPUSecondsPerGB, r.ClientCPUSeconds, r.ServerCPUSeconds, r.Errors)
 	if r.Stream != nil {
-		s += fmt.Sprintf("; beside a %s write stream at %.3f GB/s", sizeString(r.Stream.Size), r.Stream.GBPerSec)
+		s += fmt.Sprintf("; beside a %s write stream to %s at %.3f GB/s", sizeString(r.Stream.Size), r.Stream.Region, r.Stream.GBPerSec)
 	}
 	if n := r.Notify; n != nil {
 		s = fmt.Sprintf("notify x%d: %.0f/s, delivered %d, received %d, duplicates %d, missing %d, unknown %d, not sent %d, busy retried %d, p50 %.0f us, p99 %.0f us",
@@ -210,9 +231,9 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 	if o.Stream > 0 {
 		wg.Go(func() {
 			buf := make([]byte, o.Stream)
-			sspan := o.RegionBytes / o.Stream * o.Stream
+			sspan := o.streamBytes() / o.Stream * o.Stream
 			for off := uint64(0); !finished.Load(); off = (off + o.Stream) % sspan {
-				if err := c.Write(ctx, o.Region, off, buf); err == nil && measuring.Load() && !finished.Load() {
+				if err := c.Write(ctx, o.streamRegion(), off, buf); err == nil && measuring.Load() && !finished.Load() {
 					streamBytes.Add(o.Stream)
 				}
 			}
@@ -245,7 +266,7 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 	moved := r.Bytes
 	if o.Stream > 0 {
 		sb := streamBytes.Load()
-		r.Stream = &StreamResult{Size: o.Stream, Bytes: sb, GBPerSec: float64(sb) / secs / 1e9}
+		r.Stream = &StreamResult{Region: o.streamRegion(), Size: o.Stream, Bytes: sb, GBPerSec: float64(sb) / secs / 1e9}
 		moved += sb
 	}
 	cpu := cpu1.sub(cpu0)

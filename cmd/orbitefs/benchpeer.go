@@ -55,6 +55,7 @@ func benchPeerMain(args []string) int {
 	fs.StringVar(&o.Op, "op", "write", "read, write or notify")
 	size := fs.String("size", "1MiB", "bytes per request")
 	stream := fs.String("stream", "0", "bytes per request of a background write stream (0: none)")
+	fs.StringVar(&o.StreamRegion, "stream-region", "", "the region the stream writes (default: --region)")
 	lanes := fs.Int("lanes", 0, "data lanes (default: [peer] lanes)")
 	fs.IntVar(&o.Concurrency, "concurrency", 1, "requests in flight (clients)")
 	fs.DurationVar(&o.Runtime, "runtime", 5*time.Second, "how long to measure")
@@ -93,7 +94,8 @@ func benchPeerMain(args []string) int {
 	if *lanes != 0 && (*lanes < 1 || *lanes > config.MaxPeerLanes) {
 		errs = append(errs, fmt.Errorf("--lanes %d: want 1 to %d", *lanes, config.MaxPeerLanes))
 	}
-	o.RegionBytes = max(o.Size, o.Stream) // checked again against the region once dialed
+	// Checked again against the regions once dialed.
+	o.RegionBytes, o.StreamRegionBytes = max(o.Size, o.Stream), o.Stream
 	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -163,14 +165,20 @@ func benchPeerMain(args []string) int {
 	if o.Op == "notify" {
 		res, err = bench.RunPeerNotify(ctx, c, srv.Notification, o)
 	} else {
-		o.RegionBytes = 0
+		o.RegionBytes, o.StreamRegionBytes = 0, 0
 		for _, d := range c.Regions() {
 			if d.Name == o.Region {
 				o.RegionBytes = d.Bytes
 			}
+			if d.Name == o.StreamRegion {
+				o.StreamRegionBytes = d.Bytes
+			}
 		}
 		if o.RegionBytes == 0 {
 			return fail(fmt.Errorf("the peer %q exports no region %q (or it is empty)", c.PeerName(), o.Region))
+		}
+		if o.Stream > 0 && o.StreamRegion != "" && o.StreamRegionBytes == 0 {
+			return fail(fmt.Errorf("the peer %q exports no region %q (or it is empty)", c.PeerName(), o.StreamRegion))
 		}
 		res, err = bench.RunPeer(ctx, c, o)
 	}
