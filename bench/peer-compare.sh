@@ -140,7 +140,7 @@ for r in $(seq "$rounds"); do
 		lossy "$loss"
 		peer_run "veth tcp write 1MiB loss" A --lanes 1 --op write --size 1MiB --concurrency 4
 		peer_run "veth hp_tcp write 1MiB loss" A --lanes 4 --op write --size 1MiB --concurrency 16
-		j=$(inA "$orbitefs" bench peer --config "$out/client.toml" --op notify --count "$count" --concurrency 256 \
+		j=$(inA "$orbitefs" bench peer --config "$out/client.toml" --op notify --count "$count" --concurrency 64 \
 			--listen $ipb:0 --listen-netns /var/run/netns/$B --json) || echo "peer-compare.sh: notify failed" >&2
 		[ -z "$j" ] || record "veth notify loss" "$j"
 		inB nft delete table inet orbpcloss
