@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"runtime"
 	"testing"
@@ -147,4 +148,88 @@ func waitClosed(t *testing.T, addr string) {
 		}
 		return err != nil
 	})
+}
+
+// slowRelay forwards connections to target, chunk bytes every tick in
+// each direction: a slow link that keeps moving.
+func slowRelay(t *testing.T, target string, chunk int, tick time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	pump := func(dst, src net.Conn) {
+		buf := make([]byte, chunk)
+		for {
+			n, err := src.Read(buf)
+			if n > 0 {
+				if _, err := dst.Write(buf[:n]); err != nil {
+					break
+				}
+				time.Sleep(tick)
+			}
+			if err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			// Small buffers: the sender's unacknowledged bytes wait
+			// in its own socket, as they would on a slow link.
+			c.(*net.TCPConn).SetReadBuffer(chunk)
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go pump(up, c)
+			go pump(c, up)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// A WRITE and a READ over a link that needs several io_timeouts for the
+// frame but never stops moving succeed: the timeout bounds a stall, not
+// a frame (progress.go), on the client and on the server.
+func TestSlowLinkIsNotAStall(t *testing.T) {
+	ctx := context.Background()
+	var exp memExports
+	kv := exp.add(1, "kv", 1<<20, wire.PermReadWrite)
+	lb := &logBuf{}
+	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 150 * time.Millisecond, MaxSlice: DefaultMaxSlice,
+		Logger: slog.New(slog.NewTextHandler(lb, nil))}, &exp)
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	addr := slowRelay(t, addrOf(s), 16<<10, 5*time.Millisecond) // about 3 MB/s: 1 MiB in 0.3 s
+	c, err := Dial(ctx, addr, Config{Name: "cli", Key: testKey, IOTimeout: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src := pattern(1<<20, 6)
+	start := time.Now()
+	if err := c.Write(ctx, "kv", 0, src); err != nil {
+		t.Fatalf("slow WRITE: %v\n%s", err, lb)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("the WRITE took %s: the link was not slow", d)
+	}
+	if !bytes.Equal(kv.bytes(), src) {
+		t.Fatal("the slow WRITE's bytes are not in the region")
+	}
+	back := make([]byte, 1<<20)
+	if err := c.Read(ctx, "kv", 0, back); err != nil || !bytes.Equal(back, src) {
+		t.Fatalf("slow READ: %v\n%s", err, lb)
+	}
 }
