@@ -256,6 +256,7 @@ func logEpoch(t *testing.T, m *mount) string {
 // under the old descriptor), and the segment's info shows the new
 // epoch.
 func TestPeerSegmentRedialsRestartedPeer(t *testing.T) {
+	t.Parallel() // beside the idle test's sleep; no tight time bound here
 	f := newFaultNet(t)
 	b := f.startB(t, "8MiB")
 	a := f.startA(t, "8MiB", "", f.addrB)
@@ -297,6 +298,7 @@ func TestPeerSegmentRedialsRestartedPeer(t *testing.T) {
 // no GSO, so a drop is one packet): a striped WRITE and a one-lane READ
 // complete with every byte right, within their timeout.
 func TestPeerFaultLoss(t *testing.T) {
+	t.Parallel() // beside the idle test's sleep; no tight time bound here
 	f := newFaultNet(t)
 	for _, c := range [][]string{
 		{"ip", "link", "set", "dev", f.hostIf, "mtu", "9000", "gso_max_segs", "1", "gso_max_size", "9000"},
@@ -327,6 +329,7 @@ func TestPeerFaultLoss(t *testing.T) {
 // although each frame takes longer than io_timeout: the timeout bounds a
 // stall, not a slow link that keeps moving.
 func TestPeerFaultRate(t *testing.T) {
+	t.Parallel() // beside the idle test's sleep; no tight time bound here
 	f := newFaultNet(t)
 	b := f.startB(t, "16MiB")
 	a := f.startA(t, "16MiB", "io_timeout = \"1s\"\n", f.addrB)
