@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -231,5 +232,56 @@ func TestSlowLinkIsNotAStall(t *testing.T) {
 	back := make([]byte, 1<<20)
 	if err := c.Read(ctx, "kv", 0, back); err != nil || !bytes.Equal(back, src) {
 		t.Fatalf("slow READ: %v\n%s", err, lb)
+	}
+}
+
+// Many requests meeting the restarted peer at once dial it again once:
+// one new session, every request served. The redial is slow (a relay
+// that forwards every 20 ms) so all of them meet the failed Conn while
+// the first redial is under way.
+func TestRemoteRedialsOnce(t *testing.T) {
+	ctx := context.Background()
+	var exp1 memExports
+	exp1.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s1, _ := startServer(t, &exp1, "127.0.0.1:0", testKey)
+	addr := addrOf(s1)
+	via := slowRelay(t, addr, 64<<10, 20*time.Millisecond)
+	c, err := Dial(ctx, via, Config{Name: "cli", Key: testKey, Lanes: 4, IOTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := OpenRemote(ctx, c, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	c.fail(errRestarted) // as a keep-alive that met the new epoch would
+	s1.Close()
+	var exp2 memExports
+	kv := exp2.add(3, "kv", 1<<20, wire.PermReadWrite)
+	s2, lb := startServer(t, &exp2, addr, testKey)
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := r.WriteAt(ctx, pattern(4096, byte(i)), uint64(i)*4096)
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := strings.Count(lb.String(), `msg="peer connected"`); got != 1 {
+		t.Fatalf("%d control connections to the new epoch, want 1 (one redial)", got)
+	}
+	for i := range n {
+		if !bytes.Equal(kv.bytes()[i*4096:(i+1)*4096], pattern(4096, byte(i))) {
+			t.Fatalf("write %d not in the region", i)
+		}
+	}
+	if s2.Stats().Writes != n {
+		t.Fatalf("%d writes served, want %d", s2.Stats().Writes, n)
 	}
 }
