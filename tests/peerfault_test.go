@@ -249,29 +249,42 @@ func logEpoch(t *testing.T, m *mount) string {
 	return s[1]
 }
 
-// kill -9 of the peer, and a new daemon on the same address (a new
-// epoch, kv registered after a decoy, so the old descriptor id names the
-// decoy): A's segments, never closed, move bytes to and from the new
-// epoch on their next transfer, the decoy is untouched (nothing went
-// under the old descriptor), and the segment's info shows the new
-// epoch.
+// kill -9 of the peer in the middle of a WRITE, and a new daemon on the
+// same address (a new epoch, kv registered after a decoy, so the old
+// descriptor id names the decoy): the cut WRITE ends unknown and is never
+// sent to the new epoch; A's segments, never closed, move bytes to and
+// from the new epoch on their next transfer, the decoy is untouched
+// (nothing went under the old descriptor), and the segments' info shows
+// the new epoch.
 func TestPeerSegmentRedialsRestartedPeer(t *testing.T) {
 	t.Parallel() // beside the idle test's sleep; no tight time bound here
 	f := newFaultNet(t)
-	b := f.startB(t, "8MiB")
-	a := f.startA(t, "8MiB", "", f.addrB)
+	b := f.startB(t, "32MiB")
+	a := f.startA(t, "32MiB", "", f.addrB)
 	batch(t, a, "write", "r", "8MiB", "20s").want(t, "WRITE before the restart", "completed", "applied", 20*time.Second)
 	sameBytes(t, a, b, "8MiB")
 	old := logEpoch(t, b)
 
+	f.rate(t, "100mbit") // 32 MiB takes 2.7 s: room to kill the peer under it
+	p := a.start(t, faultBatch("write", "r", "32MiB", "20s"))
+	time.Sleep(500 * time.Millisecond)
 	b.signal(t, syscall.SIGKILL)
+	killed := time.Now()
+	res, ok := p.wait(10 * time.Second)
+	if !ok {
+		t.Fatal("the WRITE to the killed peer still runs after 10 s")
+	}
+	parseFaultTask(t, res.stdout, time.Since(killed)).want(t, "WRITE to the peer killed under it", "failed", "unknown", 2*time.Second)
 	if _, err := b.waitExit(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	b2 := f.startB(t, "8MiB", "decoy")
+	f.unrate(t)
+	b2 := f.startB(t, "32MiB", "decoy")
 	if logEpoch(t, b2) == old {
 		t.Fatal("the restarted peer kept its epoch")
 	}
+	time.Sleep(300 * time.Millisecond) // room for a replay that must not come
+	b2.ok(t, `cmp <(head -c 33554432 /dev/zero) $M/memory/kv/data`)
 	newData(t, a, "8MiB")
 	batch(t, a, "write", "r", "8MiB", "20s").want(t, "WRITE after the restart (tcp)", "completed", "applied", 20*time.Second)
 	sameBytes(t, a, b2, "8MiB")
