@@ -308,8 +308,10 @@ func TestPeerSegmentRedialsRestartedPeer(t *testing.T) {
 }
 
 // 3 % of the packets to and from the peer port dropped (jumbo frames,
-// no GSO, so a drop is one packet): a striped WRITE and a one-lane READ
-// complete with every byte right, within their timeout.
+// no GSO, so a drop is one packet) on a 200 Mbit/s link, with io_timeout
+// 1 s: a striped WRITE and a one-lane READ of 32 MiB (each frame takes
+// longer than io_timeout there, with retransmissions) complete with every
+// byte right, within their timeout.
 func TestPeerFaultLoss(t *testing.T) {
 	t.Parallel() // beside the idle test's sleep; no tight time bound here
 	f := newFaultNet(t)
@@ -322,8 +324,9 @@ func TestPeerFaultLoss(t *testing.T) {
 		}
 	}
 	b := f.startB(t, "32MiB")
-	a := f.startA(t, "32MiB", "", f.addrB)
+	a := f.startA(t, "32MiB", "io_timeout = \"1s\"\n", f.addrB)
 	f.nft(t, "numgen random mod 100 < 3 counter drop", "numgen random mod 100 < 3 counter drop")
+	f.rate(t, "200mbit")
 	batch(t, a, "write", "h", "32MiB", "60s").want(t, "striped WRITE at 3 % loss", "completed", "applied", 60*time.Second)
 	sameBytes(t, a, b, "32MiB")
 	a.ok(t, `head -c 33554432 /dev/zero > $M/memory/buf/data`)
