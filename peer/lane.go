@@ -56,8 +56,8 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		c.Close()
 		return nil, nil, nil, err
 	}
-	l := &lane{c: c, br: bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout}, 64<<10), hb: make([]byte, wire.HeaderLen),
-		lim: wire.Limits{MaxPayload: cfg.MaxSlice}, used: time.Now()}
+	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout}, 64<<10)
+	l := &lane{c: c, br: br, hb: make([]byte, wire.HeaderLen), lim: wire.Limits{MaxPayload: cfg.MaxSlice}, used: time.Now()}
 	return l, ch, w, nil
 }
 
