@@ -283,3 +283,41 @@ func TestRemoteRedialsOnce(t *testing.T) {
 		t.Fatalf("%d writes served, want %d", s2.Stats().Writes, n)
 	}
 }
+
+// A reply that never comes (the server applied the bytes, then stalls)
+// ends the WRITE as unknown within about io_timeout of its last byte.
+func TestStallEndsWithinTimeout(t *testing.T) {
+	ctx := context.Background()
+	var exp memExports
+	kv := exp.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 5 * time.Second, MaxSlice: DefaultMaxSlice}, &exp)
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == hookWriteApplied {
+			<-release
+		}
+	}
+	defer s.Close()
+	defer close(release)
+	c, err := Dial(ctx, addrOf(s), Config{Name: "cli", Key: testKey, IOTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	src := pattern(256<<10, 7)
+	start := time.Now()
+	err = c.Write(ctx, "kv", 0, src)
+	took := time.Since(start)
+	if e := asError(t, err); e.Effect != EffectUnknown || e.Kind != engine.KindTimeout {
+		t.Fatalf("write whose ack stalls: %v, effect %s", err, e.Effect)
+	}
+	if took < 200*time.Millisecond || took > time.Second {
+		t.Fatalf("the stalled write ended after %s, want about the 200ms io_timeout", took)
+	}
+	if !bytes.Equal(kv.bytes()[:len(src)], src) {
+		t.Fatal("the bytes were not applied (unknown, not none, is right: they were)")
+	}
+}
