@@ -204,14 +204,14 @@ func TestSlowLinkIsNotAStall(t *testing.T) {
 	var exp memExports
 	kv := exp.add(1, "kv", 1<<20, wire.PermReadWrite)
 	lb := &logBuf{}
-	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 150 * time.Millisecond, MaxSlice: DefaultMaxSlice,
+	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 300 * time.Millisecond, MaxSlice: DefaultMaxSlice,
 		Logger: slog.New(slog.NewTextHandler(lb, nil))}, &exp)
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	addr := slowRelay(t, addrOf(s), 16<<10, 5*time.Millisecond) // about 3 MB/s: 1 MiB in 0.3 s
-	c, err := Dial(ctx, addr, Config{Name: "cli", Key: testKey, IOTimeout: 150 * time.Millisecond})
+	addr := slowRelay(t, addrOf(s), 16<<10, 10*time.Millisecond) // about 1.6 MB/s: 1 MiB in 0.65 s
+	c, err := Dial(ctx, addr, Config{Name: "cli", Key: testKey, IOTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestSlowLinkIsNotAStall(t *testing.T) {
 	if err := c.Write(ctx, "kv", 0, src); err != nil {
 		t.Fatalf("slow WRITE: %v\n%s", err, lb)
 	}
-	if d := time.Since(start); d < 200*time.Millisecond {
+	if d := time.Since(start); d < 400*time.Millisecond {
 		t.Fatalf("the WRITE took %s: the link was not slow", d)
 	}
 	if !bytes.Equal(kv.bytes(), src) {
@@ -319,5 +319,43 @@ func TestStallEndsWithinTimeout(t *testing.T) {
 	}
 	if !bytes.Equal(kv.bytes()[:len(src)], src) {
 		t.Fatal("the bytes were not applied (unknown, not none, is right: they were)")
+	}
+}
+
+// A lane of the old epoch's session, from a client that kept its name
+// and epoch across the redial, is refused by the restarted peer: the
+// new epoch's sessions are not the old one's.
+func TestOldSessionLaneRefused(t *testing.T) {
+	ctx := context.Background()
+	var exp memExports
+	exp.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s1, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	addr := addrOf(s1)
+	c := dial(t, addr, testKey, 1)
+	r, err := OpenRemote(ctx, c, "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s1.Close()
+	s2, _ := startServer(t, &exp, addr, testKey)
+	if _, err := r.WriteAt(ctx, pattern(4096, 8), 0); err != nil {
+		t.Fatal(err)
+	}
+	n := r.mu.c
+	if n == c || n.cfg.Epoch != c.cfg.Epoch || n.cfg.Name != c.cfg.Name {
+		t.Fatal("the redial did not keep the client's name and epoch")
+	}
+	cfg := c.cfg
+	l, _, _, err := dialLane(ctx, addr, &cfg, wire.Hello{Name: cfg.Name, Epoch: cfg.Epoch, Role: wire.RoleLane, Session: c.session}, 0)
+	if err == nil {
+		l.close()
+		t.Fatalf("a lane of the old session %d was accepted by the new epoch (its session is %d)", c.session, n.session)
+	}
+	if !strings.Contains(err.Error(), "which is not open") {
+		t.Fatalf("a lane of the old session: %v", err)
+	}
+	if s2.Stats().Lanes != 1 {
+		t.Fatalf("%d lanes open on the new epoch, want the redialed Conn's one", s2.Stats().Lanes)
 	}
 }

@@ -147,6 +147,10 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 	}
 	s.mu.conns = map[net.Conn]struct{}{}
 	s.mu.sessions = map[uint64]*session{}
+	// Session ids start at random, so a lane naming a session of an
+	// earlier epoch (whose ids would otherwise start at 1 again) finds no
+	// session here, even from a client with the same name and epoch.
+	s.mu.next = newEpoch() >> 16
 	return s
 }
 
