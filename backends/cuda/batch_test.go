@@ -76,3 +76,21 @@ func TestCopyBatchAsync(t *testing.T) {
 		}
 	}
 }
+
+// TestNoBatchFromEnvironment: ORBITEFS_CUDA_NOBATCH=1 turns the batched
+// copies off for a backend made afterwards; anything else leaves them on.
+func TestNoBatchFromEnvironment(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want bool
+	}{{"1", true}, {"", false}, {"0", false}} {
+		t.Setenv(EnvNoBatch, c.env)
+		if got := NewBackend(Options{}).opts.NoBatch; got != c.want {
+			t.Errorf("%s=%q: NoBatch %v, want %v", EnvNoBatch, c.env, got, c.want)
+		}
+	}
+	t.Setenv(EnvNoBatch, "")
+	if !NewBackend(Options{NoBatch: true}).opts.NoBatch {
+		t.Error("Options.NoBatch was overridden by an empty environment")
+	}
+}
