@@ -32,7 +32,7 @@
 # all), PERF_BIN (the folder build fills and run uses: .gpu/perf), PY
 # (the torch venv's python, else python3), PERF_ENGINE (an engine
 # configuration JSON file for the engine's kvswap runs, `bench kvswap
-# --engine`; default: the built-in defaults).
+# --engine-json`; default: the built-in defaults).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${PERF_BIN:-.gpu/perf}
@@ -75,7 +75,7 @@ kvswap_step() {
 	local kv=(--layers 4 --groups 256 --group-bytes 128KiB --batch 16)
 	local pkv=(--layers 4 --groups 256 --group-bytes 131072 --batch 16)
 	local n per_point eng=()
-	[ -n "${PERF_ENGINE:-}" ] && eng=(--engine "$PERF_ENGINE")
+	[ -n "${PERF_ENGINE:-}" ] && eng=(--engine-json "$PERF_ENGINE")
 	n=$(echo $CLIENTS | wc -w)
 	per_point=$(awk -v r="$RUNTIME" 'BEGIN { printf "%d", r + 1 }')
 	for fsd in tmpfs:/dev/shm ext4:/tmp; do
