@@ -7,16 +7,21 @@
 // starting lanes of its own that fight over rings and chunks.
 //
 //   - READ: the unit's bytes are read into a chunk (fixed-buffer SQE);
-//     on its CQE the returned prefix is copied to the device
-//     asynchronously; after the reap pass that delivered it, one event
-//     per stream is recorded behind the copies of every CQE of that pass
-//     and shared by their slots (a stream completes in order, so it
-//     proves each of them); a chunk takes new I/O only after its event
-//     completed.
+//     on its CQE the returned prefix's device copies are gathered; after
+//     the reap pass that delivered it they are enqueued with the pass's
+//     other copies (flushCopies: merged where contiguous on both sides,
+//     one cuMemcpyBatchAsync per stream where the driver has it), then
+//     one event per stream is recorded behind them and shared by their
+//     slots (a stream completes in order, so it proves each of them); a
+//     chunk takes new I/O only after its event completed.
 //   - WRITE: the unit's device bytes are copied into a chunk and the copy
 //     is confirmed before the SQE is written; host bytes are copied and
 //     padding zeroed in the chunk. The units a lane takes in one fill
-//     share one event per stream behind all their copies.
+//     gather their device copies, enqueued together at the fill's end,
+//     and share one event per stream behind them all.
+//   - A refused copy call is retried copy by copy; only the units whose
+//     own copy is refused fail (failCopies), after the lane's streams
+//     drain or, if they cannot be confirmed, as dead slots.
 //
 // Lanes start on the first staged job (up to staging_lanes, never more
 // than staging_chunk_count) and stop at Engine.Close. A lane holds a ring
