@@ -219,7 +219,8 @@ type live struct {
 // finish is one task's outcome as the completion hook saw it.
 type finish struct {
 	at    time.Time
-	rep   engine.Report
+	bytes uint64
+	err   error // nil when the request completed
 	valid bool
 }
 
@@ -411,14 +412,11 @@ func (d *driver) reserveLocked() (*live, error) {
 
 // finishLocked counts slot i's finished request. REQUIRES: d.mu.
 func (d *driver) finishLocked(lv *live, i int, f *finish) {
-	r := &f.rep
-	if r.CompletedRequests != 1 {
-		d.failLocked(fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err))
-	}
+	d.failLocked(f.err)
 	if d.measuring {
 		d.res.hist.Record(f.at.Sub(d.slots[i].start))
 		d.res.Ops++
-		d.res.Bytes += r.CompletedBytes
+		d.res.Bytes += f.bytes
 	}
 	lv.outstanding--
 	if lv == d.prev && lv.outstanding == 0 {
@@ -432,7 +430,10 @@ func (d *driver) finishLocked(lv *live, i int, f *finish) {
 // slot, or leaves it for the slot whose Submit has not returned yet.
 func (d *driver) onDone(lv *live) func(engine.Report) {
 	return func(r engine.Report) {
-		f := finish{at: time.Now(), rep: r, valid: true}
+		f := finish{at: time.Now(), bytes: r.CompletedBytes, valid: true}
+		if r.CompletedRequests != 1 {
+			f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
+		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		i := lv.slotOf[r.Tasks.First] - 1
