@@ -11,7 +11,11 @@
 //     stale id, busy) happens before any byte of the region is touched
 //     and says so (AppliedNone).
 //   - A WRITE is acknowledged only after WriteAt returned: the bytes are
-//     in the region's memory.
+//     in the region's memory (for a cuda:N region, engine.Region's
+//     WriteAt returns after the copy event of its pinned staging
+//     completed). A failed WRITE that may have changed the region (some
+//     bytes copied, or a device copy of unknown outcome) is answered with
+//     effect unknown, never none.
 //   - A frame that fails a check ends its connection: after a corrupt
 //     header the stream cannot be trusted to be in step.
 //   - A notification is answered notified only after it is in the
@@ -459,12 +463,14 @@ func (s *Server) lookup(id, off, n uint64, perm wire.Perm) (Export, *wire.Error)
 }
 
 // memError is the reply for a failed ReadAt/WriteAt that moved n bytes.
+// A region may have changed when bytes moved or when a device copy's
+// outcome is unknown (ErrUncertain): the GPU may still be writing it.
 func memError(name string, n int, err error) *wire.Error {
 	e := &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("region %q: %v", name, err)}
 	if errors.Is(err, engine.ErrBusy) {
 		e.Code = wire.CodeBusy
 	}
-	if n > 0 {
+	if n > 0 || errors.Is(err, engine.ErrUncertain) {
 		e.Applied = wire.AppliedUnknown
 	}
 	return e
