@@ -139,7 +139,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
-		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg, Epoch: n.epoch,
+		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
 		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes)}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
