@@ -261,7 +261,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	for _, r := range regions {
 		r.mu.Lock()
 		n, _ := r.loans.closeIfIdle(true)
-		busy := n > 0
+		busy := n > 0 || r.mu.uncertain // a copy of unknown outcome may still touch it
 		r.mu.closed = true
 		r.mu.Unlock()
 		if busy {

@@ -17,6 +17,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -192,12 +193,17 @@ func (s sized) Len() uint64 { return s.n }
 
 // deviceCopy serves ReadAt/WriteAt on device memory through the pinned
 // copy staging (copystage.go): a write returns only after the copy
-// event of its last byte completed. Each chunk's copy is bounded by
+// event of its last byte completed. The copies are bounded as a
+// submission without a timeout would be: default_timeout plus
 // quiesce_grace. On an error wrapping ErrUncertain the bytes past the
-// count returned may have changed. REQUIRES: r.mu.
+// count returned may have changed, and the region is never freed (the
+// GPU may still write it). REQUIRES: r.mu.
 func (r *Region) deviceCopy(op string, p []byte, off uint64, write bool) (int, error) {
-	cut := time.Now().Add(r.e.cfg.QuiesceGrace.D())
+	cut := time.Now().Add(r.e.cfg.DefaultTimeout.D() + r.e.cfg.QuiesceGrace.D())
 	n, err := r.e.stagedDeviceCopy(context.Background(), r.dev, off, p, write, cut)
+	if errors.Is(err, ErrUncertain) {
+		r.mu.uncertain = true
+	}
 	if err != nil {
 		return int(n), &Error{Op: op, Name: r.name(), Kind: kindOr(err, KindIO),
 			Err: fmt.Errorf("bytes [%d, %d) at offset %d: %w", off, off+uint64(len(p)), off+n, err)}

@@ -168,8 +168,9 @@ func TestPeerDeviceRoundTrip(t *testing.T) {
 // (the client's device-to-host enqueue) is none and the peer is
 // untouched; the server's host-to-device enqueue refused is none too (it
 // moved nothing); a server copy event that errs is unknown (the GPU may
-// still write the region) and is never retried; a client READ whose
-// copy into device memory has no confirmed outcome ends unquiesced.
+// still write the region, which is then never freed) and is never
+// retried; a client READ whose copy into device memory has no confirmed
+// outcome ends unquiesced.
 func TestPeerDeviceCopyFailure(t *testing.T) {
 	const n = 256 << 10
 	t.Run("client copy out refused", func(t *testing.T) {
@@ -227,6 +228,12 @@ func TestPeerDeviceCopyFailure(t *testing.T) {
 		}
 		if st := p.srv.Stats().CopyStaging; st.Retained != 1 {
 			t.Fatalf("server copy staging %+v: want the chunk of the unknown copy retained", st)
+		}
+		// The GPU may still write the region: it is never freed.
+		err = p.srv.Unregister(p.kv)
+		wantKind(t, err, engine.KindBusy)
+		if !strings.Contains(err.Error(), "a device copy of unknown outcome") {
+			t.Fatalf("unregister: %v", err)
 		}
 	})
 	t.Run("client copy in unconfirmed", func(t *testing.T) {
