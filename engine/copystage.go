@@ -13,7 +13,7 @@
 // device memory therefore returns only after its copy event completed.
 //
 // Invariants:
-//   - The pool holds min(staging_chunk_count, peerLanes) chunks of
+//   - The pool holds min(staging_chunk_count, 2*peerLanes) chunks of
 //     staging_chunk_size, cut from one page-locked slab allocated on the
 //     first copy, never at New; a lease waits for a free chunk no longer
 //     than the caller's context or cut.
@@ -66,9 +66,12 @@ type CopyStageStats struct {
 }
 
 // copyStageChunks is how many chunks the pool holds: one per lane of the
-// peer executor (a lane copies one unit at a time), never more than the
-// file staging pool, so both together stay within what the engine pins.
-func (e *Engine) copyStageChunks() int { return min(e.cfg.StagingChunkCount, peerLanes) }
+// peer executor (a lane holds one while its unit crosses the network),
+// as many again for ReadAt/WriteAt (a peer server's requests), so an
+// engine whose peer is itself never waits on its own lanes; never more
+// than the file staging pool, so both together stay within what the
+// engine pins.
+func (e *Engine) copyStageChunks() int { return min(e.cfg.StagingChunkCount, 2*peerLanes) }
 
 // stage returns the pool, creating it on first use.
 func (e *Engine) stage() (*copyStage, error) {
