@@ -22,8 +22,11 @@
 //     its reader gone.
 //   - posted reports whether any byte of the request reached the socket:
 //     until then a WRITE has no remote effect.
-//   - The reply timeout measures progress: with requests in flight the
-//     lane fails when no reply byte arrived for timeout.
+//   - A round trip fails when its bytes stop moving for the timeout
+//     (progress.go), not when it merely takes long: writes carry no
+//     deadline (the kernel's TCP user timeout bounds a stalled send), and
+//     the reader's every read call waits at most the timeout unless this
+//     side's bytes are still draining.
 
 package peer
 
@@ -42,10 +45,9 @@ import (
 )
 
 type lane struct {
-	c       net.Conn
-	br      *bufio.Reader
-	lim     wire.Limits
-	timeout time.Duration
+	c   net.Conn
+	br  *bufio.Reader
+	lim wire.Limits
 
 	wmu  sync.Mutex // one frame written at a time
 	head []byte     // header and metadata of the frame being written; under wmu
@@ -92,8 +94,13 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		return nil, nil, nil, err
 	}
 	c.SetDeadline(time.Time{})
-	l := &lane{c: c, br: bufio.NewReaderSize(c, 64<<10), lim: wire.Limits{MaxPayload: cfg.MaxSlice},
-		timeout: cfg.IOTimeout, used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
+	if err := setUserTimeout(c, cfg.IOTimeout); err != nil {
+		c.Close()
+		return nil, nil, nil, err
+	}
+	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout}, 64<<10)
+	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice},
+		used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
 	return l, ch, w, nil
 }
 
@@ -164,21 +171,18 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 		return false, nil, fmt.Errorf("request id %d already in flight on this lane", req.ID)
 	}
 	l.pending[req.ID] = cl
-	if len(l.pending) == 1 {
-		// The first request in flight starts the progress clock.
-		l.c.SetReadDeadline(time.Now().Add(l.timeout))
-	}
 	if !l.reading {
 		l.reading = true
 		go l.read()
 	}
 	l.mu.Unlock()
 
-	// A cancel cuts the frame by closing the lane: the only way to stop
-	// a socket write or read already under way.
+	// The progress timeout (progress.go) bounds a stall; a cancel or the
+	// context's deadline cuts the frame by closing the lane: the only way
+	// to stop a socket write or read already under way.
 	stop := context.AfterFunc(ctx, func() { l.kill(fmt.Errorf("request %d: %w", req.ID, ctx.Err())) })
 	t0 := time.Now()
-	posted, err = l.send(ctx, req)
+	posted, err = l.send(req)
 	if err != nil {
 		l.kill(err)
 	}
@@ -207,18 +211,15 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	return posted, nil, err
 }
 
-// send writes req whole under the write lock.
-func (l *lane) send(ctx context.Context, req *wire.Frame) (posted bool, err error) {
+// send writes req whole under the write lock. It sets no deadline:
+// the kernel's user timeout fails a send that stops moving, and the
+// caller's context closes the lane.
+func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if l.isDead() {
 		return false, errClosed
 	}
-	wd := time.Now().Add(l.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(wd) {
-		wd = d
-	}
-	l.c.SetWriteDeadline(wd)
 	l.head = req.Append(l.head[:0])
 	bufs := net.Buffers{l.head}
 	if len(req.Payload) > 0 {
@@ -248,7 +249,7 @@ func (l *lane) read() {
 		if err == nil {
 			l.reading = false
 			l.used = time.Now()
-			l.c.SetReadDeadline(time.Time{})
+			l.c.SetReadDeadline(time.Time{}) // an idle lane's peek (stillOpen) must not time out
 			l.mu.Unlock()
 			return
 		}
@@ -311,9 +312,6 @@ func (l *lane) readOne(hb []byte) error {
 	cl.meta = meta
 	l.mu.Lock()
 	delete(l.pending, h.ID)
-	if len(l.pending) > 0 {
-		l.c.SetReadDeadline(time.Now().Add(l.timeout))
-	}
 	l.mu.Unlock()
 	close(cl.done)
 	return nil
