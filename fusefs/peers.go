@@ -39,10 +39,12 @@ func (f *fsys) peersDir() child {
 
 // peerSeqBase keeps connection inode numbers clear of the Service's
 // object sequence numbers and of /cluster's; in-ID entries sit above
-// out-ID ones.
+// out-ID ones. An ID is taken modulo 2^39 (session IDs start at a random
+// number and count up, so live ones stay distinct).
 const (
 	peerSeqBase   = 1 << 41
 	peerInSeqBase = peerSeqBase + 1<<39
+	peerIDMask    = 1<<39 - 1
 )
 
 // peersKids is /peers: the fixed files, then one file per connection.
@@ -57,7 +59,7 @@ func (k peersKids) connFile(p control.PeerConn) child {
 	if p.Direction == "in" {
 		base = peerInSeqBase
 	}
-	return child{name: entry, ino: objIno(base+p.ID, slotInfo), node: func() fs.InodeEmbedder {
+	return child{name: entry, ino: objIno(base+p.ID&peerIDMask, slotInfo), node: func() fs.InodeEmbedder {
 		return newReadFile(f, who{}, p.Since, func(context.Context) ([]byte, error) { return f.svc.PeerInfo(entry) })
 	}}
 }
