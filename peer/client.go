@@ -437,7 +437,9 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range min(c.cfg.Lanes, len(ps)) {
+	// As many slices in flight as the lanes pipeline: a request cut into
+	// more slices than lanes keeps every lane busy across its round trips.
+	for range min(c.cfg.Lanes*laneDepth, len(ps)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)

@@ -144,3 +144,33 @@ func TestCancelPipelinedLane(t *testing.T) {
 		t.Fatal("the cut lane was used again")
 	}
 }
+
+// The slices of one large request pipeline on one lane: while the first
+// 4 MiB slice of an 8 MiB WRITE waits for its ack, the second is sent.
+func TestSlicesPipelineOnOneLane(t *testing.T) {
+	var exp memExports
+	r := exp.add(1, "kv", 8<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	held, release := holdFirstWrite(s, hookWriteApplied, SliceTarget)
+	c := dial(t, addrOf(s), testKey, 1)
+	src := pattern(8<<20, 5)
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { err = c.Write(context.Background(), "kv", 0, src) })
+	<-held
+	sent := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if l := bulkLane(c); l != nil && l.frames.Load() == 2 {
+			sent = true
+			break
+		}
+	}
+	close(release)
+	wg.Wait()
+	if !sent {
+		t.Fatal("the second slice was not sent while the first waited for its ack")
+	}
+	if err != nil || !bytes.Equal(r.bytes(), src) {
+		t.Fatalf("the write: %v (bytes equal: %v)", err, bytes.Equal(r.bytes(), src))
+	}
+}
