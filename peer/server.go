@@ -11,13 +11,20 @@
 //     stale id, busy) happens before any byte of the region is touched
 //     and says so (AppliedNone).
 //   - A WRITE is acknowledged only after WriteAt returned: the bytes are
-//     in the region's memory.
+//     in the region's memory (for a cuda:N region, engine.Region's
+//     WriteAt returns after the copy event of its pinned staging
+//     completed). A failed WRITE that may have changed the region (some
+//     bytes copied, or a device copy of unknown outcome) is answered with
+//     effect unknown, never none.
 //   - A frame that fails a check ends its connection: after a corrupt
 //     header the stream cannot be trusted to be in step.
 //   - A notification is answered notified only after it is in the
 //     inbox, and inbox full only when it was not queued.
 //   - A lane belongs to one control session; when the control connection
 //     ends, its lanes are closed.
+//   - At most MaxHandshakes connections are in their handshake at once
+//     (handshakes.go): a flood of silent connections displaces itself,
+//     never a peer that says hello.
 
 package peer
 
@@ -68,6 +75,9 @@ type ServerConfig struct {
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
 	Allowed []netip.Prefix
+	// MaxHandshakes bounds the connections accepted and not yet
+	// authenticated (handshakes.go); 0 is DefaultMaxHandshakes.
+	MaxHandshakes int
 	// Epoch is this engine's epoch; 0: a fresh one (NewEpoch).
 	Epoch uint64
 	// Inbox receives the notifications peers send (nil: a new one with
@@ -87,6 +97,8 @@ type Stats struct {
 	Corrupt           uint64 // connections ended by a frame that failed a check
 	Notified, Full    uint64 // notifications queued, refused for a full inbox
 	Pending           int    // notifications waiting in the inbox
+	Handshaking       int    // connections in their handshake now
+	Displaced         uint64 // connections closed in their handshake to make room (MaxHandshakes)
 }
 
 // Server serves exported regions to authenticated peers.
@@ -98,6 +110,7 @@ type Server struct {
 	log   *slog.Logger
 	ln    net.Listener
 	wg    sync.WaitGroup
+	hs    *handshakes
 
 	mu struct {
 		sync.Mutex
@@ -141,7 +154,10 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 	if cfg.Epoch == 0 {
 		cfg.Epoch = newEpoch()
 	}
-	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger, hs: newHandshakes(cfg.MaxHandshakes)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -217,6 +233,7 @@ func (s *Server) Stats() Stats {
 	st.Refused, st.Reads, st.Writes = s.refused.Load(), s.reads.Load(), s.writes.Load()
 	st.BytesIn, st.BytesOut, st.Corrupt = s.bytesIn.Load(), s.bytesOut.Load(), s.corrupt.Load()
 	st.Notified, st.Full, st.Pending = s.notified.Load(), s.full.Load(), s.inbox.Len()
+	st.Handshaking, st.Displaced = s.hs.stats()
 	return st
 }
 
@@ -262,7 +279,12 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
-	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch)
+	sh := s.hs.begin(c)
+	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch, func() { s.hs.helloed(sh) })
+	if s.hs.end(sh) {
+		// Closed by a newcomer's begin, whatever the handshake returned.
+		err = fmt.Errorf("closed in its handshake to make room for a newer connection: %d were in their handshake (peer.max_handshakes); %v", s.cfg.MaxHandshakes, err)
+	}
 	if err != nil {
 		s.refused.Add(1)
 		name := ""
@@ -469,12 +491,14 @@ func (s *Server) lookup(id, off, n uint64, perm wire.Perm) (Export, *wire.Error)
 }
 
 // memError is the reply for a failed ReadAt/WriteAt that moved n bytes.
+// A region may have changed when bytes moved or when a device copy's
+// outcome is unknown (ErrUncertain): the GPU may still be writing it.
 func memError(name string, n int, err error) *wire.Error {
 	e := &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("region %q: %v", name, err)}
 	if errors.Is(err, engine.ErrBusy) {
 		e.Code = wire.CodeBusy
 	}
-	if n > 0 {
+	if n > 0 || errors.Is(err, engine.ErrUncertain) {
 		e.Applied = wire.AppliedUnknown
 	}
 	return e
