@@ -11,8 +11,9 @@
 //     connection died) is never used again: the next request dials the
 //     peer again, one redial at a time, and looks the region up by name
 //     in the new epoch's descriptors; nothing is sent under an old
-//     descriptor, and a region of another size is refused (the segment
-//     was range-checked against the old one).
+//     descriptor, to an engine of another name at that address, or to a
+//     region of another size (the segment was range-checked against the
+//     old one).
 //   - A request is sent a second time only when the first attempt found
 //     the peer restarted before it posted anything (effect none): a WRITE
 //     that may have reached the old epoch is never replayed.
@@ -150,6 +151,11 @@ func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 	n, err := Dial(ctx, c.addr, c.cfg)
 	if err != nil {
 		return fail(engine.KindUnavailable, fmt.Errorf("the connection failed (%v), and dialing again: %w", c.Err(), err))
+	}
+	if n.peerName != info.Peer {
+		n.Close()
+		return fail(engine.KindNotFound, fmt.Errorf("the engine at %s is now %q (epoch %016x), not %q: nothing was sent; open the segment again to use it",
+			c.addr, n.peerName, n.peerEpoch, info.Peer))
 	}
 	d, err := n.descriptor(ctx, "redial", info.Region)
 	if err == nil && d.Bytes != info.Size {
