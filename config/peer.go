@@ -33,7 +33,8 @@ type Peer struct {
 	Lanes int `toml:"lanes"`
 	// DialTimeout bounds connecting and the handshake.
 	DialTimeout Duration `toml:"dial_timeout"`
-	// IOTimeout bounds one frame and its reply once begun.
+	// IOTimeout bounds a stall of a frame once begun or of the wait for
+	// its reply (no byte moving for that long), and a handshake.
 	IOTimeout Duration `toml:"io_timeout"`
 	// KeepAliveInterval is the control connection's ping interval, and
 	// the idleness after which a lane is pinged before it carries data.

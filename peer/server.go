@@ -70,7 +70,7 @@ type Exports interface {
 type ServerConfig struct {
 	Name      string        // advertised in the challenge
 	Key       []byte        // the shared secret
-	IOTimeout time.Duration // bound on a handshake and on each frame once begun
+	IOTimeout time.Duration // bound on a handshake, and on a stall of a frame once begun (progress.go)
 	MaxSlice  uint64        // largest payload of one frame
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
@@ -163,6 +163,10 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 	}
 	s.mu.conns = map[net.Conn]struct{}{}
 	s.mu.sessions = map[uint64]*session{}
+	// Session ids start at random, so a lane naming a session of an
+	// earlier epoch (whose ids would otherwise start at 1 again) finds no
+	// session here, even from a client with the same name and epoch.
+	s.mu.next = newEpoch() >> 16
 	return s
 }
 
@@ -268,6 +272,10 @@ func (s *Server) handle(c net.Conn) {
 	if !s.allowed(c.RemoteAddr()) {
 		s.refused.Add(1)
 		s.log.Warn("peer refused", "op", "peer", "remote", remote, "reason", "its address is in none of the allowed networks")
+		return
+	}
+	if err := setUserTimeout(c, s.cfg.IOTimeout); err != nil {
+		s.log.Warn("peer connection", "op", "peer", "remote", remote, "err", err)
 		return
 	}
 	c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
@@ -377,11 +385,13 @@ func putBuf(b []byte) { bufs.Put(&b) }
 // orderly end (the client closed).
 func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 	role := hello.Role
-	br := bufio.NewReaderSize(c, 64<<10)
+	pr := &progressReader{c: c}
+	br := bufio.NewReaderSize(pr, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
 	hb := make([]byte, wire.HeaderLen)
 	for {
-		c.SetDeadline(time.Time{}) // an idle connection may wait for ever
+		pr.timeout = 0 // an idle connection may wait for ever
+		c.SetDeadline(time.Time{})
 		h, err := wire.ReadHeader(br, hb, lim)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
@@ -389,7 +399,7 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			}
 			return s.refuseFrame(c, &h, err)
 		}
-		c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+		pr.timeout = s.cfg.IOTimeout // a frame begun must keep moving (progress.go)
 		meta, err := wire.ReadMeta(br, &h)
 		if err != nil {
 			return s.refuseFrame(c, &h, err)
