@@ -277,8 +277,8 @@ func (f *execFixture) fenced(timeout time.Duration, act func(b *engine.Batch)) [
 	}
 	t.Cleanup(func() { b.Free() })
 	if f.remote != nil {
-		// The peer executor takes host memory only: the holding WRITE
-		// is held inside the fake Remote instead.
+		// The holding WRITE is held inside the fake Remote, where a
+		// peer's round trip waits.
 		f.remote.mu.Lock()
 		f.remote.hold, f.remote.holdEnd = ev.done, 4096
 		f.remote.mu.Unlock()
