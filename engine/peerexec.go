@@ -52,6 +52,9 @@ type remoteTarget struct {
 	ctx    []context.Context
 	cancel []context.CancelFunc
 	cut    []atomic.Bool // a cancel of the running task cut it
+	// credit is the group's receiver credit (credit.go); nil when
+	// credits are off.
+	credit *groupCredit
 }
 
 // unitSize is the unit of g's job on an executor that cuts at size.
@@ -114,6 +117,10 @@ func (e *Engine) prepareRemote(b *Batch, op Op, rs *RemoteSegment, reqs []Reques
 		g.addPieces(i, &reqs[i], k)
 	}
 	g.computeBounds()
+	if g.remote.credit, err = e.credit.bind(rs, n, reqExtents(reqs)); err != nil {
+		g.unmapScratch()
+		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: err}
+	}
 	if err := e.admitGroup(verb, g, pol, rs.admit, rs.uri); err != nil {
 		return nil, err
 	}
@@ -211,13 +218,33 @@ func (b *Batch) cutRunningLocked(i int) bool {
 	return true
 }
 
-// endRemote releases a remote group's contexts once it finished.
+// endRemote releases a remote group's contexts once it finished, and
+// refunds the credit of owners never handed off.
 func (g *group) endRemote() {
 	for _, c := range g.remote.cancel {
 		if c != nil {
 			c()
 		}
 	}
+	if g.remote.credit != nil {
+		g.remote.credit.release()
+	}
+}
+
+// reqExtents is each request's byte count (padding included: it
+// crosses the wire too).
+func reqExtents(reqs []Request) []uint64 {
+	out := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		if len(r.Elements) == 0 {
+			out[i] = r.Length
+			continue
+		}
+		for _, el := range r.Elements {
+			out[i] += el.bytes()
+		}
+	}
+	return out
 }
 
 // peerUnit moves unit k of job x with one call on the Remote.
@@ -228,6 +255,9 @@ func peerUnit(x *offRing, k int) {
 	if err := x.startable(k); err != nil {
 		x.resolve(k, 0, err)
 		return
+	}
+	if h := g.b.e.peerHandoff; h != nil {
+		h(g, u.task)
 	}
 	ctx := rt.ctx[u.task]
 	if ctx.Err() != nil {
@@ -242,6 +272,9 @@ func peerUnit(x *offRing, k int) {
 	case pieceDevice: // refused at submit (buildRemote); never moved as if host
 		x.resolve(k, 0, unitErr(g, u, KindUnavailable, errors.New("device memory on a remote segment")))
 		return
+	}
+	if rt.credit != nil {
+		rt.credit.commit(u.task) // the handoff: spent even if it fails
 	}
 	if g.op == OpRead {
 		if err := rt.seg.r.ReadAt(ctx, buf, u.off); err != nil {

@@ -201,8 +201,16 @@ func (a *admission) wakeLocked() {
 func (w *worker) headGate(g *group, now time.Time) (bool, error) {
 	e := w.b.e
 	a := e.adm
-	if !a.gates() || now.After(g.deadline) {
+	if now.After(g.deadline) {
 		return true, nil // a late group fails in dispatchLocked
+	}
+	// Receiver credit first: a starved head holds neither a contract
+	// charge nor the dispatch window while it waits (credit.go).
+	if ok, err := w.creditGate(g, now); !ok || err != nil {
+		return ok, err
+	}
+	if !a.gates() {
+		return true, nil
 	}
 	needBytes := g.adm.bytesDeferred && !g.adm.bytesHeld
 	a.mu.Lock()

@@ -85,6 +85,9 @@ type worker struct {
 	// it ages or is promoted).
 	admWait  bool
 	admUntil time.Time
+	// creditSync (guarded by Batch.mu) is the credit binding this worker
+	// must sync after its fill (creditsync.go).
+	creditSync *creditBinding
 }
 
 // poke wakes the worker if it waits for off-ring work; never blocks.
@@ -148,6 +151,7 @@ func (w *worker) turn(wait time.Duration) bool {
 		w.submit()
 	}
 	w.ringMu.Unlock()
+	w.syncCredit()
 	if !more {
 		w.b.deliver()
 		return false
@@ -200,6 +204,7 @@ func (w *worker) exitLocked() {
 		b.mu.w = nil
 	}
 	w.exited = true
+	b.e.credit.forget(w)
 }
 
 // fill dispatches queued groups and prepares ops while the ring has
