@@ -383,7 +383,7 @@ func TestCreditAutomaticSharedSync(t *testing.T) {
 	b1 := submitSealed(t, e, engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress() + 8192, Length: 4096}})
 	b2 := submitSealed(t, e, engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress() + 12288, Length: 4096}})
 	waitFor(t, "both heads to wait, one sync under way", func() bool {
-		return e.ReceiverCreditStats().Waiting == 2 && entered.Load() == 1
+		return e.ReceiverCreditStats().Waiting == 2 && entered.Load() >= 1
 	})
 	time.Sleep(50 * time.Millisecond) // a second sync would have entered by now
 	if n := entered.Load(); n != 1 {
