@@ -329,7 +329,9 @@ type fakeIssuer struct {
 	done   [2]uint64
 }
 
-func (f *fakeIssuer) Connect(context.Context, uint8) (engine.CreditGrant, error) { return f.window, nil }
+func (f *fakeIssuer) Connect(context.Context, uint8) (engine.CreditGrant, error) {
+	return f.window, nil
+}
 
 func (f *fakeIssuer) Sync(_ context.Context, bytes, reqs uint64) (engine.CreditGrant, error) {
 	f.syncs.Add(1)
