@@ -157,6 +157,9 @@ type creditLedger struct {
 	mu       sync.Mutex
 	bindings map[creditKey]*creditBinding
 	waiters  map[*worker]struct{}
+	// stale are issuers of replaced bindings, released outside the lock
+	// by the call that replaced them.
+	stale []CreditIssuer
 	st       struct{ missing, waits, reserved, refunded, committed, syncs, syncErrors uint64 }
 	// beforeSync, when set (tests), runs in the worker that performs a
 	// sync, before it calls the issuer.
@@ -200,6 +203,13 @@ func (l *creditLedger) addLocked(op string, key creditKey, qos uint8) (*creditBi
 			return nil, errorf(KindExists, op, name, "a binding for %s epoch %d is already active", key.peer, key.epoch)
 		case old.lostAck:
 			return nil, errorf(KindBusy, op, name, "epoch %d of %s stays fenced: a WRITE's acknowledgement was lost (its remote effect is unknown); a fresh epoch cannot replace it", old.key.epoch, key.peer)
+		case old.fenced && old.permits == 0 && old.open == 0:
+			// A drained binding whose disconnect could not reach its
+			// receiver (it restarted): the new epoch replaces it.
+			delete(l.bindings, old.key)
+			if old.auto != nil {
+				l.stale = append(l.stale, old.auto.is)
+			}
 		default:
 			return nil, errorf(KindBusy, op, name, "%s is bound at epoch %d; deactivate (or disconnect) it first", key.peer, old.key.epoch)
 		}
@@ -218,7 +228,9 @@ func (e *Engine) ActivateReceiverCredit(peer string, epoch uint64, qosClass uint
 	l := e.credit
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if _, err := l.addLocked("activate", creditKey{peer, epoch}, qosClass); err != nil {
+	_, err := l.addLocked("activate", creditKey{peer, epoch}, qosClass)
+	l.releaseStaleLocked()
+	if err != nil {
 		return err
 	}
 	e.log.Info("receiver credit activated", "peer", peer, "epoch", epoch, "qos_class", qosClass)
@@ -481,6 +493,15 @@ func (l *creditLedger) forget(w *worker) {
 	l.mu.Lock()
 	delete(l.waiters, w)
 	l.mu.Unlock()
+}
+
+// releaseStaleLocked releases replaced issuers on goroutines of their
+// own (Release closes a connection; never under l.mu). REQUIRES: l.mu.
+func (l *creditLedger) releaseStaleLocked() {
+	for _, is := range l.stale {
+		go is.Release()
+	}
+	l.stale = nil
 }
 
 // wakeLocked pokes every waiting worker. REQUIRES: l.mu.

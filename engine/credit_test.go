@@ -9,6 +9,7 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -424,4 +425,42 @@ func TestCreditAutomaticSharedSync(t *testing.T) {
 	if s := e.ReceiverCreditStats(); s.Sessions != 0 {
 		t.Fatalf("after disconnect: %+v", s)
 	}
+}
+
+// closeFails is an issuer whose receiver is gone: close fails.
+type closeFails struct {
+	fakeIssuer
+	released atomic.Bool
+}
+
+func (f *closeFails) Close(context.Context, uint64, uint64) error {
+	return errors.New("the receiver restarted")
+}
+
+func (f *closeFails) Release() { f.released.Store(true) }
+
+// A disconnect that cannot reach a restarted receiver keeps the binding
+// fenced; once it is drained, connecting at the new epoch replaces it.
+func TestCreditReconnectAfterReceiverRestart(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	old := &closeFails{fakeIssuer: fakeIssuer{window: engine.CreditGrant{Bytes: 8192, Requests: 2}}}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, old, 0); err != nil {
+		t.Fatal(err)
+	}
+	fresh := &fakeIssuer{window: engine.CreditGrant{Bytes: 8192, Requests: 2}}
+	wantKind(t, e.ConnectReceiverCredit(context.Background(), peer, 8, fresh, 0), engine.KindBusy)
+	if err := e.DisconnectReceiverCredit(context.Background(), peer); err == nil {
+		t.Fatal("a disconnect whose close failed succeeded")
+	}
+	if s := binding(t, e, peer); !s.Fenced || s.Epoch != 7 {
+		t.Fatalf("after the failed disconnect: %+v", s)
+	}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 8, fresh, 0); err != nil {
+		t.Fatal(err)
+	}
+	if s := binding(t, e, peer); s.Fenced || s.Epoch != 8 || e.ReceiverCreditStats().Sessions != 1 {
+		t.Fatalf("after reconnecting: %+v", s)
+	}
+	waitFor(t, "the old issuer to be released", old.released.Load)
 }

@@ -86,6 +86,7 @@ func (e *Engine) ConnectReceiverCredit(ctx context.Context, peer string, epoch u
 	key := creditKey{peer, epoch}
 	l.mu.Lock()
 	b, err := l.addLocked(op, key, qosClass)
+	l.releaseStaleLocked()
 	if err != nil {
 		l.mu.Unlock()
 		return err
