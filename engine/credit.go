@@ -160,7 +160,7 @@ type creditLedger struct {
 	// stale are issuers of replaced bindings, released outside the lock
 	// by the call that replaced them.
 	stale []CreditIssuer
-	st       struct{ missing, waits, reserved, refunded, committed, syncs, syncErrors uint64 }
+	st    struct{ missing, waits, reserved, refunded, committed, syncs, syncErrors uint64 }
 	// beforeSync, when set (tests), runs in the worker that performs a
 	// sync, before it calls the issuer.
 	beforeSync func()
