@@ -11,6 +11,9 @@
 //	connect     {"peer": "HOST:PORT", "qos_class": 0, "timeout": "3s"}
 //	disconnect  {"peer": "HOST:PORT", "timeout": "3s"}
 //
+// peer may also be peer://NAME, a live member of the daemon's cluster:
+// its advertised address, and (when epoch is left out) its epoch.
+//
 // Invariants:
 //   - Only privileged callers (owner.go) run them: a binding authorizes
 //     the daemon's own peer traffic, for every user.
@@ -22,6 +25,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
@@ -74,12 +78,19 @@ func parseCredit(verb string, data []byte, max int) (*creditDoc, time.Duration, 
 		return nil, 0, err
 	}
 	k := creditKeys[verb]
-	host, port, err := net.SplitHostPort(d.Peer)
-	if p, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || p == 0 {
-		return nil, 0, invalid("peer %s: want the HOST:PORT its segments were opened with (tcp://HOST:PORT/REGION)", quoteText(d.Peer, 300))
+	member := strings.HasPrefix(d.Peer, memberPrefix)
+	if member {
+		if err := ValidateName(strings.TrimPrefix(d.Peer, memberPrefix)); err != nil {
+			return nil, 0, invalid("peer %s: %v", quoteText(d.Peer, 300), err)
+		}
+	} else {
+		host, port, err := net.SplitHostPort(d.Peer)
+		if p, perr := strconv.ParseUint(port, 10, 16); err != nil || host == "" || perr != nil || p == 0 {
+			return nil, 0, invalid("peer %s: want the HOST:PORT its segments were opened with (tcp://HOST:PORT/REGION), or peer://NAME", quoteText(d.Peer, 300))
+		}
 	}
 	switch {
-	case k.epoch && d.Epoch == nil:
+	case k.epoch && d.Epoch == nil && !member:
 		return nil, 0, invalid("%s needs epoch: the peer's epoch as its segments show it (remote.epoch in segments/NAME/info)", verb)
 	case !k.epoch && d.Epoch != nil:
 		return nil, 0, invalid("%s takes no epoch: the receiver's is learned when connecting", verb)
@@ -137,6 +148,9 @@ func (s *Service) Credit(c *engine.Caller, verb string, doc []byte) error {
 		return s.fail(sc, err)
 	}
 	sc.logKey, sc.logName = "peer", d.Peer
+	if err := s.resolveMember(d, creditKeys[verb].epoch); err != nil {
+		return s.fail(sc, err)
+	}
 	if timeout == 0 {
 		timeout = s.opts.CloseTimeout
 	}
@@ -170,6 +184,34 @@ func (s *Service) Credit(c *engine.Caller, verb string, doc []byte) error {
 		return s.fail(sc, kinded(err))
 	}
 	s.log.Info("credit "+verb, "peer", d.Peer)
+	return nil
+}
+
+// memberPrefix names a cluster member instead of an address.
+const memberPrefix = "peer://"
+
+// resolveMember turns peer://NAME into the member's address and, when
+// the command takes an epoch and none was given, its epoch.
+func (s *Service) resolveMember(d *creditDoc, wantEpoch bool) error {
+	name, ok := strings.CutPrefix(d.Peer, memberPrefix)
+	if !ok {
+		return nil
+	}
+	if s.opts.Cluster == nil {
+		return detail(engine.KindUnavailable, "peer %s: this daemon is no cluster member ([cluster] etcd_endpoints is empty); give HOST:PORT", quoteText(d.Peer, 300))
+	}
+	p, found := s.ClusterPeer(name)
+	if !found {
+		return notFound("peer %s: no live member of that name (ls /cluster/peers)", quoteText(d.Peer, 300))
+	}
+	d.Peer = p.Addr
+	if wantEpoch && d.Epoch == nil {
+		e, err := strconv.ParseUint(p.Epoch, 16, 64)
+		if err != nil {
+			return detail(engine.KindIO, "member %s has epoch %q, not a hex number", name, p.Epoch)
+		}
+		d.Epoch = &e
+	}
 	return nil
 }
 
