@@ -247,3 +247,17 @@ func (s *Service) CreditIssuerStatus() []byte {
 	}
 	return marshal(s.opts.CreditIssuer())
 }
+
+// creditMetrics are the sender side's receiver credit counters in
+// /metrics (the issuer's are in /stats and /peers/credit/issuer).
+var creditMetrics = []metric{
+	{"receiver_credit_sessions", "gauge", "Receiver credit bindings held (manual and automatic).", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Sessions) }},
+	{"receiver_credit_waiting", "gauge", "Batch workers whose head waits for receiver credit.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Waiting) }},
+	{"receiver_credit_missing_total", "counter", "Submissions refused for want of a credit binding.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Missing) }},
+	{"receiver_credit_waits_total", "counter", "Times a head started waiting for receiver credit.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Waits) }},
+	{"receiver_credit_reserved_total", "counter", "Owners that reserved receiver credit.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Reserved) }},
+	{"receiver_credit_committed_total", "counter", "Owners whose credit was committed at handoff.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Committed) }},
+	{"receiver_credit_refunded_total", "counter", "Owners refunded before handoff.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Refunded) }},
+	{"receiver_credit_syncs_total", "counter", "Credit syncs with a receiver's issuer.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.Syncs) }},
+	{"receiver_credit_sync_errors_total", "counter", "Credit syncs that failed.", func(s *engine.Stats) float64 { return float64(s.ReceiverCredit.SyncErrors) }},
+}

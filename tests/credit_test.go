@@ -269,6 +269,9 @@ cat $M/error`, addr, strings.TrimSpace(epoch)))
 	eventually(t, mountWait, "the starved sender's head to wait for credit", func() bool {
 		return starved.readJSON(t, "peers/credit/status")["waiting"] == float64(1)
 	})
+	if m := starved.ok(t, `cat $M/metrics`); !strings.Contains(m, "\norbitefs_receiver_credit_waiting 1\n") {
+		t.Fatalf("/metrics of the starved sender:\n%s", m)
+	}
 	// The starved sender's other peer (the same receiver at another
 	// endpoint, the relay, bound manually) is not held back by it.
 	other := relay.addr()
