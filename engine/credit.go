@@ -12,9 +12,11 @@
 //
 // Life of one owner's credit (all under ledger.mu):
 //
-//	reserved   at its batch head (headGate), before the dispatch window:
-//	           a starved head waits holding neither credit nor window,
-//	           so other peers' heads go on;
+//	reserved   at its batch head (headGate), before the QoS contract and
+//	           the dispatch window: a starved head waits holding none of
+//	           them, so other peers' heads go on; a head that then waits
+//	           at one of those gives its credit back (unreserve), so
+//	           nothing is charged partially while it waits;
 //	committed  at its handoff to the transport (the first unit's call on
 //	           the Remote), never returned after that, even if it fails;
 //	refunded   if it ends before the handoff (cancel, deadline, an
@@ -488,6 +490,27 @@ func (c *groupCredit) release() {
 	l.mu.Unlock()
 }
 
+// unreserve gives back a reservation taken at this head because the
+// head waits at a later gate: no owner was handed off yet.
+func (c *groupCredit) unreserve() {
+	l, b := c.l, c.b
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !c.held {
+		return
+	}
+	for i, s := range c.state {
+		if s == ocReserved {
+			c.state[i] = ocNone
+			b.permits--
+			b.res[CreditDataBytes].reserved -= c.bytes[i]
+			b.res[CreditRequestSlots].reserved--
+		}
+	}
+	c.held = false
+	l.wakeLocked()
+}
+
 // forget drops w from the waiters (its head left the gate another way).
 func (l *creditLedger) forget(w *worker) {
 	l.mu.Lock()
@@ -622,6 +645,14 @@ func (w *worker) creditGate(g *group, now time.Time) (bool, error) {
 		w.admUntil = g.deadline
 	}
 	return false, nil
+}
+
+// creditUnreserve gives back g's reservation when its head waits at a
+// later gate or fails there. REQUIRES: b.mu.
+func (w *worker) creditUnreserve(g *group) {
+	if g.remote != nil && g.remote.credit != nil {
+		g.remote.credit.unreserve()
+	}
 }
 
 // syncCredit performs the sync a fill asked this worker for, outside

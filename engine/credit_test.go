@@ -464,3 +464,32 @@ func TestCreditReconnectAfterReceiverRestart(t *testing.T) {
 	}
 	waitFor(t, "the old issuer to be released", old.released.Load)
 }
+
+// A head with credit that waits for the dispatch window holds no credit
+// while it waits: nothing is charged partially.
+func TestCreditNotHeldWhileWaitingForWindow(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, func(c *config.Engine) {
+		c.RuntimeQueue.Enabled = true
+		c.RuntimeQueue.MaxDispatchOwners = 1
+	})
+	seg, _ := creditSeg(t, e, peer)
+	host := register(t, e, 16<<10)
+	if err := e.ActivateReceiverCredit(peer, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ApplyReceiverCredit(grant(peer, 1, 8192, 2)); err != nil {
+		t.Fatal(err)
+	}
+	release := e.HoldWindowForTest(1, 0)
+	b := submitSealed(t, e, engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 4096}})
+	waitFor(t, "the head to wait for the window", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
+	if s := binding(t, e, peer); s.Permits != 0 || s.Resource(engine.CreditDataBytes).Reserved != 0 {
+		t.Fatalf("credit held while waiting for the window: %+v", s)
+	}
+	release()
+	waitDone(t, b, engine.StateCompleted)
+	if s := binding(t, e, peer); s.Resource(engine.CreditDataBytes).Consumed != 4096 || s.Permits != 0 {
+		t.Fatalf("after dispatch: %+v", s)
+	}
+}
