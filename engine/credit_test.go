@@ -493,3 +493,64 @@ func TestCreditNotHeldWhileWaitingForWindow(t *testing.T) {
 		t.Fatalf("after dispatch: %+v", s)
 	}
 }
+
+// A head waiting on a binding that is deactivated fails at once (busy),
+// with nothing sent.
+func TestCreditFenceFailsWaitingHead(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, f := creditSeg(t, e, peer)
+	host := register(t, e, 16<<10)
+	if err := e.ActivateReceiverCredit(peer, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	b := submitSealed(t, e, engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 4096}})
+	waitFor(t, "the head to wait", func() bool { return e.ReceiverCreditStats().Waiting == 1 })
+	if err := e.DeactivateReceiverCredit(peer, 7); err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.Wait(5 * time.Second)
+	if err != nil || st != engine.StateFailed || f.reads.Load() != 0 {
+		t.Fatalf("the waiting head after deactivate: %v %v, peer reads %d", st, err, f.reads.Load())
+	}
+	if ts, _ := b.TaskStatus(0); ts.Err == nil || !strings.Contains(ts.Err.Error(), "is fenced") || engine.KindOf(ts.Err) != engine.KindBusy {
+		t.Fatalf("task: %+v", ts)
+	}
+}
+
+// flakyIssuer fails its first sync.
+type flakyIssuer struct {
+	fakeIssuer
+	failed atomic.Bool
+}
+
+func (f *flakyIssuer) Sync(ctx context.Context, bytes, reqs uint64) (engine.CreditGrant, error) {
+	if !f.failed.Swap(true) {
+		return engine.CreditGrant{}, errors.New("the receiver is busy")
+	}
+	return f.fakeIssuer.Sync(ctx, bytes, reqs)
+}
+
+// A failed sync is reported and tried again (no sooner than its retry
+// interval) by the next head that needs it; the head then goes on.
+func TestCreditSyncFailureRetried(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, _ := creditSeg(t, e, peer)
+	host := register(t, e, 16<<10)
+	is := &flakyIssuer{fakeIssuer: fakeIssuer{window: engine.CreditGrant{Bytes: 4096, Requests: 1}}}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
+		t.Fatal(err)
+	}
+	rd := []engine.Request{{Address: host.BaseAddress(), Length: 4096}}
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, rd, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, rd, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	s := e.ReceiverCreditStats()
+	if s.SyncErrors != 1 || s.Syncs != 2 || is.syncs.Load() != 1 || s.Bindings[0].SyncError != "" {
+		t.Fatalf("after a failed and a retried sync: %+v (issuer syncs %d)", s, is.syncs.Load())
+	}
+}
