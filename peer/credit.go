@@ -20,7 +20,8 @@
 //     returns the same window; a sender's completed totals never
 //     decrease and never exceed the bytes its frames carried.
 //   - Close returns the window and leaves a tombstone, so a repeated
-//     close (a lost reply) succeeds; a crashed sender's window is not
+//     close (a lost reply) succeeds; at most maxTombstones are kept (an
+//     arbitrary old one goes first). A crashed sender's window is not
 //     reclaimed.
 //   - A remote Pin takes its depth of staging slots plus one consumer
 //     slot from its sender's window at once, or nothing; a missing,
@@ -36,6 +37,9 @@ import (
 
 	"github.com/orbitefs/orbitefs/peer/wire"
 )
+
+// maxTombstones bounds the closed senders remembered.
+const maxTombstones = 4096
 
 // IssuerLimits are the issuer's bounds ([peer.receiver_credit]).
 type IssuerLimits struct {
@@ -180,6 +184,12 @@ func (x *Issuer) close(k senderKey, d wire.CreditDone) *wire.Error {
 	x.sum.ConsumerSlots -= s.window.ConsumerSlots
 	x.out -= s.outstanding()
 	delete(x.senders, k)
+	if len(x.tombs) >= maxTombstones {
+		for old := range x.tombs {
+			delete(x.tombs, old)
+			break
+		}
+	}
 	x.tombs[k] = d
 	x.st.closes++
 	return nil
