@@ -637,7 +637,7 @@ func (w *worker) creditGate(g *group, now time.Time) (bool, error) {
 	case v == creditGo:
 		return true, nil
 	case v == creditSync:
-		w.creditSync = c.b
+		w.creditSync.Store(c.b)
 		w.poke() // a fill on a submitting caller leaves the sync to the worker goroutine
 	}
 	w.admWait = true
@@ -658,12 +658,10 @@ func (w *worker) creditUnreserve(g *group) {
 // syncCredit performs the sync a fill asked this worker for, outside
 // every lock.
 func (w *worker) syncCredit() {
-	b := w.b
-	b.mu.Lock()
-	c := w.creditSync
-	w.creditSync = nil
-	b.mu.Unlock()
-	if c != nil {
-		b.e.credit.sync(c)
+	if w.creditSync.Load() == nil {
+		return
+	}
+	if c := w.creditSync.Swap(nil); c != nil {
+		w.b.e.credit.sync(c)
 	}
 }

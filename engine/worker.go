@@ -85,9 +85,9 @@ type worker struct {
 	// it ages or is promoted).
 	admWait  bool
 	admUntil time.Time
-	// creditSync (guarded by Batch.mu) is the credit binding this worker
-	// must sync after its fill (creditsync.go).
-	creditSync *creditBinding
+	// creditSync is the credit binding this worker must sync after its
+	// fill (creditsync.go); atomic, so a turn without one takes no lock.
+	creditSync atomic.Pointer[creditBinding]
 }
 
 // poke wakes the worker if it waits for off-ring work; never blocks.
@@ -204,7 +204,9 @@ func (w *worker) exitLocked() {
 		b.mu.w = nil
 	}
 	w.exited = true
-	b.e.credit.forget(w)
+	if b.e.credit.enabled() {
+		b.e.credit.forget(w)
+	}
 }
 
 // fill dispatches queued groups and prepares ops while the ring has
