@@ -73,3 +73,37 @@ func TestCreditCommands(t *testing.T) {
 		t.Fatalf("connect without a dialer: %v / %s", err, s.LastError(root))
 	}
 }
+
+// FuzzParseCredit: the credit documents' parser never panics, and a
+// document it accepts names a peer and, for the commands that need one,
+// an epoch (or a cluster member that supplies it).
+func FuzzParseCredit(f *testing.F) {
+	for _, seed := range []string{
+		`{"peer":"10.0.0.6:7070","epoch":1}`,
+		`{"peer":"10.0.0.6:7070","epoch":1,"sequence":2,"freshness_ttl_ms":5,"totals":[{"resource":"data_bytes","total":1}]}`,
+		`{"peer":"peer://beta","timeout":"3s","qos_class":2}`,
+		`{"peer":"[::1]:1","epoch":18446744073709551615}`,
+		`{"peer":"x","epoch":-1}`,
+		`{"peer":`,
+		``,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, verb := range CreditCommands {
+			d, _, err := parseCredit(verb, data, 4096)
+			if err != nil {
+				continue
+			}
+			if d.Peer == "" {
+				t.Fatalf("%s accepted %q without a peer", verb, data)
+			}
+			if creditKeys[verb].epoch && d.Epoch == nil && !strings.HasPrefix(d.Peer, memberPrefix) {
+				t.Fatalf("%s accepted %q without an epoch", verb, data)
+			}
+			if verb == CreditUpdate && (d.Sequence == nil || len(d.Totals) == 0) {
+				t.Fatalf("update accepted %q without a sequence or totals", data)
+			}
+		}
+	})
+}
