@@ -402,7 +402,11 @@ func (c *groupCredit) reserve(g *group, live func(i int) bool, w *worker, now ti
 			b.waits++
 		}
 		if b.auto != nil && b.auto.wantSyncLocked(b, now) {
+			// Counted here, with the waiter, so a test sees every sync
+			// begun the moment it sees the heads waiting.
 			b.auto.syncing = true
+			b.auto.syncs++
+			l.st.syncs++
 			return creditSync, nil
 		}
 		return creditWait, nil
@@ -586,7 +590,7 @@ type CreditStats struct {
 	Reserved    uint64               `json:"reserved"`
 	Committed   uint64               `json:"committed"`
 	Refunded    uint64               `json:"refunded"`
-	Syncs       uint64               `json:"syncs"`
+	Syncs       uint64               `json:"syncs"` // begun
 	SyncErrors  uint64               `json:"sync_errors"`
 	Bindings    []CreditBindingStats `json:"bindings"`
 }

@@ -166,8 +166,6 @@ func (l *creditLedger) sync(b *creditBinding) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a.syncing = false
-	a.syncs++
-	l.st.syncs++
 	now := time.Now()
 	if err == nil {
 		t := g.totals()
