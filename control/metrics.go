@@ -140,7 +140,7 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 			write(m.name, m.typ, m.help, "", m.value(&st))
 		}
 	}
-	renderAdmission(&st, write, &b) // qos.go
+	renderAdmission(&st, write, &b)   // qos.go
 	for _, m := range creditMetrics { // credit.go
 		write(m.name, m.typ, m.help, "", m.value(&st))
 	}
