@@ -50,6 +50,8 @@ type Engine struct {
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
 	defaultPolicy *QoSPolicy
+	// credit is receiver credit bindings (credit.go).
+	credit *creditLedger
 
 	probeOnce sync.Once
 	probeErr  error
@@ -57,6 +59,9 @@ type Engine struct {
 	// laneCopyHeld, nil outside tests, runs on the lane before a lane
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
+	// peerHandoff, nil outside tests, runs on a peer lane before a unit's
+	// context check and its handoff to the Remote (peerexec.go).
+	peerHandoff func(g *group, task int)
 	// closeDrained, nil outside tests, runs in CloseFileSegment after the
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.
@@ -165,6 +170,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
+	e.credit = newCreditLedger(cfg.MaxReceiverCreditSessions)
 	e.defaultPolicy, _ = e.ResolveQoS(QoSContext{}) // blank names cannot fail
 	return e, nil
 }
@@ -335,10 +341,11 @@ type Stats struct {
 	Staging            *StagingStats `json:"staging,omitempty"`
 	// CopyStaging is the pinned pool of device copies outside the
 	// staging lanes (peer transfers, ReadAt/WriteAt), once allocated.
-	CopyStaging  *CopyStageStats `json:"copy_staging,omitempty"`
-	GDS          GDSStats        `json:"gds"`
-	RuntimeQueue QueueStats      `json:"runtime_queue"`
-	QoS          QoSStats        `json:"qos"`
+	CopyStaging    *CopyStageStats `json:"copy_staging,omitempty"`
+	GDS            GDSStats        `json:"gds"`
+	RuntimeQueue   QueueStats      `json:"runtime_queue"`
+	QoS            QoSStats        `json:"qos"`
+	ReceiverCredit CreditStats     `json:"receiver_credit"`
 
 	// Failovers counts attempts started on a task's next transport.
 	Failovers uint64 `json:"failovers"`
@@ -404,5 +411,6 @@ func (e *Engine) Stats() Stats {
 		s.CopyStaging = &cs
 	}
 	s.RuntimeQueue, s.QoS = e.adm.stats()
+	s.ReceiverCredit = e.ReceiverCreditStats()
 	return s
 }

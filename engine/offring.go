@@ -407,6 +407,9 @@ func (x *offRing) failRest(err error) {
 // attempt that may fail over, failover.go) and finishes the group after
 // its last task.
 func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+	if g.remote != nil && g.remote.credit != nil {
+		g.remote.credit.end(i, err == nil, effect)
+	}
 	b.mu.Lock()
 	t := &b.mu.tasks[g.first+i]
 	if t.state == TaskRunning {

@@ -60,6 +60,17 @@ type remoteTarget struct {
 	cancel []context.CancelFunc
 	cut    []atomic.Bool // a cancel of the running task cut it
 	device bool          // some local memory is device memory
+	// credit is the group's receiver credit (credit.go); nil when
+	// credits are off.
+	credit *groupCredit
+}
+
+// handoff commits task i's receiver credit as its bytes go to the
+// Remote: spent from here on, even if the transfer fails.
+func (rt *remoteTarget) handoff(i int) {
+	if rt.credit != nil {
+		rt.credit.commit(i)
+	}
 }
 
 // unitSize is the unit of g's job on an executor that cuts at size.
@@ -126,6 +137,10 @@ func (e *Engine) prepareRemote(b *Batch, op Op, rs *RemoteSegment, reqs []Reques
 		g.addPieces(i, &reqs[i], k)
 	}
 	g.computeBounds()
+	if g.remote.credit, err = e.credit.bind(rs, n, reqExtents(reqs)); err != nil {
+		g.unmapScratch()
+		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: err}
+	}
 	if err := e.admitGroup(verb, g, pol, rs.admit, rs.uri); err != nil {
 		return nil, err
 	}
@@ -232,13 +247,33 @@ func (b *Batch) cutRunningLocked(i int) bool {
 	return true
 }
 
-// endRemote releases a remote group's contexts once it finished.
+// endRemote releases a remote group's contexts once it finished, and
+// refunds the credit of owners never handed off.
 func (g *group) endRemote() {
 	for _, c := range g.remote.cancel {
 		if c != nil {
 			c()
 		}
 	}
+	if g.remote.credit != nil {
+		g.remote.credit.release()
+	}
+}
+
+// reqExtents is each request's byte count (padding included: it
+// crosses the wire too).
+func reqExtents(reqs []Request) []uint64 {
+	out := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		if len(r.Elements) == 0 {
+			out[i] = r.Length
+			continue
+		}
+		for _, el := range r.Elements {
+			out[i] += el.bytes()
+		}
+	}
+	return out
 }
 
 // peerUnit moves unit k of job x with one call on the Remote.
@@ -249,6 +284,9 @@ func peerUnit(x *offRing, k int) {
 	if err := x.startable(k); err != nil {
 		x.resolve(k, 0, err)
 		return
+	}
+	if h := g.b.e.peerHandoff; h != nil {
+		h(g, u.task)
 	}
 	ctx := rt.ctx[u.task]
 	if ctx.Err() != nil {
@@ -265,6 +303,7 @@ func peerUnit(x *offRing, k int) {
 		return
 	}
 	if g.op == OpRead {
+		rt.handoff(u.task)
 		if err := rt.seg.r.ReadAt(ctx, buf, u.off); err != nil {
 			x.resolve(k, 0, rt.unitErr(g, u, ctx, err))
 			return
@@ -281,6 +320,7 @@ func peerUnit(x *offRing, k int) {
 // (marking it submitted unless the Remote's effect is none).
 func peerWrite(x *offRing, k int, ctx context.Context, buf []byte) (uint64, error) {
 	g, u, rt := x.g, &x.units[k], x.g.remote
+	rt.handoff(u.task)
 	effect, err := rt.seg.r.WriteAt(ctx, buf, u.off)
 	if err == nil && effect != EffectApplied {
 		err = fmt.Errorf("the remote returned no error with effect %s", effect)
@@ -340,6 +380,7 @@ func peerDeviceUnit(x *offRing, k int, ctx context.Context, p piece) {
 		x.resolve(k, got, err)
 		return
 	}
+	rt.handoff(u.task)
 	if err := rt.seg.r.ReadAt(ctx, c, u.off); err != nil {
 		s.release(c)
 		x.resolve(k, 0, rt.unitErr(g, u, ctx, err))

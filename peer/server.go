@@ -85,7 +85,9 @@ type ServerConfig struct {
 	// default).
 	Inbox          *Inbox
 	MaxNotifyBytes uint64
-	Logger         *slog.Logger
+	// Credit is the receiver credit issuer (credit.go); nil: credits off.
+	Credit *Issuer
+	Logger *slog.Logger
 }
 
 // Stats are a server's counters.
@@ -421,6 +423,7 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
+			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, m.Length)
 			buf, reply.Meta = s.read(&m, &reply)
 			reply.Payload = buf
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
@@ -429,6 +432,7 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
+			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
 			var err error
 			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
 				return err
@@ -441,6 +445,10 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			var err error
 			if reply.Meta, err = s.notify(br, c, &h, &m, hello, &reply); err != nil {
 				return err
+			}
+		case (h.Type == wire.TypeCreditConnect || h.Type == wire.TypeCreditSync || h.Type == wire.TypeCreditClose) && role == wire.RoleControl && h.PayloadLen == 0:
+			if err := s.serveCredit(h.Type, meta, hello, &reply); err != nil {
+				return s.refuseFrame(c, &h, err)
 			}
 		default:
 			return s.refuseFrame(c, &h, fmt.Errorf("%w: a %s frame with %d payload bytes is not a request on a %s connection",

@@ -124,6 +124,9 @@ func TestMessagesTruncatedOrLong(t *testing.T) {
 		&Write{Region: 1, Offset: 2},
 		&Pong{Epoch: 5},
 		&Error{Code: CodeDenied, Message: "no"},
+		&CreditConnect{QoSClass: 2},
+		&CreditDone{Bytes: 1, Requests: 2},
+		&CreditGrant{Bytes: 1, Requests: 2, StagingSlots: 3, ConsumerSlots: 4},
 	}
 	for _, m := range msgs {
 		b := m.Marshal()
