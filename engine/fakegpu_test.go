@@ -58,6 +58,12 @@ type fakeGPU struct {
 	calls atomic.Int64
 	// records and releases count event records and closes.
 	records, releases atomic.Int64
+	// CUDA IPC (fakeipc_test.go): open mappings, closes, DtoD copies
+	// queued; failImport refuses imports, failDtoD refuses DtoD copies;
+	// onDtoD (set before use) sees each DtoD as it is queued.
+	ipcOpen, ipcClosed, dtods atomic.Int64
+	failImport, failDtoD      atomic.Bool
+	onDtoD                    func(dst, src, n uint64)
 }
 
 func newFakeGPU(devices int) *fakeGPU {
@@ -94,7 +100,7 @@ func (f *fakeGPU) Alloc(dev int, n uint64) (engine.DeviceMemory, error) {
 }
 
 func (f *fakeGPU) ImportIPC(dev int, handle []byte) (engine.DeviceMemory, error) {
-	return nil, errors.New("fake: no IPC")
+	return f.importIPC(dev, handle) // fakeipc_test.go
 }
 
 func (f *fakeGPU) Pin(addr uintptr, n uint64) (func() error, error) {

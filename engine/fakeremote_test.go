@@ -41,6 +41,9 @@ type fakeRemote struct {
 	reads, writes atomic.Int64
 	calls         []string // "read OFF+N", "write OFF+N", in call order
 	closed        atomic.Bool
+	// gone, when set, is what Err reports: the peer restarted
+	// (fakeipc_test.go).
+	gone atomic.Pointer[error]
 }
 
 func newFakeRemote(n int, export engine.Permission, unit uint64) *fakeRemote {

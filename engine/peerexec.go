@@ -51,7 +51,8 @@ type remoteTarget struct {
 	// the running task) and that cancel.
 	ctx    []context.Context
 	cancel []context.CancelFunc
-	cut    []atomic.Bool // a cancel of the running task cut it
+	cut    []atomic.Bool  // a cancel of the running task cut it
+	ipcRun []atomic.Int32 // per request on cuda_ipc: ipcIdle, ipcStarted or ipcCut (ipcexec.go)
 }
 
 // unitSize is the unit of g's job on an executor that cuts at size.
@@ -141,6 +142,7 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
 		}
 	}
+	_, ipc := g.ipcDevice(e, r) // device memory and a same-host peer's device region (ipc.go)
 	var extent uint64
 	for j, el := range elems {
 		switch {
@@ -163,7 +165,7 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			}
 			return err
 		}
-		if reg.dev != nil {
+		if reg.dev != nil && !ipc {
 			return detail(KindUnavailable, "%s is device memory (%s): the peer executor moves host memory only; GPU memory over a peer (through pinned staging) is not built yet", reg.name(), reg.Location())
 		}
 		g.ranges = append(g.ranges, hostRange{region: reg, lo: el.Address, hi: el.Address + el.Length, req: i})
@@ -181,6 +183,9 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 	}
 	g.ops[i].Offset = r.TargetOffset
 	g.routes[i] = routeRemote
+	if ipc {
+		g.useIPC(i, r)
+	}
 	g.policy[i] = reqPolicy{asked: r.Transport}
 	g.fileLo, g.fileHi = min(g.fileLo, r.TargetOffset), max(g.fileHi, end)
 	g.charge += extent

@@ -38,6 +38,12 @@ type Remote interface {
 	Close() error
 }
 
+// A Remote may also report its connection's health with a method
+// Err() error: nil while the peer that described the region is still
+// there with the same epoch, else why not (it restarted, the connection
+// failed). The CUDA IPC executor checks it before every copy and closes
+// its mappings of the region once it reports an error (ipc.go).
+
 // RemoteInfo describes a remote region.
 type RemoteInfo struct {
 	Address string     `json:"address"` // host:port dialed
@@ -50,6 +56,10 @@ type RemoteInfo struct {
 	// Unit is the largest transfer one executor unit hands to the Remote
 	// (the peer's slice size times its lanes, so one unit stripes).
 	Unit uint64 `json:"unit"`
+	// IPC is set when the region is device memory of an engine on this
+	// host that exported its CUDA IPC handle: device requests then copy
+	// on the GPU (ipc.go).
+	IPC *RemoteIPC `json:"cuda_ipc,omitempty"`
 }
 
 // RemoteSegment is a peer's exported region opened as a target. Safe for
@@ -60,6 +70,7 @@ type RemoteSegment struct {
 	info RemoteInfo
 	uri  string
 	perm Permission
+	ipc  *ipcState // the imported CUDA IPC mappings (ipc.go); nil without IPC
 
 	mu struct {
 		sync.Mutex
@@ -121,7 +132,11 @@ func (e *Engine) OpenRemoteSegment(uri string, r Remote, perm Permission) (*Remo
 		return nil, errorf(KindInvalid, op, name, "the remote announces a unit of 0 bytes")
 	}
 	e.log.Info("segment opened", "segment", uri, "peer", info.Peer, "epoch", info.Epoch, "region", info.Region, "bytes", info.Size, "permission", perm.String())
-	return &RemoteSegment{e: e, r: r, info: info, uri: uri, perm: perm}, nil
+	s := &RemoteSegment{e: e, r: r, info: info, uri: uri, perm: perm}
+	if info.IPC != nil {
+		s.ipc = newIPCState()
+	}
+	return s, nil
 }
 
 func exportText(p Permission) string {
@@ -156,6 +171,7 @@ func (e *Engine) CloseRemoteSegment(s *RemoteSegment, timeout time.Duration) err
 	s.mu.gone = true
 	s.mu.Unlock()
 	if !gone {
+		s.closeIPC()
 		s.r.Close()
 		e.log.Info("segment closed", "segment", s.uri)
 	}
