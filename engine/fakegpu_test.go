@@ -60,10 +60,11 @@ type fakeGPU struct {
 	records, releases atomic.Int64
 	// CUDA IPC (fakeipc_test.go): open mappings, closes, DtoD copies
 	// queued; failImport refuses imports, failDtoD refuses DtoD copies;
-	// onDtoD (set before use) sees each DtoD as it is queued.
+	// onDtoD and onDtoDDone (set before use) see each DtoD as it is
+	// queued and once its bytes moved.
 	ipcOpen, ipcClosed, dtods atomic.Int64
 	failImport, failDtoD      atomic.Bool
-	onDtoD                    func(dst, src, n uint64)
+	onDtoD, onDtoDDone        func(dst, src, n uint64)
 }
 
 func newFakeGPU(devices int) *fakeGPU {

@@ -100,6 +100,9 @@ func (s *fakeStream) DtoD(dst, src, n uint64) error {
 		}
 		s.f.mu.Unlock()
 		s.f.copies.Add(1)
+		if s.f.onDtoDDone != nil {
+			s.f.onDtoDDone(dst, src, n)
+		}
 	}
 	return nil
 }

@@ -114,6 +114,7 @@ func (g *group) ipcDevice(e *Engine, r *Request) (int, bool) {
 		dev = reg.dev.Device()
 	}
 	if s.health() != nil {
+		s.staleIPC() // the peer restarted: its handle names nothing of ours
 		return 0, false
 	}
 	if _, err := s.ipcMapping(e, dev); err != nil {
