@@ -263,7 +263,15 @@ func TestIPCCancel(t *testing.T) {
 			t.Fatalf("the running copy: %v, effect %v (%v); want completed, applied", ts.State, ts.RemoteEffect, ts.Err)
 		}
 	})
-	t.Run("not started", func(t *testing.T) {
+	for _, how := range []string{"cancel", "cancel_all"} {
+		t.Run("not started, "+how, func(t *testing.T) { cancelQueuedIPC(t, how) })
+	}
+}
+
+// cancelQueuedIPC cancels (Cancel or CancelAll) a cuda_ipc task held
+// behind a TCP request of its submission.
+func cancelQueuedIPC(t *testing.T, how string) {
+	{
 		f := newIPCFixture(t, 2)
 		orig := f.remote.bytes()
 		rel := make(chan struct{})
@@ -284,8 +292,12 @@ func TestIPCCancel(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, "the TCP request to be held", func() bool { return f.remote.writes.Load() == 1 })
-		if err := b.Cancel(1); err != nil {
-			t.Fatalf("cancel of a cuda_ipc task not yet started: %v", err)
+		cancel := func() error { return b.Cancel(1) }
+		if how == "cancel_all" {
+			cancel = b.CancelAll
+		}
+		if err := cancel(); err != nil {
+			t.Fatalf("%s of a cuda_ipc task not yet started: %v", how, err)
 		}
 		close(rel)
 		b.Seal()
@@ -299,7 +311,7 @@ func TestIPCCancel(t *testing.T) {
 		if f.gpu.dtods.Load() != 0 || !bytes.Equal(f.remote.bytes()[peerUnit:], orig[peerUnit:]) {
 			t.Fatal("the cancelled copy ran")
 		}
-	})
+	}
 }
 
 // TestIPCUncertainWrite: a WRITE copy whose event fails is uncertain:
