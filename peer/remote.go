@@ -35,7 +35,8 @@ func OpenRemote(ctx context.Context, c *Conn, region string) (*Remote, error) {
 		return nil, err
 	}
 	return &Remote{c: c, info: engine.RemoteInfo{Address: c.addr, Peer: c.peerName, Epoch: c.peerEpoch,
-		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice}}, nil
+		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice,
+		IPC: remoteIPC(d)}}, nil
 }
 
 // permission is the engine's name for an export permission.
