@@ -29,13 +29,18 @@ KEY=$D/ipc-peer.key
 head -c 32 /dev/urandom | base64 >"$KEY"
 chmod 600 "$KEY"
 PORT=$((20000 + RANDOM % 20000))
+# A submission of SIZE bytes is charged whole against max_inflight_bytes.
+ENGINE="[engine]
+max_inflight_bytes = $((2 * SIZE > 4294967296 ? 2 * SIZE : 4294967296))"
 cat >"$D/a.toml" <<EOT
+$ENGINE
 [peer]
 listen = "127.0.0.1:$PORT"
 name = "ipc-a"
 key_file = "$KEY"
 EOT
 cat >"$D/b.toml" <<EOT
+$ENGINE
 [peer]
 name = "ipc-b"
 key_file = "$KEY"
