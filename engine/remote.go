@@ -95,13 +95,16 @@ type RemoteSegmentInfo struct {
 	Permission Permission `json:"-"`
 	Users      int        `json:"users"`
 	Draining   bool       `json:"draining"`
+	// IPCMappings: CUDA IPC mappings of the region open here (ipc.go).
+	IPCMappings int `json:"cuda_ipc_mappings"`
 }
 
 // Info returns the segment's description.
 func (s *RemoteSegment) Info() RemoteSegmentInfo {
+	maps := s.IPCMappings()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return RemoteSegmentInfo{URI: s.uri, Remote: s.info, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed}
+	return RemoteSegmentInfo{URI: s.uri, Remote: s.info, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed, IPCMappings: maps}
 }
 
 // OpenRemoteSegment opens r as a target named uri with permission perm.

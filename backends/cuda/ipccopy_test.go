@@ -26,6 +26,9 @@ func TestDtoDAsync(t *testing.T) {
 	want = append(want, want...) // 8 MiB
 	must(t, dev.CopyHtoD(src, want))
 	must(t, dev.Memset(dst, 0, n))
+	// The memset runs on the legacy stream, which a non-blocking stream
+	// does not wait for.
+	must(t, dev.Synchronize())
 	s, err := dev.NewStream(true)
 	must(t, err)
 	defer s.Destroy()

@@ -144,7 +144,7 @@ for dir in write read; do
 		printf "{\"check\":\"cuda_ipc\",\"direction\":\"%s\",\"bytes\":%d,\"seconds\":%.6f,\"gbps\":%.1f,\"torch_seconds\":%.6f,\"torch_gbps\":%.1f,\"ratio\":%.3f}\n", d, b, s, b / s / 1e9, ts, b / ts / 1e9, ts / s
 	}' | tee -a "${RESULTS:-/dev/null}"
 done
-cat "$MB/stats" | grep -o '"cuda_ipc":{[^}]*}' || true
+jq -c .cuda_ipc "$MB/stats" 2>/dev/null || true
 step close: the segment, then the regions
 rmdir "$MB/segments/ra" "$MB/memory/gb" "$MA/memory/ga"
 echo cuda ipc checks passed
