@@ -29,9 +29,11 @@ KEY=$D/ipc-peer.key
 head -c 32 /dev/urandom | base64 >"$KEY"
 chmod 600 "$KEY"
 PORT=$((20000 + RANDOM % 20000))
-# A submission of SIZE bytes is charged whole against max_inflight_bytes.
+# Every submission of a batch is charged against max_inflight_bytes
+# from its submit to its end: room for all REPS of them (else the later
+# ones are refused with EAGAIN and move nothing).
 ENGINE="[engine]
-max_inflight_bytes = $((2 * SIZE > 4294967296 ? 2 * SIZE : 4294967296))"
+max_inflight_bytes = $(((REPS + 1) * SIZE > 4294967296 ? (REPS + 1) * SIZE : 4294967296))"
 cat >"$D/a.toml" <<EOT
 $ENGINE
 [peer]
@@ -80,20 +82,29 @@ requests() {
 }
 
 # batch OP K: K submissions of the whole region in one batch; prints the
-# seconds from the first submit to the end of wait, and checks every task
-# completed over cuda_ipc.
+# seconds from the first submit to the end of wait, and checks that every
+# submission was accepted and every task completed over cuda_ipc.
 batch() {
-	local op=$1 k=$2 n doc t0 t1 st
+	local op=$1 k=$2 n doc t0 t1 st refused=0 tasks
 	doc=$(requests "$op")
 	n=$(cat "$MB/ctl/batches/clone")
 	t0=$EPOCHREALTIME # no fork inside the timed window
-	for _ in $(seq "$k"); do echo "$doc" >"$MB/ctl/batches/$n/submit"; done
+	for _ in $(seq "$k"); do echo "$doc" >"$MB/ctl/batches/$n/submit" || refused=$((refused + 1)); done
 	echo seal >"$MB/ctl/batches/$n/ctl"
 	st=$(cat "$MB/ctl/batches/$n/wait")
 	t1=$EPOCHREALTIME
 	if [ "$st" != completed ]; then
 		echo "batch $n: $st" >&2
 		cat "$MB/ctl/batches/$n/status" "$MB/ctl/batches/$n/error" >&2 2>/dev/null || true
+		return 1
+	fi
+	if [ "$refused" -gt 0 ]; then
+		echo "batch $n: $refused of $k submissions refused (see /error)" >&2
+		return 1
+	fi
+	tasks=$(ls "$MB/ctl/batches/$n/tasks" | wc -l)
+	if [ "$tasks" -ne $((k * ((SIZE + GIB - 1) / GIB))) ]; then
+		echo "batch $n: $tasks tasks for $k submissions" >&2
 		return 1
 	fi
 	for t in "$MB/ctl/batches/$n/tasks/"*; do
@@ -118,21 +129,21 @@ echo
 step WRITE B\'s bytes into A\'s region over cuda_ipc, check them through A\'s mount
 head -c "$SIZE" /dev/urandom >"$D/pattern.bin"
 dd if="$D/pattern.bin" of="$MB/memory/gb/data" bs=4M conv=notrunc status=none
-batch write 1 >/dev/null
+batch write 1 >/dev/null || exit 1
 cmp "$MA/memory/ga/data" "$D/pattern.bin"
 
 step READ them back into B\'s zeroed region, check through B\'s mount
 dd if=/dev/zero of="$MB/memory/gb/data" bs=4M count=$((SIZE / 4194304)) conv=notrunc status=none
 cmp -s "$MB/memory/gb/data" "$D/pattern.bin" && { echo "zeroing gb failed"; exit 1; }
-batch read 1 >/dev/null
+batch read 1 >/dev/null || exit 1
 cmp "$MB/memory/gb/data" "$D/pattern.bin"
 rm -f "$D/pattern.bin"
 echo "bytes checked: $SIZE each way"
 
 step throughput: $REPS submissions of $SIZE bytes each way, then torch in the same run
-batch write 1 >/dev/null # warm: streams, lanes
-w=$(batch write "$REPS")
-r=$(batch read "$REPS")
+batch write 1 >/dev/null || exit 1 # warm: streams, lanes
+w=$(batch write "$REPS") || exit 1
+r=$(batch read "$REPS") || exit 1
 t=$("$PY" "$HERE/ipc_torch.py" --bytes "$SIZE" --reps "$REPS")
 echo "torch: $t"
 ts=$(echo "$t" | sed -n 's/.*"seconds": *\([0-9.e-]*\).*/\1/p')
