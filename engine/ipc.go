@@ -89,14 +89,14 @@ func (s *RemoteSegment) health() error {
 	return nil
 }
 
-// ipcDevice reports whether request r can take routeIPC, and on which
-// local device: every element device memory on one device, no padding,
-// a healthy peer, and the mapping open on that device (imported here
-// on first use). Errors in the request itself are left to buildRemote.
-func (g *group) ipcDevice(e *Engine, r *Request) (int, bool) {
+// ipcEligible reports whether request r can take routeIPC: every
+// element device memory on one device, no padding, a healthy peer, and
+// the mapping open on that device (imported here on first use). Errors
+// in the request itself are left to buildRemote.
+func (g *group) ipcEligible(e *Engine, r *Request) bool {
 	s := g.remote.seg
 	if s.ipc == nil || e.gpu.b == nil {
-		return 0, false
+		return false
 	}
 	elems := r.Elements
 	if len(elems) == 0 {
@@ -105,22 +105,22 @@ func (g *group) ipcDevice(e *Engine, r *Request) (int, bool) {
 	dev := -1
 	for _, el := range elems {
 		if el.Padding != 0 || el.Length == 0 {
-			return 0, false
+			return false
 		}
 		reg, err := e.resolveFor(g.allowed, el.Address, el.Length)
 		if err != nil || reg.dev == nil || (dev >= 0 && reg.dev.Device() != dev) {
-			return 0, false
+			return false
 		}
 		dev = reg.dev.Device()
 	}
 	if s.health() != nil {
 		s.staleIPC() // the peer restarted: its handle names nothing of ours
-		return 0, false
+		return false
 	}
 	if _, err := s.ipcMapping(e, dev); err != nil {
-		return 0, false
+		return false
 	}
-	return dev, true
+	return true
 }
 
 // ipcMapping returns the mapping on device dev, importing it once.

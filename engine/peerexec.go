@@ -142,7 +142,7 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
 		}
 	}
-	_, ipc := g.ipcDevice(e, r) // device memory and a same-host peer's device region (ipc.go)
+	ipc := g.ipcEligible(e, r) // device memory and a same-host peer's device region (ipc.go)
 	var extent uint64
 	for j, el := range elems {
 		switch {
