@@ -27,9 +27,9 @@ type MemorySpec struct {
 	// cuIpcGetMemHandle handle as 128 hex digits); cuda:N only.
 	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
 	// Export says what peers may do with it: none (the default), read,
-	// write or read_write. A cuda:N registration is reached over TCP
-	// through the driver's copies, and by a peer on this host through
-	// CUDA IPC.
+	// write or read_write. A peer reaches a cuda:N registration
+	// through this daemon's pinned copy staging, or, on this host,
+	// through CUDA IPC.
 	Export string `json:"export,omitempty"`
 }
 

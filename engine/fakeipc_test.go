@@ -28,6 +28,7 @@ func (d *fakeMem) IPCHandle() ([]byte, error) {
 }
 
 func (f *fakeGPU) importIPC(dev int, h []byte) (engine.DeviceMemory, error) {
+	f.importTries.Add(1)
 	if f.failImport.Load() {
 		return nil, errors.New("fake: cuIpcOpenMemHandle: CUDA_ERROR_INVALID_HANDLE")
 	}

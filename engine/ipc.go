@@ -6,15 +6,20 @@
 //
 // Invariants:
 //   - A request takes routeIPC only when every element is device memory
-//     on one device, without padding, the segment's Remote reports no
-//     error (same peer, same epoch), and the mapping for that device is
-//     open. Anything else on a remote segment keeps its TCP route.
+//     on one device, without padding, the Remote describes the region
+//     with a handle (Info().IPC) and reports no error, and the mapping
+//     for that device is open. Anything else on a remote segment keeps
+//     its TCP route (whose redial after a peer restart brings the new
+//     epoch's descriptor, and so its handle).
+//   - A mapping belongs to the peer's epoch it was opened in; a unit uses
+//     it only while the Remote reports no error and that same epoch.
 //   - A mapping is closed only when no unit uses it and no uncertain
 //     copy may still touch it (retained: never closed, for the engine's
-//     life): at segment close, or once the Remote reports an error (the
-//     peer restarted: its memory is not the memory the handle named).
-//   - An import refused for a device is remembered: that device's
-//     requests keep TCP and the import is not tried again.
+//     life): at segment close, or once its epoch is over (the peer
+//     restarted: its memory is not the memory the handle named).
+//   - An import refused for a device is remembered for that epoch: that
+//     device's requests keep TCP and the import is not tried again until
+//     the peer has a new epoch.
 
 package engine
 
@@ -64,21 +69,28 @@ func (r *Region) IPCHandle() ([]byte, error) {
 // ipcState is a remote segment's CUDA IPC mappings.
 type ipcState struct {
 	mu     sync.Mutex
-	maps   map[int]*ipcMap // by local device
-	failed map[int]error   // import refused on that device
-	closed bool            // the segment closed: nothing new is imported
+	maps   map[int]*ipcMap    // by local device
+	failed map[int]ipcRefusal // import refused on that device
+	closed bool               // the segment closed: nothing new is imported
+}
+
+// ipcRefusal is an import refused in one of the peer's epochs.
+type ipcRefusal struct {
+	epoch uint64
+	err   error
 }
 
 // ipcMap is the region mapped into one local device's context.
 type ipcMap struct {
 	mem      DeviceMemory
-	users    int  // units copying with it now
-	retained bool // an uncertain copy may still touch it: never closed
-	stale    bool // close it once users drops to 0
+	epoch    uint64 // the peer's epoch whose handle it was opened from
+	users    int    // units copying with it now
+	retained bool   // an uncertain copy may still touch it: never closed
+	stale    bool   // close it once users drops to 0
 }
 
 func newIPCState() *ipcState {
-	return &ipcState{maps: map[int]*ipcMap{}, failed: map[int]error{}}
+	return &ipcState{maps: map[int]*ipcMap{}, failed: map[int]ipcRefusal{}}
 }
 
 // health is the Remote's own verdict on its peer (nil when it has none).
@@ -95,7 +107,7 @@ func (s *RemoteSegment) health() error {
 // in the request itself are left to buildRemote.
 func (g *group) ipcEligible(e *Engine, r *Request) bool {
 	s := g.remote.seg
-	if s.ipc == nil || e.gpu.b == nil {
+	if e.gpu.b == nil {
 		return false
 	}
 	elems := r.Elements
@@ -113,46 +125,50 @@ func (g *group) ipcEligible(e *Engine, r *Request) bool {
 		}
 		dev = reg.dev.Device()
 	}
-	if s.health() != nil {
-		s.staleIPC() // the peer restarted: its handle names nothing of ours
+	info := s.r.Info()
+	if s.health() != nil || info.IPC == nil {
+		s.staleIPC(0) // the peer is gone or changed: its handles name nothing of ours
 		return false
 	}
-	if _, err := s.ipcMapping(e, dev); err != nil {
+	if _, err := s.ipcMapping(e, dev, info); err != nil {
 		return false
 	}
 	return true
 }
 
-// ipcMapping returns the mapping on device dev, importing it once.
-func (s *RemoteSegment) ipcMapping(e *Engine, dev int) (*ipcMap, error) {
+// ipcMapping returns the mapping on device dev for the peer's epoch in
+// info, importing info's handle once per epoch (a mapping of an earlier
+// epoch is closed once idle).
+func (s *RemoteSegment) ipcMapping(e *Engine, dev int, info RemoteInfo) (*ipcMap, error) {
+	s.staleIPC(info.Epoch)
 	st := s.ipc
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if m := st.maps[dev]; m != nil && !m.stale {
 		return m, nil
 	}
-	if err := st.failed[dev]; err != nil {
-		return nil, err
+	if f, ok := st.failed[dev]; ok && f.epoch == info.Epoch {
+		return nil, f.err
 	}
 	if st.closed {
 		return nil, errors.New("the segment is closing")
 	}
 	if st.maps[dev] != nil {
-		// A stale mapping still in use: its peer is gone, and the handle
-		// would name the same memory.
+		// A stale mapping of this epoch still in use (its connection
+		// failed, and no redial brought a new epoch yet).
 		return nil, errors.New("the peer's previous mapping is still in use")
 	}
-	mem, err := e.gpu.b.ImportIPC(dev, s.info.IPC.Handle)
+	mem, err := e.gpu.b.ImportIPC(dev, info.IPC.Handle)
 	if err != nil {
-		err = fmt.Errorf("cuda:%d cannot open %s's CUDA IPC handle for region %q: %w", dev, s.info.Peer, s.info.Region, err)
-		st.failed[dev] = err
-		e.log.Warn("cuda ipc import refused; device requests keep tcp", "segment", s.uri, "device", dev, "err", err)
+		err = fmt.Errorf("cuda:%d cannot open %s's CUDA IPC handle for region %q: %w", dev, info.Peer, info.Region, err)
+		st.failed[dev] = ipcRefusal{epoch: info.Epoch, err: err}
+		e.log.Warn("cuda ipc import refused; device requests keep tcp", "segment", s.uri, "device", dev, "epoch", info.Epoch, "err", err)
 		return nil, err
 	}
-	m := &ipcMap{mem: mem}
+	m := &ipcMap{mem: mem, epoch: info.Epoch}
 	st.maps[dev] = m
 	e.st.ipc.imports.Add(1)
-	e.log.Info("cuda ipc mapping opened", "segment", s.uri, "peer", s.info.Peer, "epoch", s.info.Epoch, "region", s.info.Region, "device", dev)
+	e.log.Info("cuda ipc mapping opened", "segment", s.uri, "peer", info.Peer, "epoch", info.Epoch, "region", info.Region, "device", dev)
 	return m, nil
 }
 
@@ -160,16 +176,18 @@ func (s *RemoteSegment) ipcMapping(e *Engine, dev int) (*ipcMap, error) {
 // must not run: the peer is gone (the mapping is then closed once idle)
 // or the segment closed.
 func (s *RemoteSegment) ipcAcquire(dev int) (*ipcMap, error) {
+	info := s.r.Info()
 	if err := s.health(); err != nil {
-		s.staleIPC()
-		return nil, fmt.Errorf("the peer %s of region %q is gone or restarted, so its CUDA IPC mapping is closed: %w", s.info.Peer, s.info.Region, err)
+		s.staleIPC(0)
+		return nil, fmt.Errorf("the peer %s of region %q is gone or restarted, so its CUDA IPC mapping is closed: %w", info.Peer, info.Region, err)
 	}
+	s.staleIPC(info.Epoch)
 	st := s.ipc
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	m := st.maps[dev]
 	if m == nil || m.stale {
-		return nil, fmt.Errorf("no open CUDA IPC mapping of region %q on cuda:%d", s.info.Region, dev)
+		return nil, fmt.Errorf("no open CUDA IPC mapping of region %q on cuda:%d in the peer's epoch %d (it restarted)", info.Region, dev, info.Epoch)
 	}
 	m.users++
 	return m, nil
@@ -191,16 +209,14 @@ func (s *RemoteSegment) ipcRelease(m *ipcMap, uncertain bool) {
 	}
 }
 
-// staleIPC marks every mapping stale and closes the idle ones.
-func (s *RemoteSegment) staleIPC() {
-	if s.ipc == nil {
-		return
-	}
+// staleIPC marks every mapping stale (but those of epoch keep, when not
+// 0) and closes the idle ones.
+func (s *RemoteSegment) staleIPC(keep uint64) {
 	st := s.ipc
 	var idle []*ipcMap
 	st.mu.Lock()
 	for _, m := range st.maps {
-		if m.stale {
+		if m.stale || (keep != 0 && m.epoch == keep) {
 			continue
 		}
 		m.stale = true
@@ -217,13 +233,10 @@ func (s *RemoteSegment) staleIPC() {
 // closeIPC closes the segment's mappings at segment close (its groups
 // drained, so only retained ones remain in use).
 func (s *RemoteSegment) closeIPC() {
-	if s.ipc == nil {
-		return
-	}
 	s.ipc.mu.Lock()
 	s.ipc.closed = true
 	s.ipc.mu.Unlock()
-	s.staleIPC()
+	s.staleIPC(0)
 }
 
 // closeMapping unmaps m (users 0, not retained, stale) and forgets it.
@@ -242,14 +255,11 @@ func (s *RemoteSegment) closeMapping(m *ipcMap) {
 		return
 	}
 	s.e.st.ipc.closes.Add(1)
-	s.e.log.Info("cuda ipc mapping closed", "segment", s.uri, "peer", s.info.Peer, "region", s.info.Region)
+	s.e.log.Info("cuda ipc mapping closed", "segment", s.uri, "region", s.info.Region, "epoch", m.epoch)
 }
 
 // IPCMappings is how many CUDA IPC mappings the segment holds open.
 func (s *RemoteSegment) IPCMappings() int {
-	if s.ipc == nil {
-		return 0
-	}
 	s.ipc.mu.Lock()
 	defer s.ipc.mu.Unlock()
 	return len(s.ipc.maps)

@@ -65,19 +65,14 @@ const (
 	ipcCut            // cancelled before any copy
 )
 
-// useIPC routes request i of a remote group to the IPC executor.
-func (g *group) useIPC(i int, r *Request) {
+// useIPC routes request i of a remote group to the IPC executor (its
+// producer event, if any, is already set: buildRemote).
+func (g *group) useIPC(i int) {
 	rt := g.remote
 	if rt.ipcRun == nil {
 		rt.ipcRun = make([]atomic.Int32, g.n)
 	}
 	g.routes[i] = routeIPC
-	if r.Producer != nil {
-		if g.producers == nil {
-			g.producers = make([]Event, g.n)
-		}
-		g.producers[i] = r.Producer
-	}
 }
 
 // begin reports whether task j may queue a copy: false once it was cut.

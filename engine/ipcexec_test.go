@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -120,8 +119,8 @@ func (f *ipcFixture) alternating() []engine.Request {
 	return reqs
 }
 
-// inOrder is the log of requests 0..n-1 run one after the other.
-func inOrder(n int) []string {
+// ipcInOrder is the log of requests 0..n-1 run one after the other.
+func ipcInOrder(n int) []string {
 	var want []string
 	for i := range n {
 		want = append(want, fmt.Sprintf("s%d", i), fmt.Sprintf("e%d", i))
@@ -168,7 +167,7 @@ func TestIPCMixedInputOrder(t *testing.T) {
 					t.Fatalf("task %d: %v over %v, %d bytes (%v); want completed over %v", i, ts.State, ts.Transport, ts.Transferred, ts.Err, want)
 				}
 			}
-			if got, want := f.log.get(), inOrder(f.n/peerUnit); !slices.Equal(got, want) {
+			if got, want := f.log.get(), ipcInOrder(f.n/peerUnit); !slices.Equal(got, want) {
 				t.Fatalf("transfers ran as %v, want input order %v", got, want)
 			}
 			var got []byte
@@ -341,12 +340,35 @@ func TestIPCUncertainWrite(t *testing.T) {
 
 // TestIPCMappingLifetime: one import per segment and device, reused by
 // later submissions; closed when the segment closes, and when the peer
-// restarted (its Remote reports an error), after which device requests
-// no longer take cuda_ipc.
+// restarted (its Remote reports an error: device requests then take the
+// TCP route, through copy staging; or it shows a new epoch: the new
+// handle is opened); an import refused leaves device requests on TCP.
 func TestIPCMappingLifetime(t *testing.T) {
+	via := func(f *ipcFixture) engine.TransportKind {
+		t.Helper()
+		b, err := f.e.AllocateBatch(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+		if _, err := b.Submit(engine.OpWrite, f.seg, []engine.Request{{Address: f.dev.BaseAddress(), Length: peerUnit}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		b.Seal()
+		if _, err := b.Wait(ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		ts, _ := b.TaskStatus(0)
+		if ts.State != engine.TaskCompleted {
+			t.Fatalf("WRITE: %v (%v)", ts.State, ts.Err)
+		}
+		return ts.Transport
+	}
 	write := func(f *ipcFixture) error {
-		_, err := f.e.SubmitAndWait(engine.OpWrite, f.seg, []engine.Request{{Address: f.dev.BaseAddress(), Length: peerUnit}}, ioTimeout)
-		return err
+		if tr := via(f); tr != engine.TransportCUDAIPC {
+			return fmt.Errorf("WRITE over %v, want cuda_ipc", tr)
+		}
+		return nil
 	}
 	t.Run("segment close", func(t *testing.T) {
 		f := newIPCFixture(t, 1)
@@ -372,19 +394,52 @@ func TestIPCMappingLifetime(t *testing.T) {
 		}
 		gone := errors.New("the peer restarted with another epoch")
 		f.remote.gone.Store(&gone)
-		err := write(f)
-		wantKind(t, err, engine.KindUnavailable)
+		if tr := via(f); tr != engine.TransportTCP {
+			t.Fatalf("WRITE after the restart over %v, want tcp", tr)
+		}
 		if f.gpu.ipcOpen.Load() != 0 || f.gpu.ipcClosed.Load() != 1 || f.gpu.dtods.Load() != 1 {
 			t.Fatalf("after the restart: %d open, %d closed, %d copies; want the mapping closed and no copy", f.gpu.ipcOpen.Load(), f.gpu.ipcClosed.Load(), f.gpu.dtods.Load())
+		}
+	})
+	t.Run("peer restarted, redialed", func(t *testing.T) {
+		// The connection redialed the peer's new epoch, which exports
+		// the region anew (other memory, another handle).
+		f := newIPCFixture(t, 1)
+		if err := write(f); err != nil {
+			t.Fatal(err)
+		}
+		exp2 := deviceRegion(t, f.e, 0, uint64(f.n))
+		h, err := exp2.IPCHandle()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.remote.mu.Lock()
+		f.remote.info.Epoch++
+		f.remote.info.IPC = &engine.RemoteIPC{Handle: h}
+		f.remote.mu.Unlock()
+		want := bytes.Repeat([]byte{0x3c}, f.n)
+		mustWrite(t, f.dev, want)
+		if err := write(f); err != nil {
+			t.Fatal(err)
+		}
+		st := f.e.Stats().IPC
+		if f.gpu.ipcOpen.Load() != 1 || f.gpu.ipcClosed.Load() != 1 || st.Imports != 2 {
+			t.Fatalf("%d open, %d closed, stats %+v: want the old epoch's mapping closed and the new one opened", f.gpu.ipcOpen.Load(), f.gpu.ipcClosed.Load(), st)
+		}
+		if !bytes.Equal(regionBytes(t, exp2), want) {
+			t.Fatal("the WRITE did not land in the new epoch's region")
 		}
 	})
 	t.Run("import refused", func(t *testing.T) {
 		f := newIPCFixture(t, 1)
 		f.gpu.failImport.Store(true)
-		err := write(f)
-		wantKind(t, err, engine.KindUnavailable)
-		if !strings.Contains(err.Error(), "device memory") || f.gpu.dtods.Load() != 0 {
-			t.Fatalf("%v: want the TCP route's refusal of device memory, no copy", err)
+		for range 2 {
+			if tr := via(f); tr != engine.TransportTCP {
+				t.Fatalf("WRITE with the import refused over %v, want tcp", tr)
+			}
+		}
+		if f.gpu.dtods.Load() != 0 || f.e.Stats().IPC.Imports != 0 || f.gpu.importTries.Load() != 1 {
+			t.Fatalf("%d copies, %d import calls: want none over the GPU and the import tried once", f.gpu.dtods.Load(), f.gpu.importTries.Load())
 		}
 	})
 }

@@ -21,7 +21,8 @@ import (
 
 // Remote is one exported region of a peer, as the engine reaches it.
 // Implementations (an adapter over the peer package's connection) must
-// be safe for concurrent use and must never retry a WRITE.
+// be safe for concurrent use and must never retry a WRITE that may have
+// posted anything (one found unsent, effect none, may go again).
 type Remote interface {
 	// ReadAt fills p from offset off of the region. A READ never changes
 	// the remote region, whatever it returns.
@@ -48,7 +49,7 @@ type Remote interface {
 type RemoteInfo struct {
 	Address string     `json:"address"` // host:port dialed
 	Peer    string     `json:"peer"`    // the name the peer proved at its handshake
-	Epoch   uint64     `json:"epoch"`   // the peer's epoch at open
+	Epoch   uint64     `json:"epoch"`   // the peer's epoch (at open, or at the last redial)
 	Region  string     `json:"region"`
 	Size    uint64     `json:"size"`
 	Export  Permission `json:"-"` // what the peer lets us do
@@ -70,7 +71,7 @@ type RemoteSegment struct {
 	info RemoteInfo
 	uri  string
 	perm Permission
-	ipc  *ipcState // the imported CUDA IPC mappings (ipc.go); nil without IPC
+	ipc  *ipcState // the imported CUDA IPC mappings (ipc.go)
 
 	mu struct {
 		sync.Mutex
@@ -99,12 +100,15 @@ type RemoteSegmentInfo struct {
 	IPCMappings int `json:"cuda_ipc_mappings"`
 }
 
-// Info returns the segment's description.
+// Info returns the segment's description; the remote part is the
+// Remote's own (a Remote that dialed a restarted peer again shows the
+// new epoch).
 func (s *RemoteSegment) Info() RemoteSegmentInfo {
 	maps := s.IPCMappings()
+	ri := s.r.Info()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return RemoteSegmentInfo{URI: s.uri, Remote: s.info, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed, IPCMappings: maps}
+	return RemoteSegmentInfo{URI: s.uri, Remote: ri, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed, IPCMappings: maps}
 }
 
 // OpenRemoteSegment opens r as a target named uri with permission perm.
@@ -135,11 +139,7 @@ func (e *Engine) OpenRemoteSegment(uri string, r Remote, perm Permission) (*Remo
 		return nil, errorf(KindInvalid, op, name, "the remote announces a unit of 0 bytes")
 	}
 	e.log.Info("segment opened", "segment", uri, "peer", info.Peer, "epoch", info.Epoch, "region", info.Region, "bytes", info.Size, "permission", perm.String())
-	s := &RemoteSegment{e: e, r: r, info: info, uri: uri, perm: perm}
-	if info.IPC != nil {
-		s.ipc = newIPCState()
-	}
-	return s, nil
+	return &RemoteSegment{e: e, r: r, info: info, uri: uri, perm: perm, ipc: newIPCState()}, nil
 }
 
 func exportText(p Permission) string {

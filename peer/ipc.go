@@ -73,7 +73,14 @@ func remoteIPC(d wire.Descriptor) *engine.RemoteIPC {
 	return &engine.RemoteIPC{Device: dev, Handle: d.IPC}
 }
 
-// Err is why the Remote's connection is no longer usable (the peer
-// restarted with another epoch, or the connection failed), or nil: the
-// engine closes its CUDA IPC mappings of the region once it is not nil.
-func (r *Remote) Err() error { return r.c.Err() }
+// Err is why the Remote's current connection is no longer usable (the
+// peer restarted with another epoch, or the connection failed), or nil.
+// The engine copies through CUDA IPC only while it is nil and Info's
+// epoch is the one its mapping was opened in; the next TCP request
+// redials (and Info then carries the new epoch's handle).
+func (r *Remote) Err() error {
+	r.mu.Lock()
+	c := r.mu.c
+	r.mu.Unlock()
+	return c.Err()
+}
