@@ -106,17 +106,46 @@ func newIPCFixture(t *testing.T, units int) *ipcFixture {
 
 // alternating is one request per unit: even units from device memory
 // (cuda_ipc), odd ones from host memory (tcp).
-func (f *ipcFixture) alternating() []engine.Request {
+func (f *ipcFixture) alternating() []engine.Request { return f.mixed(false) }
+
+// padTail is the padding that keeps a staged request off cuda_ipc.
+const padTail = 4096
+
+// mixed is alternating, or with staged, odd units from device memory in
+// a vector ending in padTail bytes of padding, which cuda_ipc does not
+// take: GPU memory staged over TCP.
+func (f *ipcFixture) mixed(staged bool) []engine.Request {
 	var reqs []engine.Request
 	for i := 0; i < f.n/peerUnit; i++ {
 		off := uint64(i * peerUnit)
-		mem := f.dev
-		if i%2 == 1 {
-			mem = f.host
+		switch {
+		case i%2 == 0:
+			reqs = append(reqs, engine.Request{Address: f.dev.BaseAddress() + off, TargetOffset: off, Length: peerUnit})
+		case staged:
+			reqs = append(reqs, engine.Request{TargetOffset: off, Elements: []engine.Element{
+				engine.Range(f.dev.BaseAddress()+off, peerUnit-padTail), engine.Pad(padTail)}})
+		default:
+			reqs = append(reqs, engine.Request{Address: f.host.BaseAddress() + off, TargetOffset: off, Length: peerUnit})
 		}
-		reqs = append(reqs, engine.Request{Address: mem.BaseAddress() + off, TargetOffset: off, Length: peerUnit})
 	}
 	return reqs
+}
+
+// inputOrder reports whether log entries (by request index) never go
+// back: no request started before every event of the one before it.
+func inputOrder(log []string, n int) bool {
+	last := 0
+	seen := map[int]bool{}
+	for _, ev := range log {
+		var i int
+		fmt.Sscanf(ev[1:], "%d", &i)
+		if i < last {
+			return false
+		}
+		last = i
+		seen[i] = true
+	}
+	return len(seen) == n
 }
 
 // ipcInOrder is the log of requests 0..n-1 run one after the other.
@@ -133,8 +162,16 @@ func ipcInOrder(n int) []string {
 // next starts, with slow GPU copies that a concurrent TCP leg would
 // overtake; the bytes land and each task reports its route.
 func TestIPCMixedInputOrder(t *testing.T) {
-	for _, op := range []engine.Op{engine.OpWrite, engine.OpRead} {
-		t.Run(op.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		op     engine.Op
+		staged bool // odd requests: device memory staged over TCP, else host memory
+	}{{engine.OpWrite, false}, {engine.OpRead, false}, {engine.OpWrite, true}, {engine.OpRead, true}} {
+		op := c.op
+		name := op.String()
+		if c.staged {
+			name += ", staged"
+		}
+		t.Run(name, func(t *testing.T) {
 			f := newIPCFixture(t, 6)
 			f.gpu.slowCopy.Store(int64(20 * time.Millisecond))
 			src := make([]byte, f.n)
@@ -150,7 +187,7 @@ func TestIPCMixedInputOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer b.Free()
-			if _, err := b.Submit(op, f.seg, f.alternating(), nil, ioTimeout); err != nil {
+			if _, err := b.Submit(op, f.seg, f.mixed(c.staged), nil, ioTimeout); err != nil {
 				t.Fatal(err)
 			}
 			b.Seal()
@@ -167,24 +204,35 @@ func TestIPCMixedInputOrder(t *testing.T) {
 					t.Fatalf("task %d: %v over %v, %d bytes (%v); want completed over %v", i, ts.State, ts.Transport, ts.Transferred, ts.Err, want)
 				}
 			}
-			if got, want := f.log.get(), ipcInOrder(f.n/peerUnit); !slices.Equal(got, want) {
+			if got := f.log.get(); c.staged && !inputOrder(got, f.n/peerUnit) {
+				t.Fatalf("transfers ran as %v, want input order", got)
+			} else if want := ipcInOrder(f.n / peerUnit); !c.staged && !slices.Equal(got, want) {
 				t.Fatalf("transfers ran as %v, want input order %v", got, want)
 			}
+			want := bytes.Clone(src)
 			var got []byte
 			if op == engine.OpWrite {
 				got = f.remote.bytes()
+				if c.staged { // the padding wrote zeros
+					for i := peerUnit; i < f.n; i += 2 * peerUnit {
+						clear(want[i+peerUnit-padTail : i+peerUnit])
+					}
+				}
 			} else {
 				got = make([]byte, f.n)
 				d, h := regionBytes(t, f.dev), regionBytes(t, f.host)
 				for i := 0; i < f.n; i += peerUnit {
 					from := d
-					if i/peerUnit%2 == 1 {
+					if i/peerUnit%2 == 1 && !c.staged {
 						from = h
 					}
 					copy(got[i:i+peerUnit], from[i:i+peerUnit])
+					if i/peerUnit%2 == 1 && c.staged { // the padding's bytes were discarded
+						copy(got[i+peerUnit-padTail:i+peerUnit], want[i+peerUnit-padTail:i+peerUnit])
+					}
 				}
 			}
-			if !bytes.Equal(got, src) {
+			if !bytes.Equal(got, want) {
 				t.Fatal("the bytes differ")
 			}
 		})
