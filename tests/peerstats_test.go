@@ -29,8 +29,8 @@ echo '{"name":"h","uri":"hp_tcp://%[1]s/kv","permission":"read_write"}' > $M/seg
 	}
 
 	ls := strings.Fields(a.ok(t, `ls $M/peers`))
-	if strings.Join(ls, " ") != "notifications out-1" {
-		t.Fatalf("ls A/peers: %v, want notifications out-1", ls)
+	if strings.Join(ls, " ") != "credit notifications out-1" {
+		t.Fatalf("ls A/peers: %v, want credit notifications out-1", ls)
 	}
 	var out1 struct {
 		Direction, Addr, Name, Epoch, State string
@@ -49,10 +49,10 @@ echo '{"name":"h","uri":"hp_tcp://%[1]s/kv","permission":"read_write"}' > $M/seg
 
 	// Session ids start at a random number: in-N, whatever N is.
 	ls = strings.Fields(b.ok(t, `ls $M/peers`))
-	if len(ls) != 2 || !strings.HasPrefix(ls[0], "in-") || ls[1] != "notifications" {
-		t.Fatalf("ls B/peers: %v, want in-N notifications", ls)
+	if len(ls) != 3 || ls[0] != "credit" || !strings.HasPrefix(ls[1], "in-") || ls[2] != "notifications" {
+		t.Fatalf("ls B/peers: %v, want credit in-N notifications", ls)
 	}
-	in := ls[0]
+	in := ls[1]
 	var in1 struct {
 		Direction, Name string
 		Lanes           int
@@ -77,7 +77,7 @@ echo '{"name":"h","uri":"hp_tcp://%[1]s/kv","permission":"read_write"}' > $M/seg
 
 	// A second segment is a second connection, listed beside the first.
 	a.ok(t, fmt.Sprintf(`echo '{"name":"r","uri":"tcp://%s/ro","permission":"read"}' > $M/segments/open`, addrB))
-	if got := a.ok(t, `ls $M/peers`); strings.Join(strings.Fields(got), " ") != "notifications out-1 out-2" {
+	if got := a.ok(t, `ls $M/peers`); strings.Join(strings.Fields(got), " ") != "credit notifications out-1 out-2" {
 		t.Fatalf("ls A/peers after a second segment: %s", got)
 	}
 
