@@ -57,6 +57,9 @@ type Engine struct {
 	// laneCopyHeld, nil outside tests, runs on the lane before a lane
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
+	// callerCopyHeld, nil outside tests, runs on a submitter before its
+	// caller copy (callercopy.go): a test holds one copy running there.
+	callerCopyHeld func()
 	// closeDrained, nil outside tests, runs in CloseFileSegment after the
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.
