@@ -57,6 +57,10 @@ type Engine struct {
 	// laneCopyHeld, nil outside tests, runs on the lane before a lane
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
+	// unitHeld, nil outside tests, runs on an off-ring executor's lane
+	// before each unit's start check (offRing.startable), with the
+	// unit's absolute task index.
+	unitHeld func(task int)
 	// closeDrained, nil outside tests, runs in CloseFileSegment after the
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.

@@ -8,6 +8,11 @@ package engine_test
 //     each group's hook runs once;
 //   - cancel before start: a group fenced behind a held one is cancelled;
 //     its executor never sees it and its memory is untouched;
+//   - cancel unstarted (off-ring executors): with io_uring.queue_depth 1
+//     a dispatched group hands its executor one task at a time; while the
+//     first task's units are held on the executor's lanes the second is
+//     still pending, a cancel ends it, and it never reaches a lane nor
+//     touches its memory;
 //   - deadline: a group whose deadline passes while it waits fails
 //     Timeout with nothing moved;
 //   - short I/O: a file cut while the READ waits gives a short READ:
@@ -54,6 +59,9 @@ type execCase struct {
 	// lanes: lane_copy_probe 1, so every caller copy runs on the host
 	// copy lanes (lanecopy.go); the bytes check counts them.
 	lanes bool
+	// offRing: the worker hands the group to an off-ring executor, whose
+	// lanes HoldUnits can hold.
+	offRing bool
 	// uncertain makes the next READ's outcome unknown and returns the
 	// READ's timeout; nil where the executor cannot lose track (a
 	// synchronous copy always returns; a real ring's lost CQE is covered
@@ -71,20 +79,20 @@ var execCases = []execCase{
 	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
 	{name: "lane copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy, lanes: true},
-	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true},
+	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true, offRing: true},
 	// Two requests of exactly one unit each: the 4 MiB stream.
-	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true},
-	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true,
+	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true, offRing: true},
+	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
-	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true,
+	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
-	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true,
+	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration {
 			f.cufile.hang = make(chan struct{})
 			f.t.Cleanup(func() { close(f.cufile.hang) })
 			return 100 * time.Millisecond
 		}},
-	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, peer: true},
+	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, offRing: true, peer: true},
 }
 
 // execFixture is a fresh engine with one file segment, local memory for
@@ -104,7 +112,7 @@ type execFixture struct {
 	remote *fakeRemote
 }
 
-func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
+func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.Engine)) *execFixture {
 	f := &execFixture{t: t, c: c, gpu: newFakeGPU(1)}
 	if c.gds {
 		f.cufile = &fakeGDS{}
@@ -114,6 +122,9 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 		cfg.MaxTransferBytes = 64 << 20
 		if c.lanes {
 			cfg.LaneCopyProbe = 1
+		}
+		for _, o := range opts {
+			o(cfg)
 		}
 	})
 	f.path, f.orig = randomFile(t, dir, "f", c.n)
@@ -362,6 +373,66 @@ func TestExecutorContract(t *testing.T) {
 				time.Sleep(20 * time.Millisecond)
 				file := f.targetBytes() // the holding WRITE changed its first page
 				copy(want, file[:half])
+				if !bytes.Equal(f.memBytes(), want) {
+					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
+				}
+			})
+			t.Run("cancel unstarted", func(t *testing.T) {
+				if !c.offRing {
+					t.Skip("not an off-ring executor: the ring and the copies have no lane to hold")
+				}
+				f := newExecFixture(t, c, dir, func(cfg *config.Engine) { cfg.IOUring.QueueDepth = 1 })
+				want := f.sentinel()
+				held, release := make(chan int, 1024), make(chan struct{})
+				var late atomic.Int64 // units of task 1 that reached a lane
+				f.e.HoldUnits(func(task int) {
+					if task != 0 {
+						late.Add(1)
+					}
+					held <- task
+					<-release
+				})
+				released := false
+				defer func() {
+					if !released {
+						close(release)
+					}
+				}()
+				b, err := f.e.AllocateBatch(2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Free() })
+				half := uint64(c.n / 2)
+				if _, err := b.Submit(engine.OpRead, f.target, []engine.Request{f.req(0, half), f.req(half, uint64(c.n)-half)}, nil, ioTimeout); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-held:
+				case <-time.After(ioTimeout):
+					t.Fatal("no unit of the READ reached a lane")
+				}
+				if ts, _ := b.TaskStatus(1); ts.State != engine.TaskPending {
+					t.Fatalf("task 1 is %v while task 0 is held on a lane, want pending (not handed to the executor yet)", ts.State)
+				}
+				if err := b.Cancel(1); err != nil {
+					t.Fatalf("cancel of the task not yet handed to the executor: %v", err)
+				}
+				close(release)
+				released = true
+				b.Seal()
+				if _, err := b.Wait(ioTimeout); err != nil {
+					t.Fatal(err)
+				}
+				ts := b.TaskStatuses()
+				if ts[0].State != engine.TaskCompleted || ts[1].State != engine.TaskCancelled || ts[1].Transferred != 0 {
+					t.Fatalf("READ tasks: %v (%v) and, cancelled, %v with %d bytes", ts[0].State, ts[0].Err, ts[1].State, ts[1].Transferred)
+				}
+				time.Sleep(20 * time.Millisecond)
+				if n := late.Load(); n != 0 {
+					t.Fatalf("%d units of the cancelled task reached a lane", n)
+				}
+				copy(want, f.orig[:half])
 				if !bytes.Equal(f.memBytes(), want) {
 					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
 				}

@@ -2,8 +2,9 @@
 // that move bytes off the batch worker's ring.
 //
 // The scheduler (worker.go, group.go, task.go, failover.go) dispatches a
-// group, marks its tasks running and hands each route's share to that
-// route's executor as one job (offRing): the requests cut into units.
+// group a window of tasks at a time (offring.go), marks the window's
+// tasks running and hands each route's share of them to that route's
+// executor as one job (offRing): the requests cut into units.
 // The executor moves the units on resources it owns engine-wide and
 // resolves each unit exactly once through offRing.resolve, which reports
 // a task once, after its last unit, through Batch.finishOffRing (the one

@@ -20,3 +20,8 @@ func (e *Engine) HoldCloses(f func()) { e.closeDrained = f }
 // lane copy's deadline check (lanecopy.go). Set before the engine is
 // used concurrently.
 func (e *Engine) HoldLaneCopies(f func()) { e.laneCopyHeld = f }
+
+// HoldUnits installs f as the hook every off-ring executor's lane runs
+// before a unit's start check (offRing.startable), with the unit's
+// absolute task index. Set before the engine is used concurrently.
+func (e *Engine) HoldUnits(f func(task int)) { e.unitHeld = f }

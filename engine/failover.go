@@ -149,7 +149,7 @@ func (b *Batch) fenceParkedLocked(idx int) {
 	t.err = errCancelledRetry
 	b.e.st.tasksCancelled.Add(1)
 	g.outstanding--
-	if g.outstanding == 0 {
+	if g.outstanding == 0 && g.next == g.n {
 		g.finishLocked(!g.offUndrained)
 	}
 	b.pokeLocked()

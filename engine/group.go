@@ -561,7 +561,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m, g.n)
+	rt, err := e.chooseRoute(g.ent, r, m)
 	if err != nil {
 		return err
 	}

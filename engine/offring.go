@@ -5,9 +5,11 @@
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
-// dispatch. At dispatch it marks every task running and hands each
-// executor (executor.go) its share of the group as one job: each
-// request's file extent cut into units. The executors run units of every
+// dispatch. It hands the group out a window at a time, as the ring takes
+// a queue depth of ops (feedOffRingLocked): it marks the window's tasks
+// running and hands each executor (executor.go) its share of them as one
+// job, each request's file extent cut into units. Tasks not yet handed
+// out stay pending, so a cancel or the deadline still stops them. The executors run units of every
 // batch's jobs on lanes they own engine-wide, taken from their fair queue
 // (fairqueue.go), so the disk, the copy engine and every core overlap.
 //
@@ -226,6 +228,9 @@ var errBroken = errors.New("not started: an earlier part of the request failed")
 // its task failed, or the deadline passed), or nil.
 func (x *offRing) startable(k int) error {
 	u := &x.units[k]
+	if h := x.g.b.e.unitHeld; h != nil {
+		h(x.g.first + u.task)
+	}
 	switch {
 	case x.broken[u.task].Load():
 		return unitErr(x.g, u, KindIO, errBroken)
@@ -425,39 +430,64 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 	}
 }
 
-// startOffRing hands a dispatched group to its executor. Every pending
-// task becomes running. REQUIRES: b.mu.
-func (w *worker) startOffRingLocked(g *group) {
+// startOffRingLocked hands a dispatched group to its executors, a
+// window at a time (feedOffRingLocked). REQUIRES: b.mu.
+func (w *worker) startOffRingLocked(g *group, now time.Time) {
 	if g.mem != nil {
 		w.startMemLocked(g) // memgroup.go
 		return
 	}
+	w.feedOffRingLocked(g, now)
+}
+
+// feedOffRingLocked hands the executors g's next pending tasks, as the
+// ring takes a queue depth of ops: at most io_uring.queue_depth of the
+// group's tasks are running at once, and the window is refilled once
+// half of it is free (so a refill is one job of many tasks, not one job
+// per finished task). Tasks not yet handed out stay pending: a cancel
+// still stops them, and the deadline fails them before dispatch. It
+// reports whether every task of g has been dispatched; the worker
+// dispatches nothing behind g before (FIFO), and each finished task
+// pokes it (finishOffRing). REQUIRES: b.mu.
+func (w *worker) feedOffRingLocked(g *group, now time.Time) bool {
 	b := w.b
-	for i := 0; i < g.n; i++ {
-		t := &b.mu.tasks[g.first+i]
-		if t.state == TaskPending {
-			t.state = TaskRunning
-			t.submitted = true
-			g.outstanding++
-		}
+	window := b.e.cfg.IOUring.QueueDepth
+	if g.next < g.n && g.outstanding > window/2 {
+		return false
 	}
-	g.next = g.n
-	g.offRing = true
-	// Every running task is handed to an executor now: the affected span
-	// of a failure reaches the last of them.
-	for i := g.n - 1; i >= 0; i-- {
-		if b.mu.tasks[g.first+i].state == TaskRunning {
-			g.lastSubmitted = i
+	from := g.next
+	for g.next < g.n && g.outstanding < window {
+		i := g.next
+		t := &b.mu.tasks[g.first+i]
+		if t.state != TaskPending {
+			g.next++ // cancelled meanwhile
+			continue
+		}
+		if now.After(g.deadline) {
+			w.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
 			break
 		}
+		t.state = TaskRunning
+		t.submitted = true
+		g.outstanding++
+		// Every running task is handed to an executor now: the
+		// affected span of a failure reaches the last of them.
+		g.lastSubmitted = i
+		g.next++
 	}
-	if g.outstanding == 0 {
+	to := g.next
+	if from < to {
+		// One job per executor, so cuFile and staging units of one group
+		// run at once.
+		b.e.runOffRing(g, func(i int) bool { return i >= from && i < to && b.mu.tasks[g.first+i].state == TaskRunning })
+	}
+	if g.next == g.n && g.outstanding == 0 {
 		g.finishLocked(true)
-		return
 	}
-	// One job per executor, so cuFile and staging units of one group run
-	// at once.
-	b.e.runOffRing(g, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
+	if from < to {
+		b.changedLocked() // after the finish: it publishes the batch's end
+	}
+	return g.next == g.n
 }
 
 // runOffRing hands each executor its share of g's live requests as one
