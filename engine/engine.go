@@ -46,6 +46,7 @@ type Engine struct {
 	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
 	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
 	peerExec peerExec      // peer lanes (peerexec.go)
+	memExec  memExec       // memory segment lanes (memgroup.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -166,6 +167,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.hostCopy = newHostCopyExec()
 	e.gdsExec = newGDSExec(e)
 	e.peerExec = newPeerExec()
+	e.memExec = newMemExec(e)
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -285,6 +287,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.hostCopy.close()
 	e.gdsExec.close()
 	e.peerExec.close()
+	e.memExec.close()
 	e.closeStaging()
 	var first error
 	for _, t := range e.backends {

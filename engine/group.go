@@ -57,6 +57,7 @@ type group struct {
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
 	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
+	window       int  // guarded by b.mu: an off-ring group's dispatch window (0: not yet asked)
 	// caller: the submitting goroutine copies it (callercopy.go); the
 	// worker neither reaps nor cuts it off.
 	caller bool

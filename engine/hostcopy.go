@@ -66,6 +66,8 @@ func (e *Engine) hostCopyEligible(ent *segEntry, r *Request, m reqMemory) bool {
 
 func (hostCopyExec) cut() (uint64, bool) { return hostCopyUnit, true }
 
+func (hostCopyExec) path() string { return "host_copy" }
+
 // copyUnit moves unit k of job x with pread/pwrite on the buffered fd.
 func copyUnit(x *offRing, k int) {
 	g := x.g

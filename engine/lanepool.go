@@ -37,6 +37,10 @@ func newLanePool(n int, do func(x *offRing, k int)) *lanePool {
 	return &lanePool{n: n, do: do, done: make(chan struct{}), work: make(chan struct{}, n)}
 }
 
+// window: a lane pool takes a queue depth of a group's tasks at once;
+// its fair queue spreads their units over the lanes.
+func (p *lanePool) window(depth int) int { return depth }
+
 // run queues a dispatched job without blocking.
 func (p *lanePool) run(x *offRing) {
 	p.mu.Lock()

@@ -63,12 +63,15 @@ type piece struct {
 	dev  int    // CUDA device (pieceDevice)
 }
 
-// unit is the slice of one request's file extent that one lane moves at
-// once: at most one staging chunk, or one cuFile call.
+// unit is the slice of one physical owner's extent that one lane moves
+// at once: at most one staging chunk, or one cuFile call. A file
+// request is its own owner; a memory segment's merged requests
+// (memgroup.go) share one owner, and its units serve tasks task..last.
 type unit struct {
-	task   int    // group-relative request index
-	off    uint64 // file offset
-	rel    uint64 // offset within the request's extent
+	task   int    // group-relative request index (the owner's first)
+	last   int    // the owner's last request (task, but for merged aliases)
+	off    uint64 // file offset (a memory unit finds its target through its owner)
+	rel    uint64 // offset within the owner's extent
 	n      uint64
 	pieces []piece // the parts of the request this unit covers, clipped
 }
@@ -101,10 +104,14 @@ type offRing struct {
 	ready    []sync.Once // per task: its producer event consumed once
 	readyErr []error
 
-	mu        sync.Mutex
-	res       []unitResult
-	left      []int // per task: units not yet resolved
-	first     []int // per task: index of its first unit
+	mu    sync.Mutex
+	res   []unitResult
+	left  []int // per task: units not yet resolved
+	first []int // per task: index of its first unit
+	count []int // per task: its units, from first
+	// span: per task, its bytes within its owner's extent ([0, extent)
+	// for a request that is its own owner).
+	span      [][2]uint64
 	undrained bool
 	// Per task: the first unit not yet counted in its published prefix,
 	// and that prefix's bytes (allocated on the first resolve).
@@ -112,21 +119,40 @@ type offRing struct {
 	prefix []uint64
 }
 
-// newOffRing splits the group's requests into units of at most size
-// bytes. byPiece keeps every unit within one piece (cuFile moves one
-// device range per call).
-// Tasks that are not live (cancelled before dispatch) get no unit.
+// newOffRing splits the group's physical owners into units of at most
+// size bytes. byPiece keeps every unit within one piece (cuFile moves one
+// device range per call). An owner's extent is its requests' extents end
+// to end (g.aliases: one request, or a memory segment's merged ones).
+// Owners that are not live (cancelled before dispatch) get no unit;
+// aliases share their state, so live holds for all of an owner or none.
 func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) bool) *offRing {
-	x := &offRing{g: g, route: rt, left: make([]int, g.n), first: make([]int, g.n)}
-	for i := 0; i < g.n; i++ {
-		x.first[i] = len(x.units)
-		if !live(i) {
+	x := &offRing{g: g, route: rt, left: make([]int, g.n), first: make([]int, g.n), count: make([]int, g.n), span: make([][2]uint64, g.n)}
+	var ps []piece
+	for i := 0; i < g.n; {
+		lo, hi := g.aliases(i)
+		start := len(x.units)
+		for j := lo; j <= hi; j++ {
+			x.first[j] = start
+		}
+		if !live(lo) {
+			i = hi + 1
 			continue
 		}
-		ps := g.pieces[i]
+		ps = ps[:0]
 		var extent uint64
-		for _, p := range ps {
-			extent = max(extent, p.rel+p.n)
+		for j := lo; j <= hi; j++ {
+			var e uint64
+			for _, p := range g.pieces[j] {
+				e = max(e, p.rel+p.n)
+				p.rel += extent
+				ps = append(ps, p)
+			}
+			x.span[j] = [2]uint64{extent, extent + e}
+			extent += e
+		}
+		var base uint64
+		if g.ops != nil {
+			base = g.ops[lo].Offset // memory owners have no file (memgroup.go)
 		}
 		if byPiece {
 			for _, p := range ps {
@@ -138,17 +164,21 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 					if q.host != nil {
 						q.host = q.host[at : at+n]
 					}
-					x.units = append(x.units, unit{task: i, off: g.ops[i].Offset + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
+					x.units = append(x.units, unit{task: lo, last: hi, off: base + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
 				}
 			}
 		} else {
 			for at := uint64(0); at < extent; at += size {
-				u := unit{task: i, off: g.ops[i].Offset + at, rel: at, n: min(size, extent-at)}
+				u := unit{task: lo, last: hi, off: base + at, rel: at, n: min(size, extent-at)}
 				u.pieces = clip(ps, at, u.n)
 				x.units = append(x.units, u)
 			}
 		}
-		x.left[i] = len(x.units) - x.first[i]
+		for j := lo; j <= hi; j++ {
+			x.count[j] = len(x.units) - start
+			x.left[j] = x.count[j]
+		}
+		i = hi + 1
 	}
 	x.res = make([]unitResult, len(x.units))
 	x.ready, x.readyErr = make([]sync.Once, g.n), make([]error, g.n)
@@ -156,6 +186,18 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 	x.broken = make([]atomic.Bool, g.n)
 	x.avail.Store(int64(len(x.units)))
 	return x
+}
+
+// share is task i's part of unit k: the bytes of the unit that are
+// task i's, and how many of them the unit moved.
+func (x *offRing) share(k, i int) (want, got uint64) {
+	u, r := &x.units[k], &x.res[k]
+	lo, hi := max(u.rel, x.span[i][0]), min(u.rel+u.n, x.span[i][1])
+	if lo >= hi {
+		return 0, 0
+	}
+	moved := u.rel + min(r.got, u.n)
+	return hi - lo, min(hi, max(moved, lo)) - lo
 }
 
 // waitProducer consumes unit k's task's producer event once, before
@@ -265,12 +307,9 @@ func (x *offRing) gate(release func()) {
 	x.avail.Store(0)
 	go func() {
 		for i := range x.g.n {
-			end := len(x.units)
-			if i+1 < x.g.n {
-				end = x.first[i+1]
-			}
-			if x.first[i] == end {
-				continue
+			end := x.first[i] + x.count[i]
+			if lo, _ := x.g.aliases(i); x.first[i] == end || lo != i {
+				continue // no unit, or an alias of its owner's first task
 			}
 			err := x.waitProducer(x.first[i])
 			if err != nil {
@@ -304,23 +343,38 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 		return
 	}
 	r.done, r.got, r.err = true, got, err
-	i := x.units[k].task
-	if x.g.op == OpWrite && (err != nil || got < x.units[k].n) {
-		x.broken[i].Store(true)
+	u := &x.units[k]
+	type report struct {
+		i           int
+		final       bool
+		transferred uint64
+		err         error
+		effect      RemoteEffect
 	}
-	x.left[i]--
-	if x.left[i] > 0 {
-		got, grew := x.advancePrefixLocked(i)
-		x.mu.Unlock()
-		if grew {
-			x.g.b.progressOffRing(x.g, i, got)
+	var reports []report
+	for i := u.task; i <= u.last; i++ {
+		if x.g.op == OpWrite && (err != nil || got < u.n) {
+			x.broken[i].Store(true)
 		}
-		return
+		x.left[i]--
+		if x.left[i] > 0 {
+			if got, grew := x.advancePrefixLocked(i); grew {
+				reports = append(reports, report{i: i, transferred: got})
+			}
+			continue
+		}
+		transferred, terr, effect := x.taskResultLocked(i)
+		reports = append(reports, report{i, true, transferred, terr, effect})
 	}
-	transferred, terr, effect := x.taskResultLocked(i)
 	drained := !x.undrained
 	x.mu.Unlock()
-	x.g.b.finishOffRing(x.g, i, transferred, terr, effect, drained)
+	for _, r := range reports {
+		if r.final {
+			x.g.b.finishOffRing(x.g, r.i, r.transferred, r.err, r.effect, drained)
+		} else {
+			x.g.b.progressOffRing(x.g, r.i, r.transferred)
+		}
+	}
 }
 
 // advancePrefixLocked extends task i's count of consecutive fully
@@ -332,19 +386,16 @@ func (x *offRing) advancePrefixLocked(i int) (uint64, bool) {
 		x.cursor = append([]int(nil), x.first...)
 		x.prefix = make([]uint64, len(x.first))
 	}
-	end := len(x.units)
-	if i+1 < len(x.first) {
-		end = x.first[i+1]
-	}
 	grew := false
-	for k := x.cursor[i]; k < end; k++ {
+	for k := x.cursor[i]; k < x.first[i]+x.count[i]; k++ {
 		r := &x.res[k]
-		if !r.done || r.err != nil || r.got < x.units[k].n {
+		want, got := x.share(k, i)
+		if !r.done || r.err != nil || got < want {
 			break
 		}
-		x.prefix[i] += x.units[k].n
+		x.prefix[i] += want
 		x.cursor[i] = k + 1
-		grew = true
+		grew = grew || want > 0
 	}
 	return x.prefix[i], grew
 }
@@ -363,17 +414,14 @@ func (b *Batch) progressOffRing(g *group, i int, got uint64) {
 // taskResultLocked folds task i's units. REQUIRES: x.mu.
 func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 	g := x.g
-	end := len(x.units)
-	if i+1 < g.n {
-		end = x.first[i+1]
-	}
 	var got uint64
 	var err error
 	effect := EffectNone
 	prefix := true
-	for k := x.first[i]; k < end; k++ {
+	for k := x.first[i]; k < x.first[i]+x.count[i]; k++ {
 		u, r := &x.units[k], &x.res[k]
-		if g.op == OpWrite && r.submitted && (r.err != nil || r.got < u.n) {
+		want, moved := x.share(k, i)
+		if g.op == OpWrite && r.submitted && (r.err != nil || moved < want) {
 			effect = EffectUnknown
 		}
 		if !prefix {
@@ -384,16 +432,16 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 			}
 			continue
 		}
-		got += min(r.got, u.n)
+		got += moved
 		switch {
 		case r.err != nil:
 			err, prefix = r.err, false
-		case r.got < u.n:
+		case moved < want:
 			what := "short read"
 			if g.op == OpWrite {
 				what = "short write"
 			}
-			err = errorf(KindRange, g.op.String(), g.targetName(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
+			err = errorf(KindRange, g.op.String(), g.targetName(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, moved, want, u.off)
 			prefix = false
 		}
 	}
@@ -430,50 +478,48 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 	}
 }
 
-// startOffRingLocked hands a dispatched group to its executors, a
-// window at a time (feedOffRingLocked). REQUIRES: b.mu.
-func (w *worker) startOffRingLocked(g *group, now time.Time) {
-	if g.mem != nil {
-		w.startMemLocked(g) // memgroup.go
-		return
-	}
-	w.feedOffRingLocked(g, now)
-}
-
-// feedOffRingLocked hands the executors g's next pending tasks, as the
-// ring takes a queue depth of ops: at most io_uring.queue_depth of the
-// group's tasks are running at once, and the window is refilled once
-// half of it is free (so a refill is one job of many tasks, not one job
-// per finished task). Tasks not yet handed out stay pending: a cancel
-// still stops them, and the deadline fails them before dispatch. It
-// reports whether every task of g has been dispatched; the worker
+// feedOffRingLocked hands the executors g's next pending physical
+// owners, as the ring takes a queue depth of ops: at most a window of
+// the group's tasks are running at once (io_uring.queue_depth, or less
+// where an executor says so: Engine.window), and the window is refilled
+// once half of it is free (so a refill is one job of many tasks, not one
+// job per finished task). Tasks not yet handed out stay pending: a
+// cancel still stops them, and the deadline fails them before dispatch.
+// It reports whether every task of g has been dispatched; the worker
 // dispatches nothing behind g before (FIFO), and each finished task
 // pokes it (finishOffRing). REQUIRES: b.mu.
 func (w *worker) feedOffRingLocked(g *group, now time.Time) bool {
 	b := w.b
-	window := b.e.cfg.IOUring.QueueDepth
+	if g.window == 0 {
+		g.window = b.e.window(g)
+	}
+	window := g.window
 	if g.next < g.n && g.outstanding > window/2 {
 		return false
 	}
 	from := g.next
 	for g.next < g.n && g.outstanding < window {
 		i := g.next
+		_, last := g.aliases(i) // an owner's tasks share their state
 		t := &b.mu.tasks[g.first+i]
 		if t.state != TaskPending {
-			g.next++ // cancelled meanwhile
+			g.next = last + 1 // cancelled meanwhile
 			continue
 		}
 		if now.After(g.deadline) {
 			w.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
 			break
 		}
-		t.state = TaskRunning
-		t.submitted = true
-		g.outstanding++
+		for j := i; j <= last; j++ {
+			t := &b.mu.tasks[g.first+j]
+			t.state = TaskRunning
+			t.submitted = true
+			g.outstanding++
+		}
 		// Every running task is handed to an executor now: the
 		// affected span of a failure reaches the last of them.
-		g.lastSubmitted = i
-		g.next++
+		g.lastSubmitted = last
+		g.next = last + 1
 	}
 	to := g.next
 	if from < to {
@@ -512,6 +558,17 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 		})
 		ex.run(x)
 	}
+}
+
+// window is how many of g's tasks may be running at once: the queue
+// depth, or less where one of its executors says so.
+func (e *Engine) window(g *group) int {
+	n := e.cfg.IOUring.QueueDepth
+	for i := 0; i < g.n; i++ {
+		_, ex := e.executor(g.routes[i])
+		n = min(n, ex.window(e.cfg.IOUring.QueueDepth))
+	}
+	return max(n, 1)
 }
 
 // unitErr wraps a lane failure for one unit.

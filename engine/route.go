@@ -72,6 +72,8 @@ func (e *Engine) executor(rt route) (route, executor) {
 		return routeHostCopy, e.hostCopy
 	case routeRemote:
 		return routeRemote, e.peerExec
+	case routeMem:
+		return routeMem, e.memExec
 	}
 	return routeStaged, e.staged
 }

@@ -358,7 +358,7 @@ func (w *worker) fillLocked() {
 				continue
 			}
 			if h.offRing {
-				w.startOffRingLocked(h, now)
+				w.feedOffRingLocked(h, now)
 				continue
 			}
 			g = h
