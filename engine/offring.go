@@ -6,7 +6,7 @@
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
 // dispatch. It hands the group out a window at a time, as the ring takes
-// a queue depth of ops (feedOffRingLocked): it marks the window's tasks
+// a queue depth of ops (Batch.feedLocked): it marks the window's tasks
 // running and hands each executor (executor.go) its share of them as one
 // job, each request's file extent cut into units. Tasks not yet handed
 // out stay pending, so a cancel or the deadline still stops them. The executors run units of every
@@ -87,8 +87,11 @@ type unitResult struct {
 type offRing struct {
 	g     *group
 	route route
-	units []unit
-	next  atomic.Int64
+	// lo, hi: the group's requests [lo, hi) this job may serve (a
+	// window); the per-task slices below are indexed by i - lo.
+	lo, hi int
+	units  []unit
+	next   atomic.Int64
 	// avail: units below it may be handed out. A job whose tasks wait for
 	// producer events releases them task by task (gate); skip marks a
 	// task whose producer failed, whose units are resolved by the gate
@@ -125,14 +128,15 @@ type offRing struct {
 // to end (g.aliases: one request, or a memory segment's merged ones).
 // Owners that are not live (cancelled before dispatch) get no unit;
 // aliases share their state, so live holds for all of an owner or none.
-func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) bool) *offRing {
-	x := &offRing{g: g, route: rt, left: make([]int, g.n), first: make([]int, g.n), count: make([]int, g.n), span: make([][2]uint64, g.n)}
+func newOffRing(g *group, rt route, size uint64, byPiece bool, from, to int, live func(i int) bool) *offRing {
+	n := to - from
+	x := &offRing{g: g, route: rt, lo: from, hi: to, left: make([]int, n), first: make([]int, n), count: make([]int, n), span: make([][2]uint64, n)}
 	var ps []piece
-	for i := 0; i < g.n; {
-		lo, hi := g.aliases(i)
+	for i := from; i < to; {
+		lo, hi := g.aliases(i) // a window holds whole owners
 		start := len(x.units)
 		for j := lo; j <= hi; j++ {
-			x.first[j] = start
+			x.first[j-from] = start
 		}
 		if !live(lo) {
 			i = hi + 1
@@ -147,7 +151,7 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 				p.rel += extent
 				ps = append(ps, p)
 			}
-			x.span[j] = [2]uint64{extent, extent + e}
+			x.span[j-from] = [2]uint64{extent, extent + e}
 			extent += e
 		}
 		var base uint64
@@ -175,15 +179,15 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 			}
 		}
 		for j := lo; j <= hi; j++ {
-			x.count[j] = len(x.units) - start
-			x.left[j] = x.count[j]
+			x.count[j-from] = len(x.units) - start
+			x.left[j-from] = x.count[j-from]
 		}
 		i = hi + 1
 	}
 	x.res = make([]unitResult, len(x.units))
-	x.ready, x.readyErr = make([]sync.Once, g.n), make([]error, g.n)
-	x.skip = make([]atomic.Bool, g.n)
-	x.broken = make([]atomic.Bool, g.n)
+	x.ready, x.readyErr = make([]sync.Once, n), make([]error, n)
+	x.skip = make([]atomic.Bool, n)
+	x.broken = make([]atomic.Bool, n)
 	x.avail.Store(int64(len(x.units)))
 	return x
 }
@@ -192,7 +196,8 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 // task i's, and how many of them the unit moved.
 func (x *offRing) share(k, i int) (want, got uint64) {
 	u, r := &x.units[k], &x.res[k]
-	lo, hi := max(u.rel, x.span[i][0]), min(u.rel+u.n, x.span[i][1])
+	sp := x.span[i-x.lo]
+	lo, hi := max(u.rel, sp[0]), min(u.rel+u.n, sp[1])
 	if lo >= hi {
 		return 0, 0
 	}
@@ -208,7 +213,8 @@ func (x *offRing) waitProducer(k int) error {
 	if x.g.producers == nil || x.g.producers[i] == nil {
 		return nil
 	}
-	x.ready[i].Do(func() {
+	j := i - x.lo
+	x.ready[j].Do(func() {
 		// Polled, never past deadline + quiesce_grace: a producer that
 		// never signals must not hang the group. Nothing was touched, so
 		// nothing is retained.
@@ -216,12 +222,12 @@ func (x *offRing) waitProducer(k int) error {
 		done, err := waitEvent(x.g.producers[i], cut)
 		switch {
 		case err != nil:
-			x.readyErr[i] = unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
+			x.readyErr[j] = unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
 		case !done:
-			x.readyErr[i] = unitErr(x.g, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
+			x.readyErr[j] = unitErr(x.g, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
 		}
 	})
-	return x.readyErr[i]
+	return x.readyErr[j]
 }
 
 // clip returns the parts of ps inside [at, at+n), with rel made relative
@@ -256,7 +262,7 @@ func (x *offRing) take() int {
 		if !x.next.CompareAndSwap(k, k+1) {
 			continue
 		}
-		if x.skip[x.units[k].task].Load() {
+		if x.skip[x.units[k].task-x.lo].Load() {
 			continue
 		}
 		return int(k)
@@ -274,7 +280,7 @@ func (x *offRing) startable(k int) error {
 		h(x.g.first + u.task)
 	}
 	switch {
-	case x.broken[u.task].Load():
+	case x.broken[u.task-x.lo].Load():
 		return unitErr(x.g, u, KindIO, errBroken)
 	case time.Now().After(x.g.deadline):
 		return unitErr(x.g, u, KindTimeout, errors.New("deadline passed before these bytes started"))
@@ -290,8 +296,8 @@ func (x *offRing) hasProducers() bool {
 	if x.g.producers == nil {
 		return false
 	}
-	for i := range x.g.n {
-		if x.g.producers[i] != nil && x.left[i] > 0 {
+	for i := x.lo; i < x.hi; i++ {
+		if x.g.producers[i] != nil && x.left[i-x.lo] > 0 {
 			return true
 		}
 	}
@@ -306,18 +312,19 @@ func (x *offRing) hasProducers() bool {
 func (x *offRing) gate(release func()) {
 	x.avail.Store(0)
 	go func() {
-		for i := range x.g.n {
-			end := x.first[i] + x.count[i]
-			if lo, _ := x.g.aliases(i); x.first[i] == end || lo != i {
+		for i := x.lo; i < x.hi; i++ {
+			first := x.first[i-x.lo]
+			end := first + x.count[i-x.lo]
+			if lo, _ := x.g.aliases(i); first == end || lo != i {
 				continue // no unit, or an alias of its owner's first task
 			}
-			err := x.waitProducer(x.first[i])
+			err := x.waitProducer(first)
 			if err != nil {
-				x.skip[i].Store(true)
+				x.skip[i-x.lo].Store(true)
 			}
 			x.avail.Store(int64(end))
 			if err != nil {
-				for k := x.first[i]; k < end; k++ {
+				for k := first; k < end; k++ {
 					x.resolve(k, 0, err)
 				}
 			}
@@ -354,10 +361,10 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	var reports []report
 	for i := u.task; i <= u.last; i++ {
 		if x.g.op == OpWrite && (err != nil || got < u.n) {
-			x.broken[i].Store(true)
+			x.broken[i-x.lo].Store(true)
 		}
-		x.left[i]--
-		if x.left[i] > 0 {
+		x.left[i-x.lo]--
+		if x.left[i-x.lo] > 0 {
 			if got, grew := x.advancePrefixLocked(i); grew {
 				reports = append(reports, report{i: i, transferred: got})
 			}
@@ -386,10 +393,11 @@ func (x *offRing) advancePrefixLocked(i int) (uint64, bool) {
 		x.cursor = append([]int(nil), x.first...)
 		x.prefix = make([]uint64, len(x.first))
 	}
+	i -= x.lo
 	grew := false
 	for k := x.cursor[i]; k < x.first[i]+x.count[i]; k++ {
 		r := &x.res[k]
-		want, got := x.share(k, i)
+		want, got := x.share(k, i+x.lo)
 		if !r.done || r.err != nil || got < want {
 			break
 		}
@@ -418,7 +426,7 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 	var err error
 	effect := EffectNone
 	prefix := true
-	for k := x.first[i]; k < x.first[i]+x.count[i]; k++ {
+	for k := x.first[i-x.lo]; k < x.first[i-x.lo]+x.count[i-x.lo]; k++ {
 		u, r := &x.units[k], &x.res[k]
 		want, moved := x.share(k, i)
 		if g.op == OpWrite && r.submitted && (r.err != nil || moved < want) {
@@ -468,6 +476,12 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 		} else {
 			b.endTaskLocked(g, i, outcome{transferred, err, effect, drained})
 		}
+		if g.next < g.n && !g.finished {
+			// The group's next window, from here: waking the worker for
+			// it cost a goroutine round trip per window (60 us per
+			// owner of a memory group, one owner a window).
+			b.feedLocked(g, time.Now())
+		}
 		b.changedLocked()
 	}
 	w := b.mu.w
@@ -478,7 +492,7 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 	}
 }
 
-// feedOffRingLocked hands the executors g's next pending physical
+// feedLocked hands the executors g's next pending physical
 // owners, as the ring takes a queue depth of ops: at most a window of
 // the group's tasks are running at once (io_uring.queue_depth, or less
 // where an executor says so: Engine.window), and the window is refilled
@@ -487,10 +501,10 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 // cancel still stops them, and the deadline fails them before dispatch.
 // It reports whether every task of g has been dispatched; the worker
 // dispatches nothing behind g before (FIFO), and each finished task
-// pokes it (finishOffRing). REQUIRES: b.mu.
-func (w *worker) feedOffRingLocked(g *group, now time.Time) bool {
-	b := w.b
-	if g.window == 0 {
+// pokes it, or feeds the group itself (finishOffRing). REQUIRES: b.mu.
+func (b *Batch) feedLocked(g *group, now time.Time) bool {
+	if g.window == 0 { // its first window
+		g.rideAlong()
 		g.window = b.e.window(g)
 	}
 	window := g.window
@@ -507,7 +521,7 @@ func (w *worker) feedOffRingLocked(g *group, now time.Time) bool {
 			continue
 		}
 		if now.After(g.deadline) {
-			w.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
+			b.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
 			break
 		}
 		for j := i; j <= last; j++ {
@@ -525,7 +539,7 @@ func (w *worker) feedOffRingLocked(g *group, now time.Time) bool {
 	if from < to {
 		// One job per executor, so cuFile and staging units of one group
 		// run at once.
-		b.e.runOffRing(g, func(i int) bool { return i >= from && i < to && b.mu.tasks[g.first+i].state == TaskRunning })
+		b.e.runOffRing(g, from, to, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
 	}
 	if g.next == g.n && g.outstanding == 0 {
 		g.finishLocked(true)
@@ -536,12 +550,12 @@ func (w *worker) feedOffRingLocked(g *group, now time.Time) bool {
 	return g.next == g.n
 }
 
-// runOffRing hands each executor its share of g's live requests as one
-// job. live must not change meanwhile (the caller holds b.mu).
-func (e *Engine) runOffRing(g *group, live func(i int) bool) {
-	g.rideAlong()
+// runOffRing hands each executor its share of g's live requests in
+// [from, to) as one job. live must not change meanwhile (the caller
+// holds b.mu).
+func (e *Engine) runOffRing(g *group, from, to int, live func(i int) bool) {
 	var seen []route
-	for i := 0; i < g.n; i++ {
+	for i := from; i < to; i++ {
 		if !live(i) {
 			continue
 		}
@@ -552,7 +566,7 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 		seen = append(seen, rt)
 		size, byPiece := ex.cut()
 		size = g.unitSize(size)
-		x := newOffRing(g, rt, size, byPiece, func(j int) bool {
+		x := newOffRing(g, rt, size, byPiece, from, to, func(j int) bool {
 			r, _ := e.executor(g.routes[j])
 			return live(j) && r == rt
 		})

@@ -104,8 +104,9 @@ func (w *worker) failTokenLocked(tok uint64, err error) {
 // the first with err, each later one with an error of its own saying it
 // was not started because the submission stopped at request from (so a
 // task's error file never claims another task's failure as its own).
-func (w *worker) failRestLocked(g *group, from int, err error) {
-	b := w.b
+func (w *worker) failRestLocked(g *group, from int, err error) { w.b.failRestLocked(g, from, err) }
+
+func (b *Batch) failRestLocked(g *group, from int, err error) {
 	var rest error
 	for i := from; i < g.n; i++ {
 		t := &b.mu.tasks[g.first+i]

@@ -329,7 +329,7 @@ func (w *worker) fillLocked() {
 			if g.offRing {
 				// Its next window, once half the last one ended; nothing
 				// behind it is dispatched before (FIFO).
-				if !w.feedOffRingLocked(g, now) {
+				if !b.feedLocked(g, now) {
 					return
 				}
 				continue
@@ -358,7 +358,7 @@ func (w *worker) fillLocked() {
 				continue
 			}
 			if h.offRing {
-				w.feedOffRingLocked(h, now)
+				b.feedLocked(h, now)
 				continue
 			}
 			g = h
