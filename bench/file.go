@@ -1,29 +1,32 @@
 // file.go owns the engine driver (Run): it keeps QueueDepth single-request
-// groups in flight on one batch, resubmits each buffer slot as soon as its
-// task completes, and rolls over to a fresh batch before the current one's
-// task slots run out.
+// groups in flight on one batch, one per buffer slot, and rolls over to a
+// fresh batch before the current one's task slots run out.
 //
-// Design. The engine's batch worker pipelines groups (worker.go): a new
-// single-request group is dispatched while earlier ones are in flight, as
-// long as they touch distinct memory (each slot has its own bs bytes of
-// the region) and, for writes, distinct file bytes. So one batch carries
-// queue depth N when the driver keeps N groups outstanding. A batch holds
-// at most max_batch_requests tasks, so the driver seals a full batch,
-// keeps feeding completions of its tasks back into a new batch, and frees
-// the old one once it has seen every one of its tasks finish. At most two
-// batches are live: if the new one fills before the old one drains (a
-// stuck request), submission pauses instead of allocating a third.
+// Design. Each slot has a goroutine of its own that submits the slot's
+// next request as soon as the previous one finished; no lock of the
+// driver is held across Submit, so QueueDepth Submits can run at once.
+// The engine pipelines a batch's groups (distinct memory, and for writes
+// distinct file bytes), so one batch carries queue depth N. Where the
+// engine copies a small request on its submitter (a caller copy, for
+// in-memory files), each slot copies on its own core. A first version
+// submitted from one goroutine under a submit lock, resubmitting from the
+// completion hook: a caller copy finishes inside Submit, so a QD 32 stream
+// ran one request at a time (docs/performance.md). Completions arrive on
+// Batch.OnGroupDone; a slot whose request finished inside its own Submit
+// (or before Submit returned) finds the outcome waiting and goes on
+// without a wake-up; otherwise the hook wakes it.
 //
-// The driver learns of completions through Batch.OnGroupDone: the hook
-// runs on the engine goroutine that reaped the completion, records it and
-// submits the slot's next request from that same goroutine, the shape of
-// fio's reap-and-resubmit loop. (A first version polled task status after
-// Batch.Changed fired; the goroutine handoff cost a third of the IOPS,
-// docs/performance.md.)
+// A batch holds at most max_batch_requests tasks, so slots reserve task
+// slots in the current batch; a full batch becomes the previous one and
+// is freed once it has no Submit in progress and every one of its tasks
+// was seen finished. At most two batches are live: if the new one fills
+// before the old one drains (a stuck request), slots wait instead of
+// allocating a third.
 //
 // Invariants:
-//   - A slot is idle (b == nil) or holds exactly one task of one live
-//     batch; live.outstanding counts the slots holding its tasks.
+//   - A reserved task is counted in live.outstanding until its outcome
+//     was recorded (or its Submit failed); live.submitting counts the
+//     Submits in progress on the batch.
 //   - Only ops seen finished before the measurement ended are counted.
 //   - Every batch allocated is freed before Run returns, on every path.
 
@@ -203,15 +206,30 @@ func fillRandom(r *engine.Region, seed uint64) error {
 // live is one allocated batch and the driver's count of it.
 type live struct {
 	b           *engine.Batch
-	used        int   // tasks appended
-	outstanding int   // slots holding one of its unfinished tasks
-	slotOf      []int // task index -> slot
+	used        int // tasks reserved (submitted, or being submitted)
+	submitting  int // Submit calls in progress on it
+	outstanding int // reserved tasks not yet seen finished
+	// slotOf maps a task to its slot + 1, 0 until the slot's Submit has
+	// returned; a task that finishes before that (a caller copy finishes
+	// inside Submit) leaves its outcome in early for the slot to record.
+	slotOf []int
+	early  []finish
 }
 
-// slot is one buffer of bs bytes and the request it carries.
+// finish is one task's outcome as the completion hook saw it.
+type finish struct {
+	at    time.Time
+	bytes uint64
+	err   error // nil when the request completed
+	valid bool
+}
+
+// slot is one buffer of bs bytes, the goroutine that keeps one request
+// on it in flight, and that request.
 type slot struct {
-	b     *live // nil when idle
 	start time.Time
+	req   [1]engine.Request
+	wake  chan struct{} // the hook's word that the slot's request finished
 }
 
 type driver struct {
@@ -221,19 +239,13 @@ type driver struct {
 	base     uint64
 	capacity int
 	offs     *offsets
-	req      [1]engine.Request
 
-	// subMu serializes Submit calls, so a batch's task indices follow the
-	// order slots are assigned in. It is held across Submit; mu is not,
-	// because the engine may report a group done (onDone) from inside
-	// Submit on the same goroutine.
-	subMu sync.Mutex
-
-	// mu guards everything below: completions arrive on batch workers.
+	// mu guards everything below: completions arrive on engine
+	// goroutines, submissions on the slots' own.
 	mu        sync.Mutex
 	cond      *sync.Cond
 	slots     []slot
-	idle      []int
+	running   int // slot goroutines not yet returned
 	cur, prev *live
 	batches   int
 	measuring bool
@@ -247,12 +259,15 @@ type driver struct {
 }
 
 // run drives the workload for o.Runtime, then drains; d.res, d.elapsed,
-// d.cpu and d.allocs then hold the measured interval.
+// d.cpu and d.allocs then hold the measured interval. Each slot has a
+// goroutine of its own that submits its next request as soon as the
+// previous one finished, with no lock of the driver held across Submit:
+// QueueDepth requests really are in flight at once, each submitter
+// copying on its own core where the engine lets the caller copy
+// (a single submitting goroutine kept a caller-copy stream at queue
+// depth 1).
 func (d *driver) run(ctx context.Context) error {
 	d.cond = sync.NewCond(&d.mu)
-	for i := range d.slots {
-		d.idle = append(d.idle, i)
-	}
 	t0 := time.Now()
 	cpu0, allocs0 := cpuNow(), allocsNow()
 	stop := func() {
@@ -266,150 +281,169 @@ func (d *driver) run(ctx context.Context) error {
 		}
 	}
 	d.measuring = true
+	d.running = len(d.slots)
 	timer := time.AfterFunc(d.o.Runtime, stop)
 	defer timer.Stop()
 	defer context.AfterFunc(ctx, stop)()
 
+	for i := range d.slots {
+		d.slots[i].wake = make(chan struct{}, 1)
+		go d.slotLoop(i)
+	}
+	// This goroutine retires full batches once drained, and the rest
+	// once every slot has returned.
 	d.mu.Lock()
-	for d.err == nil {
-		switch {
-		case d.prev != nil && d.prev.outstanding == 0:
-			lv := d.prev
-			d.prev = nil
+	for d.running > 0 {
+		if lv := d.prev; lv != nil && lv.outstanding == 0 && lv.submitting == 0 {
 			d.mu.Unlock()
 			err := d.retire(lv)
 			d.mu.Lock()
-			if err != nil && d.err == nil {
-				d.err = err
-			}
-		case d.canSubmitLocked():
-			d.mu.Unlock()
-			d.subMu.Lock()
-			err := d.fill()
-			d.subMu.Unlock()
-			d.mu.Lock()
-			if err != nil && d.err == nil {
-				d.err = err
-			}
-		case !d.measuring && len(d.idle) == len(d.slots):
-			d.mu.Unlock()
-			stop()
-			for _, lv := range []*live{d.prev, d.cur} {
-				if err := d.retire(lv); err != nil {
-					return err
-				}
-			}
-			d.prev, d.cur = nil, nil
-			return nil
-		default:
-			d.cond.Wait()
+			d.prev = nil
+			d.failLocked(err)
+			d.cond.Broadcast() // slots waiting to roll over
+			continue
 		}
+		d.cond.Wait()
 	}
 	err := d.err
 	d.mu.Unlock()
 	stop()
-	return err
+	if err != nil {
+		return err
+	}
+	for _, lv := range []*live{d.prev, d.cur} {
+		if err := d.retire(lv); err != nil {
+			return err
+		}
+	}
+	d.prev, d.cur = nil, nil
+	return nil
 }
 
-// canSubmitLocked reports whether an idle slot can get a request now: a
-// full batch waits for the previous one to drain before rolling over.
-// REQUIRES: d.mu.
-func (d *driver) canSubmitLocked() bool {
-	return d.measuring && len(d.idle) > 0 && !(d.prev != nil && d.cur != nil && d.cur.used == d.capacity)
+// failLocked records the first error and wakes everyone. REQUIRES: d.mu.
+func (d *driver) failLocked(err error) {
+	if err != nil && d.err == nil {
+		d.err = err
+		d.cond.Broadcast()
+	}
 }
 
-// onDone is a batch's completion hook: it runs on the engine goroutine
-// that reaped the completion, records it and hands the slot its next
-// request right there, so a completion and its replacement never wait for
-// a goroutine switch (the shape of fio's reap-and-resubmit loop). When
-// another goroutine is submitting, that one picks the slot up instead.
-func (d *driver) onDone(lv *live) func(engine.Report) {
-	return func(r engine.Report) {
-		now := time.Now()
+// slotLoop keeps slot i's request in flight until the measurement ends or
+// an error stops the run.
+func (d *driver) slotLoop(i int) {
+	s := &d.slots[i]
+	defer func() {
 		d.mu.Lock()
-		i := lv.slotOf[r.Tasks.First]
-		s := &d.slots[i]
-		if r.CompletedRequests != 1 && d.err == nil {
-			d.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
-		}
-		if d.measuring {
-			d.res.hist.Record(now.Sub(s.start))
-			d.res.Ops++
-			d.res.Bytes += r.CompletedBytes
-		}
-		lv.outstanding--
-		s.b = nil
-		d.idle = append(d.idle, i)
-		// Wake run only when it has something to do: waking it for every
-		// completion cost a futex round trip per op.
-		if d.err != nil || (lv == d.prev && lv.outstanding == 0) || (!d.measuring && len(d.idle) == len(d.slots)) {
-			d.cond.Broadcast()
-		}
+		d.running--
+		d.cond.Broadcast()
 		d.mu.Unlock()
-		if !d.subMu.TryLock() {
-			// Another goroutine is submitting; its fill loop re-reads the
-			// idle slots, but it may be past its last check: let run look.
-			d.mu.Lock()
+	}()
+	for {
+		d.mu.Lock()
+		lv, err := d.reserveLocked()
+		if lv == nil {
+			d.failLocked(err)
+			d.mu.Unlock()
+			return
+		}
+		s.req[0] = engine.Request{Address: d.base + uint64(i)*d.o.BlockSize, TargetOffset: d.offs.Next(), Length: d.o.BlockSize}
+		s.start = time.Now()
+		d.mu.Unlock()
+
+		tr, err := lv.b.Submit(d.o.Op, d.seg, s.req[:], nil, 0)
+
+		d.mu.Lock()
+		lv.submitting--
+		if err != nil {
+			lv.outstanding--
+			d.failLocked(err)
 			d.cond.Broadcast()
 			d.mu.Unlock()
 			return
 		}
-		err := d.fill()
-		d.subMu.Unlock()
-		if err != nil {
-			d.mu.Lock()
-			if d.err == nil {
-				d.err = err
-			}
-			d.cond.Broadcast()
+		if f := &lv.early[tr.First]; f.valid {
+			d.finishLocked(lv, i, f)
+			*f = finish{}
 			d.mu.Unlock()
+			continue
 		}
+		lv.slotOf[tr.First] = i + 1
+		d.mu.Unlock()
+		<-s.wake
 	}
 }
 
-// fill hands idle slots new requests, rolling over to a new batch when
-// the current one is full. REQUIRES: d.subMu, not d.mu.
-func (d *driver) fill() error {
+// reserveLocked takes a task slot in the current batch for one request,
+// rolling over to a fresh batch when it is full (a full batch waits for
+// the previous one to be retired first: at most two are live). It
+// returns nil once the measurement is over or the run failed.
+// REQUIRES: d.mu.
+func (d *driver) reserveLocked() (*live, error) {
 	for {
-		d.mu.Lock()
-		if d.err != nil || !d.canSubmitLocked() {
-			d.mu.Unlock()
-			return nil
+		if d.err != nil || !d.measuring {
+			return nil, nil
 		}
-		if d.cur == nil || d.cur.used == d.capacity {
-			if d.cur != nil {
-				if err := d.cur.b.Seal(); err != nil {
-					d.mu.Unlock()
-					return err
-				}
-				d.prev, d.cur = d.cur, nil
-			}
-			b, err := d.e.AllocateBatch(d.capacity)
-			if err != nil {
-				d.mu.Unlock()
-				return err
-			}
-			lv := &live{b: b, slotOf: make([]int, d.capacity)}
-			b.OnGroupDone(d.onDone(lv))
-			d.cur = lv
-			d.batches++
+		if d.cur != nil && d.cur.used < d.capacity {
+			break
 		}
-		i := d.idle[len(d.idle)-1]
-		d.idle = d.idle[:len(d.idle)-1]
-		lv, task := d.cur, d.cur.used
-		d.slots[i] = slot{b: lv, start: time.Now()}
-		lv.slotOf[task] = i
-		lv.used++
-		lv.outstanding++
-		d.req[0] = engine.Request{Address: d.base + uint64(i)*d.o.BlockSize, TargetOffset: d.offs.Next(), Length: d.o.BlockSize}
-		d.mu.Unlock()
-		tr, err := lv.b.Submit(d.o.Op, d.seg, d.req[:], nil, 0)
+		if d.cur != nil {
+			if d.prev != nil {
+				d.cond.Wait()
+				continue
+			}
+			d.prev, d.cur = d.cur, nil
+			d.cond.Broadcast() // run retires it once drained
+		}
+		b, err := d.e.AllocateBatch(d.capacity)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		if tr.First != task {
-			return fmt.Errorf("batch %d: request for slot %d became task %d, want %d", lv.b.ID(), i, tr.First, task)
+		lv := &live{b: b, slotOf: make([]int, d.capacity), early: make([]finish, d.capacity)}
+		b.OnGroupDone(d.onDone(lv))
+		d.cur = lv
+		d.batches++
+	}
+	lv := d.cur
+	lv.used++
+	lv.submitting++
+	lv.outstanding++
+	return lv, nil
+}
+
+// finishLocked counts slot i's finished request. REQUIRES: d.mu.
+func (d *driver) finishLocked(lv *live, i int, f *finish) {
+	d.failLocked(f.err)
+	if d.measuring {
+		d.res.hist.Record(f.at.Sub(d.slots[i].start))
+		d.res.Ops++
+		d.res.Bytes += f.bytes
+	}
+	lv.outstanding--
+	if lv == d.prev && lv.outstanding == 0 {
+		d.cond.Broadcast()
+	}
+}
+
+// onDone is a batch's completion hook: it runs on the engine goroutine
+// that finished the request (the submitting slot itself for a caller
+// copy, a lane or the batch worker otherwise), counts it and wakes its
+// slot, or leaves it for the slot whose Submit has not returned yet.
+func (d *driver) onDone(lv *live) func(engine.Report) {
+	return func(r engine.Report) {
+		f := finish{at: time.Now(), bytes: r.CompletedBytes, valid: true}
+		if r.CompletedRequests != 1 {
+			f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
 		}
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		i := lv.slotOf[r.Tasks.First] - 1
+		if i < 0 {
+			lv.early[r.Tasks.First] = f
+			return
+		}
+		lv.slotOf[r.Tasks.First] = 0
+		d.finishLocked(lv, i, &f)
+		d.slots[i].wake <- struct{}{}
 	}
 }
 

@@ -33,7 +33,8 @@ type Peer struct {
 	Lanes int `toml:"lanes"`
 	// DialTimeout bounds connecting and the handshake.
 	DialTimeout Duration `toml:"dial_timeout"`
-	// IOTimeout bounds one frame and its reply once begun.
+	// IOTimeout bounds a stall of a frame once begun or of the wait for
+	// its reply (no byte moving for that long), and a handshake.
 	IOTimeout Duration `toml:"io_timeout"`
 	// KeepAliveInterval is the control connection's ping interval, and
 	// the idleness after which a lane is pinged before it carries data.
@@ -43,6 +44,9 @@ type Peer struct {
 	// MaxSliceBytes is the largest payload of one frame (and so of one
 	// slice of a striped request).
 	MaxSliceBytes Size `toml:"max_slice_bytes"`
+	// MaxHandshakes bounds the listener's connections accepted and not
+	// yet past the handshake; at the bound a newcomer displaces one.
+	MaxHandshakes int `toml:"max_handshakes"`
 	// MaxPendingNotifications bounds the notifications held at once: the
 	// inbox's unread ones (a receiver), and those whose submission has
 	// not finished sending them (a sender).
@@ -61,6 +65,7 @@ const (
 	MaxPeerLanes                       = 64
 	MinPeerSlice                       = 1 << 20
 	MaxPeerSlice                       = 1 << 30
+	MaxHandshakesCeiling               = 1 << 16
 	maxPeerNameLen                     = 255
 	minPeerDuration                    = Duration(1e6) // 1ms
 	MaxPendingNotificationsCeiling     = 1 << 20
@@ -107,6 +112,7 @@ func (c *Peer) validate(p *problems) {
 	if c.MaxSliceBytes < MinPeerSlice || c.MaxSliceBytes > MaxPeerSlice {
 		p.addf("peer.max_slice_bytes (%s) must be in [1MiB, 1GiB]", c.MaxSliceBytes)
 	}
+	p.between("peer.max_handshakes", c.MaxHandshakes, 1, MaxHandshakesCeiling)
 	p.between("peer.max_pending_notifications", c.MaxPendingNotifications, 1, MaxPendingNotificationsCeiling)
 	if c.MaxPendingNotificationsPerPeer < 1 || c.MaxPendingNotificationsPerPeer > c.MaxPendingNotifications {
 		p.addf("peer.max_pending_notifications_per_peer (%d) must be in [1, peer.max_pending_notifications (%d)]",

@@ -56,7 +56,12 @@ func TestPeerNotificationBounds(t *testing.T) {
 		p.MaxPendingNotificationsPerPeer != 256 || p.MaxNotificationBytes != 64<<10 {
 		t.Fatalf("notification defaults %+v", p)
 	}
+	if p.MaxHandshakes != 64 {
+		t.Fatalf("max_handshakes default %d, want 64", p.MaxHandshakes)
+	}
 	for _, tc := range []struct{ toml, want string }{
+		{`max_handshakes = 0`, `peer.max_handshakes (0) must be in [1, 65536]`},
+		{`max_handshakes = 65537`, `peer.max_handshakes (65537) must be in [1, 65536]`},
 		{`max_pending_notifications = 0`, `peer.max_pending_notifications (0) must be in [1, 1048576]`},
 		{`max_pending_notifications_per_peer = 1025`, `peer.max_pending_notifications_per_peer (1025) must be in [1, peer.max_pending_notifications (1024)]`},
 		{`max_pending_notifications_per_peer = 0`, `peer.max_pending_notifications_per_peer (0) must be in [1,`},

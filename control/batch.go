@@ -303,6 +303,10 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	// find them in the regions checked here, not in whatever another
 	// user registered at the same address after c's was unregistered.
 	opts.Regions = regions
+	// A script truncates a file and submits in its next command: it
+	// gets ERANGE at submit, as for any range past the end, not a short
+	// read afterwards.
+	opts.SizeNow = true
 	if s.afterResolve != nil {
 		s.afterResolve()
 	}

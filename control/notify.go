@@ -5,7 +5,14 @@
 // a time from /peers/notifications.
 //
 //	{"op": "write", "target": "kvseg", "requests": [...],
-//	 "notify": [{"peer": "tcp://10.0.0.6:7070", "message": "layer 3 ready"}]}
+//	 "notify": [{"peer": "tcp://10.0.0.6:7070", "message": "layer 3 ready"},
+//	            {"peer": "peer://decode-3", "message": "layer 3 ready"}]}
+//
+// A destination is a peer listener's address, or an engine of the
+// cluster by name, resolved through this daemon's view of the cluster
+// when the notification is sent (not at submit): a name the view no
+// longer lists is not_sent, and so is an engine at that address that is
+// not the incarnation the view lists.
 //
 // Invariants:
 //   - Nothing is sent before the submission's final report says every
@@ -35,7 +42,8 @@ import (
 
 // NotifyTarget is one destination of a submission's notification.
 type NotifyTarget struct {
-	// Peer is "tcp://HOST:PORT", the peer listener of the receiving daemon.
+	// Peer is "tcp://HOST:PORT", the peer listener of the receiving
+	// daemon, or "peer://NAME", an engine of the cluster by name.
 	Peer    string `json:"peer"`
 	Message string `json:"message"`
 }
@@ -59,38 +67,57 @@ const (
 	NotifyNotSent   = "not_sent"  // nothing reached the receiver (reason says why)
 )
 
-// NotifyFunc sends one notification to the peer at addr (host:port) and
-// returns one of the outcomes above (not pending) and, unless delivered,
-// why.
-type NotifyFunc func(ctx context.Context, addr, submission, message string) (string, error)
+// NotifyDest is where one notification goes: the address to dial and,
+// for a destination named peer://NAME, the engine the cluster lists
+// there (Epoch as 16 hex digits), which the sender checks before it
+// sends anything.
+type NotifyDest struct {
+	Addr        string
+	Name, Epoch string
+}
 
-// peerAddr checks a destination: tcp://HOST:PORT, a numeric port.
-func peerAddr(s string) (string, error) {
+// NotifyFunc sends one notification to d and returns one of the outcomes
+// above (not pending) and, unless delivered, why.
+type NotifyFunc func(ctx context.Context, d NotifyDest, submission, message string) (string, error)
+
+// peerDest checks a destination: tcp://HOST:PORT with a numeric port
+// (addr), or peer://NAME (name).
+func peerDest(s string) (addr, name string, err error) {
+	if n, ok := strings.CutPrefix(s, "peer://"); ok {
+		if err := peerName(n); err != nil {
+			return "", "", fmt.Errorf("peer %s: %v", quoteText(s, quoteRunes), err)
+		}
+		return "", n, nil
+	}
 	rest, ok := strings.CutPrefix(s, "tcp://")
 	if !ok {
-		return "", fmt.Errorf("peer %s: want tcp://HOST:PORT", quoteText(s, quoteRunes))
+		return "", "", fmt.Errorf("peer %s: want tcp://HOST:PORT or peer://NAME", quoteText(s, quoteRunes))
 	}
 	host, port, err := net.SplitHostPort(rest)
 	if err != nil || host == "" || strings.ContainsAny(rest, "/?#") {
-		return "", fmt.Errorf("peer %s: want tcp://HOST:PORT", quoteText(s, quoteRunes))
+		return "", "", fmt.Errorf("peer %s: want tcp://HOST:PORT", quoteText(s, quoteRunes))
 	}
 	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return "", fmt.Errorf("peer %s: port %s is not a number in [1, 65535]", quoteText(s, quoteRunes), quoteText(port, quoteRunes))
+		return "", "", fmt.Errorf("peer %s: port %s is not a number in [1, 65535]", quoteText(s, quoteRunes), quoteText(port, quoteRunes))
 	}
-	return rest, nil
+	return rest, "", nil
 }
 
 // validateNotify checks the destinations' shape: at most
-// MaxNotifyTargets, each a tcp:// address, no address twice.
+// MaxNotifyTargets, each a tcp:// address or a peer:// name, none twice.
 func validateNotify(ts []NotifyTarget) error {
 	if len(ts) > MaxNotifyTargets {
 		return fmt.Errorf("notify has %d destinations, more than %d", len(ts), MaxNotifyTargets)
 	}
 	seen := map[string]int{}
 	for i, t := range ts {
-		a, err := peerAddr(t.Peer)
+		addr, name, err := peerDest(t.Peer)
 		if err != nil {
 			return fmt.Errorf("notify[%d]: %v", i, err)
+		}
+		a := "tcp://" + addr
+		if name != "" {
+			a = "peer://" + name
 		}
 		if j, dup := seen[a]; dup {
 			return fmt.Errorf("notify[%d]: peer %s is also notify[%d]: give each destination once", i, quoteText(t.Peer, quoteRunes), j)
@@ -111,6 +138,7 @@ type notice struct {
 
 type noticeDest struct {
 	peer, addr, message string
+	name                string // peer://NAME: resolved when sent
 	state, reason       string
 	released            bool // its share of the pending budget is returned
 }
@@ -137,8 +165,11 @@ func (s *Service) newNotice(sub *Submission) (*notice, error) {
 		if len(t.Message) > s.opts.MaxNotificationBytes {
 			return nil, tooLarge("notify[%d]: a message of %d bytes, over peer.max_notification_bytes (%d)", i, len(t.Message), s.opts.MaxNotificationBytes)
 		}
-		addr, _ := peerAddr(t.Peer) // Validate checked it
-		n.dests = append(n.dests, noticeDest{peer: t.Peer, addr: addr, message: t.Message, state: NotifyPending})
+		addr, name, _ := peerDest(t.Peer) // Validate checked it
+		if name != "" && s.opts.Cluster == nil {
+			return nil, detail(engine.KindUnavailable, "notify[%d]: peer %s: a name resolves through the cluster, and this daemon is no member: set [cluster] etcd_endpoints, or give tcp://HOST:PORT", i, quoteText(t.Peer, quoteRunes))
+		}
+		n.dests = append(n.dests, noticeDest{peer: t.Peer, addr: addr, name: name, message: t.Message, state: NotifyPending})
 		n.bytes += int64(len(t.Message))
 	}
 	s.notes.Lock()
@@ -243,7 +274,7 @@ func (s *Service) send(bt *Batch, n *notice, i int) {
 	bt.mu.Lock()
 	d := n.dests[i]
 	bt.mu.Unlock()
-	state, err := s.opts.Notify(s.stopCtx, d.addr, n.submission, d.message)
+	state, err := s.notifyOne(d, n.submission)
 	reason := ""
 	if err != nil {
 		reason = err.Error()
@@ -263,6 +294,20 @@ func (s *Service) send(bt *Batch, n *notice, i int) {
 	if s.debug() {
 		s.log.Debug("notification delivered", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer)
 	}
+}
+
+// notifyOne sends d, resolving a peer://NAME destination through the
+// cluster's view first: a name the view does not list is not_sent.
+func (s *Service) notifyOne(d noticeDest, submission string) (string, error) {
+	to := NotifyDest{Addr: d.addr}
+	if d.name != "" {
+		p, ok := s.ClusterPeer(d.name)
+		if !ok {
+			return NotifyNotSent, notFound("not sent: peer://%s: no engine of that name in the cluster: it left, or never joined (ls /cluster/peers)", d.name)
+		}
+		to = NotifyDest{Addr: p.Addr, Name: p.Name, Epoch: p.Epoch}
+	}
+	return s.opts.Notify(s.stopCtx, to, submission, d.message)
 }
 
 // notices copies each submission's destination outcomes, by first task.

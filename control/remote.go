@@ -1,34 +1,81 @@
 // remote.go owns peer segments at the control plane: the URI grammar
 // (tcp://HOST:PORT/REGION for one lane, hp_tcp://HOST:PORT/REGION for
-// the configured lanes) and their open through Options.DialRemote.
+// the configured lanes, peer://NAME/REGION for an engine of the cluster
+// by its name, with the configured lanes) and their open through
+// Options.DialRemote.
 //
 // Invariants:
 //   - A peer segment reaches the peer with the daemon's own key, so only
 //     privileged callers (owner.go) open one.
 //   - A failed open leaves no connection behind.
+//   - peer://NAME resolves through this daemon's view of the cluster at
+//     open: a name the view does not list (the engine left) is
+//     KindNotFound before anything is dialed, and the dialer sends
+//     nothing to an engine that is not NAME with the epoch the view
+//     lists (it restarted since): KindNotFound too, effect none.
 
 package control
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/orbitefs/orbitefs/engine"
 )
 
 // RemoteURI is a parsed peer segment URI.
 type RemoteURI struct {
-	Scheme string // "tcp" (one lane) or "hp_tcp" (the configured lanes)
-	Addr   string // host:port
+	// Scheme is "tcp" (one lane), "hp_tcp" (the configured lanes) or
+	// "peer" (by name, the configured lanes).
+	Scheme string
+	Addr   string // host:port; for peer://, the address the cluster lists
 	Region string // the peer's exported region
+	// Name and Epoch, for peer://NAME, are the engine the cluster lists
+	// (Epoch as 16 hex digits, set at open): the dialer sends nothing to
+	// another engine or another epoch.
+	Name, Epoch string
 }
 
-// ParseRemoteURI parses tcp://HOST:PORT/REGION and hp_tcp://HOST:PORT/REGION;
-// ok is false for any other scheme.
+// maxPeerName bounds a cluster name (a key's last element in etcd).
+const maxPeerName = 255
+
+// peerName checks a cluster engine's name: 1 to 255 bytes, printable,
+// no '/', no space.
+func peerName(name string) error {
+	if name == "" || len(name) > maxPeerName {
+		return fmt.Errorf("engine name of %d bytes: want 1 to %d", len(name), maxPeerName)
+	}
+	for _, c := range name {
+		if c == '/' || unicode.IsSpace(c) || !unicode.IsPrint(c) {
+			return fmt.Errorf("engine name %s: %q is not allowed (printable, no '/', no space)", quoteText(name, 300), c)
+		}
+	}
+	return nil
+}
+
+// ParseRemoteURI parses tcp://HOST:PORT/REGION, hp_tcp://HOST:PORT/REGION
+// and peer://NAME/REGION; ok is false for any other scheme.
 func ParseRemoteURI(uri string) (u RemoteURI, ok bool, err error) {
+	if rest, found := strings.CutPrefix(uri, "peer://"); found {
+		u.Scheme = "peer"
+		name, region, slash := strings.Cut(rest, "/")
+		if !slash || region == "" {
+			return u, true, invalid("uri %s: no region: want peer://NAME/REGION", quoteText(uri, 300))
+		}
+		if err := peerName(name); err != nil {
+			return u, true, invalid("uri %s: %v", quoteText(uri, 300), err)
+		}
+		if err := ValidateName(region); err != nil {
+			return u, true, invalid("uri %s: region name: %v", quoteText(uri, 300), err)
+		}
+		u.Name, u.Region = name, region
+		return u, true, nil
+	}
 	for _, scheme := range []string{"tcp", "hp_tcp"} {
 		rest, found := strings.CutPrefix(uri, scheme+"://")
 		if !found {
@@ -63,6 +110,16 @@ func (s *Service) openRemote(c *engine.Caller, uri string, u RemoteURI, perm eng
 	}
 	if s.opts.DialRemote == nil {
 		return nil, detail(engine.KindUnavailable, "uri %s: peers are not configured: set [peer] key_file in the daemon's config", uri)
+	}
+	if u.Scheme == "peer" {
+		if s.opts.Cluster == nil {
+			return nil, detail(engine.KindUnavailable, "uri %s: peer://NAME resolves through the cluster, and this daemon is no member: set [cluster] etcd_endpoints, or give tcp://HOST:PORT/REGION", uri)
+		}
+		p, ok := s.ClusterPeer(u.Name)
+		if !ok {
+			return nil, notFound("uri %s: no engine named %s in the cluster: it left, or never joined (ls /cluster/peers)", uri, quoteText(u.Name, 300))
+		}
+		u.Addr, u.Epoch = p.Addr, p.Epoch
 	}
 	r, err := s.opts.DialRemote(context.Background(), u)
 	if err != nil {

@@ -14,9 +14,9 @@ func TestParseRemoteURI(t *testing.T) {
 		want RemoteURI
 		err  string // "" when valid
 	}{
-		{"tcp://10.0.0.5:7070/kv", true, RemoteURI{"tcp", "10.0.0.5:7070", "kv"}, ""},
-		{"hp_tcp://[::1]:7070/kv", true, RemoteURI{"hp_tcp", "[::1]:7070", "kv"}, ""},
-		{"tcp://host.example:1/a.b-c", true, RemoteURI{"tcp", "host.example:1", "a.b-c"}, ""},
+		{"tcp://10.0.0.5:7070/kv", true, RemoteURI{Scheme: "tcp", Addr: "10.0.0.5:7070", Region: "kv"}, ""},
+		{"hp_tcp://[::1]:7070/kv", true, RemoteURI{Scheme: "hp_tcp", Addr: "[::1]:7070", Region: "kv"}, ""},
+		{"tcp://host.example:1/a.b-c", true, RemoteURI{Scheme: "tcp", Addr: "host.example:1", Region: "a.b-c"}, ""},
 		{"file:///tmp/x", false, RemoteURI{}, ""},
 		{"mem://kv", false, RemoteURI{}, ""},
 		{"tcp://10.0.0.5:7070", true, RemoteURI{}, "no region: want tcp://HOST:PORT/REGION"},
@@ -26,6 +26,12 @@ func TestParseRemoteURI(t *testing.T) {
 		{"hp_tcp://h:0/kv", true, RemoteURI{}, `port "0": want 1 to 65535`},
 		{"tcp://h:70000/kv", true, RemoteURI{}, `port "70000": want 1 to 65535`},
 		{"tcp://h:1/a/b", true, RemoteURI{}, "region name"},
+		{"peer://decode-3/kv", true, RemoteURI{Scheme: "peer", Name: "decode-3", Region: "kv"}, ""},
+		{"peer://decode-3", true, RemoteURI{}, "no region: want peer://NAME/REGION"},
+		{"peer:///kv", true, RemoteURI{}, "engine name of 0 bytes"},
+		{"peer://a b/kv", true, RemoteURI{}, `' ' is not allowed`},
+		{"peer://" + strings.Repeat("n", 256) + "/kv", true, RemoteURI{}, "engine name of 256 bytes: want 1 to 255"},
+		{"peer://a/b/c", true, RemoteURI{}, "region name"},
 	} {
 		u, ok, err := ParseRemoteURI(tc.uri)
 		if ok != tc.ok {

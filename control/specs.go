@@ -27,7 +27,8 @@ type MemorySpec struct {
 	// cuIpcGetMemHandle handle as 128 hex digits); cuda:N only.
 	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
 	// Export says what peers may do with it: none (the default), read,
-	// write or read_write; host memory only.
+	// write or read_write. A peer reaches a cuda:N registration
+	// through this daemon's pinned copy staging.
 	Export string `json:"export,omitempty"`
 }
 
@@ -90,9 +91,6 @@ func ParseMemorySpec(data []byte, max int) (*MemorySpec, error) {
 	case "", ExportNone, "read", "write", "read_write":
 	default:
 		return nil, invalid("export %q: want \"none\", \"read\", \"write\" or \"read_write\"", m.Export)
-	}
-	if m.Export != "" && m.Export != ExportNone && strings.HasPrefix(m.Location, cudaPrefix) {
-		return nil, invalid("export %q of %s memory: peers reach host memory only (cpu, pinned) for now", m.Export, m.Location)
 	}
 	return &m, nil
 }

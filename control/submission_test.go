@@ -149,7 +149,7 @@ func TestParseMemorySpec(t *testing.T) {
 		{doc: `{"name":"x","location":"pinned","bytes":1,"export":"read_write"}`, want: MemorySpec{Name: "x", Location: "pinned", Bytes: 1, Export: "read_write"}},
 		{doc: `{"name":"x","location":"cpu","bytes":1,"export":"read"}`, want: MemorySpec{Name: "x", Location: "cpu", Bytes: 1, Export: "read"}},
 		{doc: `{"name":"x","location":"cpu","bytes":1,"export":"rw"}`, kind: engine.KindInvalid, msg: `export "rw": want "none", "read", "write" or "read_write"`},
-		{doc: `{"name":"x","location":"cuda:0","bytes":1,"export":"write"}`, kind: engine.KindInvalid, msg: `export "write" of cuda:0 memory: peers reach host memory only`},
+		{doc: `{"name":"x","location":"cuda:0","bytes":1,"export":"write"}`, want: MemorySpec{Name: "x", Location: "cuda:0", Bytes: 1, Export: "write"}},
 		{doc: `{"name":"x","location":"cuda:0","bytes":1,"export":"none"}`, want: MemorySpec{Name: "x", Location: "cuda:0", Bytes: 1, Export: "none"}},
 	} {
 		m, err := ParseMemorySpec([]byte(c.doc), 1<<20)

@@ -68,6 +68,12 @@ type SubmitOptions struct {
 	// the engine resolves it (the named one was unregistered and another
 	// user's was mapped at the same address) fails with KindPermission.
 	Regions []*Region
+	// SizeNow range-checks reads against the file's size read for this
+	// submission (an fstat) rather than the size the engine last saw
+	// (segment.go): for a client that cannot know the file changed since,
+	// such as a shell script through the mount, where the fstat costs
+	// nothing next to the rest of the submission.
+	SizeNow bool
 }
 
 // deadline is a submission's absolute deadline: timeout from now, or

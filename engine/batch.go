@@ -260,7 +260,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 	fast := start && len(b.mu.groups) == 1 && len(b.mu.inflight) == 0 && g.fastPathEligible()
 	w := b.mu.w
 	if start {
-		w = &worker{b: b, wake: make(chan struct{}, 1)}
+		w = &worker{b: b, wake: make(chan struct{}, 1), fast: fast}
 		b.mu.worker, b.mu.w = true, w
 	}
 	b.changedLocked()

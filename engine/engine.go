@@ -267,7 +267,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	for _, r := range regions {
 		r.mu.Lock()
 		n, _ := r.loans.closeIfIdle(true)
-		busy := n > 0
+		busy := n > 0 || r.mu.uncertain // a copy of unknown outcome may still touch it
 		r.mu.closed = true
 		r.mu.Unlock()
 		if busy {
@@ -289,6 +289,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.peerExec.close()
 	e.memExec.close()
 	e.closeStaging()
+	e.closeCopyStage()
 	var first error
 	for _, t := range e.backends {
 		// Transports close idle queues only; an abandoned ring (one an
@@ -339,9 +340,12 @@ type Stats struct {
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
 	Staging            *StagingStats `json:"staging,omitempty"`
-	GDS                GDSStats      `json:"gds"`
-	RuntimeQueue       QueueStats    `json:"runtime_queue"`
-	QoS                QoSStats      `json:"qos"`
+	// CopyStaging is the pinned pool of device copies outside the
+	// staging lanes (peer transfers, ReadAt/WriteAt), once allocated.
+	CopyStaging  *CopyStageStats `json:"copy_staging,omitempty"`
+	GDS          GDSStats        `json:"gds"`
+	RuntimeQueue QueueStats      `json:"runtime_queue"`
+	QoS          QoSStats        `json:"qos"`
 
 	// Failovers counts attempts started on a task's next transport.
 	Failovers uint64 `json:"failovers"`
@@ -402,6 +406,9 @@ func (e *Engine) Stats() Stats {
 		st := p.stats()
 		st.Lanes = e.staged.laneCount()
 		s.Staging = &st
+	}
+	if cs := e.copyStats(); cs.Allocated {
+		s.CopyStaging = &cs
 	}
 	s.RuntimeQueue, s.QoS = e.adm.stats()
 	return s

@@ -74,6 +74,9 @@ type execCase struct {
 	// engine (the memory executor), with merge_requests off so that each
 	// request is its own physical owner.
 	memseg bool
+	// perCopy: the fake GPU has no batched copy (a driver before CUDA
+	// 12.8): every device copy is its own call.
+	perCopy bool
 }
 
 const peerUnit = 64 << 10
@@ -87,6 +90,8 @@ var execCases = []execCase{
 	// Two requests of exactly one unit each: the 4 MiB stream.
 	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true, offRing: true},
 	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, offRing: true,
+		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
+	{name: "staged, per-copy driver", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, offRing: true, perCopy: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
@@ -122,6 +127,7 @@ type execFixture struct {
 
 func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.Engine)) *execFixture {
 	f := &execFixture{t: t, c: c, gpu: newFakeGPU(1)}
+	f.gpu.batch.Store(!c.perCopy)
 	if c.gds {
 		f.cufile = &fakeGDS{}
 	}
@@ -307,8 +313,8 @@ func (f *execFixture) fenced(timeout time.Duration, act func(b *engine.Batch)) [
 	}
 	t.Cleanup(func() { b.Free() })
 	if f.remote != nil {
-		// The peer executor takes host memory only: the holding WRITE
-		// is held inside the fake Remote instead.
+		// The holding WRITE is held inside the fake Remote, where a
+		// peer's round trip waits.
 		f.remote.mu.Lock()
 		f.remote.hold, f.remote.holdEnd = ev.done, 4096
 		f.remote.mu.Unlock()

@@ -34,6 +34,7 @@ type fakeGPU struct {
 	// hang blocks copies until closed.
 	failDtoHNth atomic.Int64
 	dtohs       atomic.Int64
+	badDtoH     atomic.Uint64 // the source of the refused one
 	slowCopy    atomic.Int64
 	busyCopies  atomic.Int64
 	hang        chan struct{}
@@ -58,10 +59,24 @@ type fakeGPU struct {
 	calls atomic.Int64
 	// records and releases count event records and closes.
 	records, releases atomic.Int64
+	// batch: streams made from now on enqueue many copies in one call
+	// (engine.CopyBatcher), as on a driver with cuMemcpyBatchAsync; off,
+	// they have only HtoD and DtoH. batches counts those calls, batched
+	// the copies they carried. failBatchNth fails the batch call whose
+	// ordinal equals it after enqueueing its first half (the driver may
+	// enqueue some of a failed batch).
+	batch        atomic.Bool
+	batches      atomic.Int64
+	batched      atomic.Int64
+	failBatchNth atomic.Int64
+	// htods and dtohCalls count the per-copy calls.
+	htods, dtohCalls atomic.Int64
 }
 
 func newFakeGPU(devices int) *fakeGPU {
-	return &fakeGPU{devices: devices, allocs: map[uint64]*hostmem.Mapping{}}
+	f := &fakeGPU{devices: devices, allocs: map[uint64]*hostmem.Mapping{}}
+	f.batch.Store(true)
+	return f
 }
 
 func (f *fakeGPU) Probe() error          { return nil }
@@ -114,6 +129,9 @@ func (f *fakeGPU) NewStream(dev int) (engine.Stream, error) {
 			fn()
 		}
 	}()
+	if f.batch.Load() {
+		return &fakeBatchStream{s}, nil
+	}
 	return s, nil
 }
 
@@ -151,11 +169,25 @@ type fakeStream struct {
 
 func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
 	s.f.calls.Add(1)
-	if a := s.f.failHtoDAt.Load(); a != 0 && dst == a {
+	s.f.htods.Add(1)
+	if s.f.refusesHtoD(dst, n) {
 		return errors.New("fake: cuMemcpyHtoDAsync: CUDA_ERROR_INVALID_VALUE")
 	}
+	s.work <- s.htod(dst, src, n)
+	return nil
+}
+
+// refusesHtoD reports whether a host-to-device copy to [dst, dst+n)
+// covers failHtoDAt.
+func (f *fakeGPU) refusesHtoD(dst, n uint64) bool {
+	a := f.failHtoDAt.Load()
+	return a != 0 && dst <= a && a < dst+n
+}
+
+// htod is the stream work of one host-to-device copy.
+func (s *fakeStream) htod(dst uint64, src uintptr, n uint64) func() {
 	hold := s.f.holdFrom.Load()
-	s.work <- func() {
+	return func() {
 		if s.f.hang != nil {
 			<-s.f.hang
 		}
@@ -170,15 +202,33 @@ func (s *fakeStream) HtoD(dst uint64, src uintptr, n uint64) error {
 		}
 		s.f.copies.Add(1)
 	}
-	return nil
 }
 func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
 	s.f.calls.Add(1)
-	if nth := s.f.dtohs.Add(1); nth == s.f.failDtoHNth.Load() {
+	s.f.dtohCalls.Add(1)
+	if s.f.refusesDtoH(src, n) {
 		return errors.New("fake: cuMemcpyDtoHAsync: CUDA_ERROR_INVALID_VALUE")
 	}
+	s.work <- s.dtoh(dst, src, n)
+	return nil
+}
+
+// refusesDtoH counts a device-to-host copy from [src, src+n) and
+// reports whether it is refused: the failDtoHNth-th one, and any later
+// one from that copy's source (the driver refuses the same copy again).
+func (f *fakeGPU) refusesDtoH(src, n uint64) bool {
+	if f.dtohs.Add(1) == f.failDtoHNth.Load() {
+		f.badDtoH.Store(src)
+		return true
+	}
+	b := f.badDtoH.Load()
+	return b != 0 && src <= b && b < src+n
+}
+
+// dtoh is the stream work of one device-to-host copy.
+func (s *fakeStream) dtoh(dst uintptr, src uint64, n uint64) func() {
 	s.f.busyCopies.Add(1)
-	s.work <- func() {
+	return func() {
 		if d := s.f.slowCopy.Load(); d > 0 {
 			time.Sleep(time.Duration(d))
 		}
@@ -188,7 +238,67 @@ func (s *fakeStream) DtoH(dst uintptr, src uint64, n uint64) error {
 		s.f.copies.Add(1)
 		s.f.busyCopies.Add(-1)
 	}
+}
+
+// fakeBatchStream is a fakeStream with cuMemcpyBatchAsync: one call
+// enqueues many copies. Device memory is the fake's allocations, so a
+// destination among them makes a host-to-device copy. A copy its
+// per-copy calls would refuse (failHtoDAt, failDtoHNth) fails the batch
+// with the copies before it enqueued, and the failBatchNth-th batch
+// fails after enqueueing its first half: a driver may enqueue some of a
+// batch it fails.
+type fakeBatchStream struct{ *fakeStream }
+
+func (s *fakeBatchStream) CopyBatch(cs []engine.Copy) error {
+	f := s.f
+	f.calls.Add(1)
+	refused := -1
+	if f.batches.Add(1) == f.failBatchNth.Load() {
+		refused = len(cs) / 2
+	}
+	for j, c := range cs {
+		if refused >= 0 {
+			break
+		}
+		if s.toDevice(c) {
+			if f.refusesHtoD(c.Dst, c.N) {
+				refused = j
+			}
+		} else if f.refusesDtoH(c.Src, c.N) {
+			refused = j
+		}
+	}
+	ok := cs
+	if refused >= 0 {
+		ok = cs[:refused]
+	}
+	for _, c := range ok {
+		s.work <- s.copyWork(c)
+	}
+	f.batched.Add(int64(len(ok)))
+	if refused >= 0 {
+		return fmt.Errorf("fake: cuMemcpyBatchAsync(%d copies, copy %d): CUDA_ERROR_INVALID_VALUE", len(cs), refused)
+	}
 	return nil
+}
+
+// toDevice reports whether c writes the fake's device memory.
+func (s *fakeBatchStream) toDevice(c engine.Copy) bool {
+	s.f.mu.Lock()
+	defer s.f.mu.Unlock()
+	for base, m := range s.f.allocs {
+		if c.Dst >= base && c.Dst < base+m.Len() {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *fakeBatchStream) copyWork(c engine.Copy) func() {
+	if s.toDevice(c) {
+		return s.htod(c.Dst, uintptr(c.Src), c.N)
+	}
+	return s.dtoh(uintptr(c.Dst), c.Src, c.N)
 }
 func (s *fakeStream) Record() (engine.Event, error) {
 	s.f.calls.Add(1)

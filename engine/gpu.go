@@ -75,6 +75,28 @@ type Stream interface {
 	Close() error
 }
 
+// Copy is one copy between pinned host memory and device memory, by
+// address (CUDA's unified addressing tells the direction).
+type Copy struct {
+	Dst, Src uint64
+	N        uint64
+}
+
+// CopyBatcher is a Stream that enqueues many copies with one driver
+// call (cuMemcpyBatchAsync): the driver serializes its calls across
+// threads, so one call per reap pass instead of one per unit is what
+// lets many lanes feed the copy engine. A backend offers it only where
+// the driver has it; the engine falls back to HtoD/DtoH otherwise.
+type CopyBatcher interface {
+	Stream
+	// CopyBatch enqueues cs on the stream, behind what was enqueued
+	// before. The copies may run in any order among themselves, so no
+	// two of them may overlap. On error none, some or all of them may
+	// have been enqueued: the caller may enqueue each again (it rewrites
+	// the same bytes) or wait for the stream before reusing the memory.
+	CopyBatch(cs []Copy) error
+}
+
 // Event marks a point in a stream.
 type Event interface {
 	// Done reports completion without waiting; an error means the copies

@@ -139,7 +139,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindUnavailable, Err: err.(*Error).Err}
 	}
 	ent := seg.ent
-	size, err := e.currentSize(ent)
+	size, err := e.newSizeCheck(ent, op, opts.SizeNow) // segment.go
 	if err != nil {
 		return nil, wrap(KindOf(err), verb, b.name(), err)
 	}
@@ -154,7 +154,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	}
 	for i := range reqs {
 		r := &reqs[i]
-		if err := g.build(e, i, r, size); err != nil {
+		if err := g.build(e, i, r, &size); err != nil {
 			return fail(i, err)
 		}
 	}
@@ -257,7 +257,7 @@ func (e *Engine) tryChargeBytes(n uint64) bool {
 }
 
 // build validates request i and prepares its file op.
-func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
+func (g *group) build(e *Engine, i int, r *Request, size *sizeCheck) error {
 	firstRange := len(g.ranges)
 	var iov []IOVec
 	var buf Buffer
@@ -329,7 +329,7 @@ func (g *group) build(e *Engine, i int, r *Request, size uint64) error {
 			iov[j] = IOVec{Base: el.Address, Len: el.Length}
 		}
 	}
-	if err := checkFileRange(g.seg, g.op, r.TargetOffset, extent, size); err != nil {
+	if err := size.check(g.seg, g.op, r.TargetOffset, extent); err != nil {
 		return err
 	}
 	if err := g.route(e, i, r, firstRange); err != nil {

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -28,10 +30,26 @@ func TestLoanShards(t *testing.T) {
 		{"small loan, then a large one over it", 5000 * page, 5000*page + 8, 0, 1 << 30, true},
 		{"two large loans overlapping", 0, 64 * page, 63 * page, 200 * page, true},
 		{"two large loans disjoint", 0, 64 * page, 64 * page, 200 * page, false},
+		// The big index files a large loan under each 1 MiB granule it
+		// covers, or as wide past bigSpread granules.
+		{"large loans meeting in the second granule", 1<<20 - 128<<10, 1<<20 + 128<<10, 1<<20 + 64<<10, 1<<20 + 200<<10, true},
+		{"large loan, then one over its granule and the one before", 1<<20 + 64<<10, 1<<20 + 200<<10, 1<<20 - 128<<10, 1<<20 + 128<<10, true},
+		{"large loans in neighbouring granules", 1<<20 - 128<<10, 1 << 20, 1 << 20, 1<<20 + 128<<10, false},
+		{"wide loan, then a large one inside it", 0, 100 << 20, 50 << 20, 50<<20 + 128<<10, true},
+		{"large loan, then a wide one over it", 50 << 20, 50<<20 + 128<<10, 0, 100 << 20, true},
+		{"large loan, then a wide one past it", 50 << 20, 50<<20 + 128<<10, 60 << 20, 200 << 20, false},
+		{"large loan, then a small one inside it", 3 << 20, 3<<20 + 128<<10, 3<<20 + page, 3<<20 + page + 8, true},
+		{"large loan, then a small one past it", 3 << 20, 3<<20 + 128<<10, 3<<20 + 128<<10, 3<<20 + 129<<10, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var lt loanTable
+			// Large loans of a third group far away: the big index has
+			// more granules than a case's loans cover.
+			far := &group{}
+			for k := uint64(0); k < 8; k++ {
+				lt.take(4<<30+k<<20, 4<<30+k<<20+128<<10, far)
+			}
 			if closed, _, ok := lt.take(c.alo, c.ahi, a); closed || !ok {
 				t.Fatal("first loan refused")
 			}
@@ -46,6 +64,9 @@ func TestLoanShards(t *testing.T) {
 			if !c.wantConflict {
 				lt.drop(c.blo, c.bhi, b)
 			}
+			for k := uint64(0); k < 8; k++ {
+				lt.drop(4<<30+k<<20, 4<<30+k<<20+128<<10, far)
+			}
 			if n, _ := lt.closeIfIdle(false); n != 0 {
 				t.Fatalf("%d owners still hold loans after the drops", n)
 			}
@@ -53,6 +74,35 @@ func TestLoanShards(t *testing.T) {
 				t.Fatal("a closed table granted a loan")
 			}
 		})
+	}
+}
+
+// TestLoanDropOne: a drop frees exactly the range it names: the owner's
+// other large loans in the same granules stay held, and a range taken
+// twice stays held until dropped twice.
+func TestLoanDropOne(t *testing.T) {
+	a, b := &group{}, &group{}
+	var lt loanTable
+	const unit = 128 << 10
+	for _, lo := range []uint64{0, unit, unit} {
+		if _, _, ok := lt.take(lo, lo+unit, a); !ok {
+			t.Fatalf("own loan at %d refused", lo)
+		}
+	}
+	lt.drop(0, unit, a)
+	if _, _, ok := lt.take(0, unit, b); !ok {
+		t.Fatal("the dropped range is still held")
+	}
+	lt.drop(unit, 2*unit, a)
+	if _, _, ok := lt.take(unit, 2*unit, b); ok {
+		t.Fatal("a range taken twice and dropped once was granted to another group")
+	}
+	lt.drop(unit, 2*unit, a)
+	if _, _, ok := lt.take(unit, 2*unit, b); !ok {
+		t.Fatal("a range dropped as often as taken is still held")
+	}
+	if got := lt.bigN.Load(); got != 2 {
+		t.Fatalf("bigN = %d, want 2 (b's two loans)", got)
 	}
 }
 
@@ -145,6 +195,41 @@ func TestLoanCheckThenInsert(t *testing.T) {
 			if passedA || !okA || okB {
 				t.Fatalf("a granted %v, b granted %v, b finished while a was between check and insert: %v; want only a, b waiting for it", okA, okB, passedA)
 			}
+		})
+	}
+}
+
+// BenchmarkLoansKVSwap: the loans of the KV swap workload, each client
+// holding its batch's 16 loans of 128 KiB in its own 2 MiB slot of one
+// region, taking and dropping one at a time: the cost of a grant and a
+// drop as the clients (and so the loans held) grow.
+func BenchmarkLoansKVSwap(b *testing.B) {
+	const (
+		perBatch = 16
+		unit     = 128 << 10
+	)
+	for _, clients := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			var t loanTable
+			owners := make([]*group, clients)
+			for c := range owners {
+				owners[c] = &group{}
+				for k := range perBatch - 1 {
+					lo := uint64(c*perBatch+k) * unit
+					t.take(lo, lo+unit, owners[c])
+				}
+			}
+			var next atomic.Int64
+			b.RunParallel(func(pb *testing.PB) {
+				c := int(next.Add(1)-1) % clients
+				lo := uint64(c*perBatch+perBatch-1) * unit
+				for pb.Next() {
+					if _, _, ok := t.take(lo, lo+unit, owners[c]); !ok {
+						panic("own slot refused")
+					}
+					t.drop(lo, lo+unit, owners[c])
+				}
+			})
 		})
 	}
 }

@@ -16,11 +16,14 @@
 package engine
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
 )
@@ -77,6 +80,8 @@ type gpuState struct {
 
 	streamMu sync.Mutex
 	streams  map[int][]Stream // idle copy streams by device
+
+	copy copyStage // pinned chunks of device copies outside the lanes (copystage.go)
 }
 
 // gpuReady probes the GPU backend once. Errors are KindUnavailable and
@@ -186,17 +191,30 @@ type sized struct {
 
 func (s sized) Len() uint64 { return s.n }
 
-// deviceCopy serves ReadAt/WriteAt on device memory through a bounce in
-// host memory (the backend's synchronous copy). REQUIRES: r.mu.
+// deviceCopy serves ReadAt/WriteAt on device memory through the pinned
+// copy staging (copystage.go): a write returns only after the copy
+// event of its last byte completed. The copies are bounded as a
+// submission without a timeout would be: default_timeout plus
+// quiesce_grace. On an error wrapping ErrUncertain the bytes past the
+// count returned may have changed, and the region is never freed (the
+// GPU may still write it). REQUIRES: r.mu.
 func (r *Region) deviceCopy(op string, p []byte, off uint64, write bool) (int, error) {
-	var err error
-	if write {
-		err = r.dev.CopyIn(off, p)
-	} else {
-		err = r.dev.CopyOut(p, off)
+	cut := time.Now().Add(r.e.cfg.DefaultTimeout.D() + r.e.cfg.QuiesceGrace.D())
+	n, err := r.e.stagedDeviceCopy(context.Background(), r.dev, off, p, write, cut)
+	if errors.Is(err, ErrUncertain) {
+		r.mu.uncertain = true
 	}
 	if err != nil {
-		return 0, wrap(KindIO, op, r.name(), err)
+		return int(n), &Error{Op: op, Name: r.name(), Kind: kindOr(err, KindIO),
+			Err: fmt.Errorf("bytes [%d, %d) at offset %d: %w", off, off+uint64(len(p)), off+n, err)}
 	}
 	return len(p), nil
+}
+
+// kindOr is err's kind, or k when err carries none.
+func kindOr(err error, k Kind) Kind {
+	if kk := KindOf(err); kk != KindUnknown {
+		return kk
+	}
+	return k
 }

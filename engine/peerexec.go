@@ -17,8 +17,15 @@
 //     closes its lane), and for a WRITE the effect is then the Remote's
 //     answer, unknown once anything was posted.
 //   - A unit always returns (the Remote bounds every round trip), so the
-//     lanes never leave anything in flight: every job drains.
-//   - Local memory is host memory; device memory is refused at submit.
+//     lanes never leave anything in flight: every job drains, except a
+//     unit whose device copy's outcome is unknown, which marks its job
+//     undrained (the group keeps its loans and charges).
+//   - Local device memory (cuda:N) goes through a pinned chunk of the
+//     copy staging (copystage.go), one chunk per unit: a WRITE copies
+//     the device bytes out and waits for their event before anything is
+//     posted (a failed copy posts nothing: effect none); a READ lands in
+//     the chunk and is copied in, the unit done only after the copy
+//     event. A unit on device memory is at most one chunk.
 
 package engine
 
@@ -54,12 +61,17 @@ type remoteTarget struct {
 	ctx    []context.Context
 	cancel []context.CancelFunc
 	cut    []atomic.Bool // a cancel of the running task cut it
+	device bool          // some local memory is device memory
 }
 
 // unitSize is the unit of g's job on an executor that cuts at size.
 func (g *group) unitSize(size uint64) uint64 {
 	if g.remote != nil {
-		return min(size, g.remote.seg.info.Unit)
+		size = min(size, g.remote.seg.info.Unit)
+		if g.remote.device {
+			size = min(size, uint64(g.b.e.cfg.StagingChunkSize))
+		}
+		return size
 	}
 	return size
 }
@@ -166,12 +178,21 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return err
 		}
 		if reg.dev != nil {
-			return detail(KindUnavailable, "%s is device memory (%s): the peer executor moves host memory only; GPU memory over a peer (through pinned staging) is not built yet", reg.name(), reg.Location())
+			g.remote.device = true
 		}
 		g.ranges = append(g.ranges, hostRange{region: reg, lo: el.Address, hi: el.Address + el.Length, req: i})
 	}
 	if extent > uint64(e.cfg.MaxTransferBytes) {
 		return detail(KindTooLarge, "request covers %d bytes, more than max_transfer_bytes (%d)", extent, uint64(e.cfg.MaxTransferBytes))
+	}
+	if r.Producer != nil {
+		if !g.remote.device {
+			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
+		}
+		if g.producers == nil {
+			g.producers = make([]Event, g.n)
+		}
+		g.producers[i] = r.Producer
 	}
 	info := g.remote.seg.info
 	end := r.TargetOffset + extent
@@ -241,8 +262,8 @@ func peerUnit(x *offRing, k int) {
 	switch p.kind {
 	case piecePad:
 		buf = make([]byte, u.n) // zeros on WRITE; discarded on READ
-	case pieceDevice: // refused at submit (buildRemote); never moved as if host
-		x.resolve(k, 0, unitErr(g, u, KindUnavailable, errors.New("device memory on a remote segment")))
+	case pieceDevice:
+		peerDeviceUnit(x, k, ctx, p)
 		return
 	}
 	if g.op == OpRead {
@@ -254,6 +275,14 @@ func peerUnit(x *offRing, k int) {
 		x.resolve(k, u.n, nil)
 		return
 	}
+	got, err := peerWrite(x, k, ctx, buf)
+	x.resolve(k, got, err)
+}
+
+// peerWrite posts buf as unit k's bytes and returns the unit's outcome
+// (marking it submitted unless the Remote's effect is none).
+func peerWrite(x *offRing, k int, ctx context.Context, buf []byte) (uint64, error) {
+	g, u, rt := x.g, &x.units[k], x.g.remote
 	effect, err := rt.seg.r.WriteAt(ctx, buf, u.off)
 	if err == nil && effect != EffectApplied {
 		err = fmt.Errorf("the remote returned no error with effect %s", effect)
@@ -265,10 +294,65 @@ func peerUnit(x *offRing, k int) {
 		x.markSubmitted(k)
 	}
 	if err != nil {
+		return 0, rt.unitErr(g, u, ctx, err)
+	}
+	g.b.e.st.peerUnits.Add(1)
+	return u.n, nil
+}
+
+// peerDeviceUnit moves unit k, whose local piece p is device memory,
+// through a pinned chunk of the copy staging. A WRITE's device bytes are
+// confirmed in the chunk (their event completed) before anything is
+// posted; a READ's unit ends only after its copy into device memory
+// completed. A copy of unknown outcome keeps the chunk and marks the job
+// undrained.
+func peerDeviceUnit(x *offRing, k int, ctx context.Context, p piece) {
+	g, u, rt := x.g, &x.units[k], x.g.remote
+	e := g.b.e
+	cut := g.deadline.Add(e.cfg.QuiesceGrace.D())
+	s, err := e.stage()
+	if err != nil {
+		x.resolve(k, 0, unitErr(g, u, kindOr(err, KindUnavailable), err))
+		return
+	}
+	c, err := s.lease(ctx, cut)
+	if err != nil {
 		x.resolve(k, 0, rt.unitErr(g, u, ctx, err))
 		return
 	}
-	g.b.e.st.peerUnits.Add(1)
+	c = c[:u.n]
+	copyFailed := func(err error) {
+		if errors.Is(err, ErrUncertain) {
+			s.retain()
+			x.mu.Lock()
+			x.undrained = true
+			x.mu.Unlock()
+		} else {
+			s.release(c)
+		}
+		x.resolve(k, 0, unitErr(g, u, KindIO, err))
+	}
+	if g.op == OpWrite {
+		if err := e.copyChunk(c, p.dev, p.addr, false, cut); err != nil {
+			copyFailed(err) // nothing was posted: effect none
+			return
+		}
+		got, err := peerWrite(x, k, ctx, c)
+		s.release(c) // WriteAt returned: its lanes no longer read c
+		x.resolve(k, got, err)
+		return
+	}
+	if err := rt.seg.r.ReadAt(ctx, c, u.off); err != nil {
+		s.release(c)
+		x.resolve(k, 0, rt.unitErr(g, u, ctx, err))
+		return
+	}
+	if err := e.copyChunk(c, p.dev, p.addr, true, cut); err != nil {
+		copyFailed(err)
+		return
+	}
+	s.release(c)
+	e.st.peerUnits.Add(1)
 	x.resolve(k, u.n, nil)
 }
 

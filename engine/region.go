@@ -48,6 +48,9 @@ type Region struct {
 	mu struct {
 		sync.Mutex
 		closed bool
+		// uncertain: a device copy of ReadAt/WriteAt whose outcome is
+		// unknown may still touch the memory, so it is never freed.
+		uncertain bool
 	}
 }
 
@@ -213,6 +216,10 @@ func (e *Engine) Unregister(r *Region) error {
 	if r.mu.closed {
 		r.mu.Unlock()
 		return errorf(KindNotFound, "unregister", r.name(), "already unregistered")
+	}
+	if r.mu.uncertain {
+		r.mu.Unlock()
+		return errorf(KindBusy, "unregister", r.name(), "a device copy of unknown outcome may still write it: it stays allocated for good")
 	}
 	if n, l := r.loans.closeIfIdle(false); n > 0 {
 		r.mu.Unlock()

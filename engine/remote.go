@@ -21,7 +21,8 @@ import (
 
 // Remote is one exported region of a peer, as the engine reaches it.
 // Implementations (an adapter over the peer package's connection) must
-// be safe for concurrent use and must never retry a WRITE.
+// be safe for concurrent use and must never retry a WRITE that may have
+// posted anything (one found unsent, effect none, may go again).
 type Remote interface {
 	// ReadAt fills p from offset off of the region. A READ never changes
 	// the remote region, whatever it returns.
@@ -42,7 +43,7 @@ type Remote interface {
 type RemoteInfo struct {
 	Address string     `json:"address"` // host:port dialed
 	Peer    string     `json:"peer"`    // the name the peer proved at its handshake
-	Epoch   uint64     `json:"epoch"`   // the peer's epoch at open
+	Epoch   uint64     `json:"epoch"`   // the peer's epoch (at open, or at the last redial)
 	Region  string     `json:"region"`
 	Size    uint64     `json:"size"`
 	Export  Permission `json:"-"` // what the peer lets us do
@@ -86,11 +87,14 @@ type RemoteSegmentInfo struct {
 	Draining   bool       `json:"draining"`
 }
 
-// Info returns the segment's description.
+// Info returns the segment's description; the remote part is the
+// Remote's own (a Remote that dialed a restarted peer again shows the
+// new epoch).
 func (s *RemoteSegment) Info() RemoteSegmentInfo {
+	ri := s.r.Info()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return RemoteSegmentInfo{URI: s.uri, Remote: s.info, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed}
+	return RemoteSegmentInfo{URI: s.uri, Remote: ri, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed}
 }
 
 // OpenRemoteSegment opens r as a target named uri with permission perm.

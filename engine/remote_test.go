@@ -2,8 +2,8 @@ package engine_test
 
 // remote_test.go: what a remote segment refuses before any byte moves
 // (the fake Remote of fakeremote_test.go sees no call): a permission the
-// region was not exported with, a range past the region, device memory,
-// a transport; and that closing the segment closes its Remote once its
+// region was not exported with, a range past the region, a producer
+// event on host memory, a transport; and that closing the segment closes its Remote once its
 // transfers drained.
 
 import (
@@ -17,7 +17,6 @@ import (
 func TestRemoteSegmentRefusals(t *testing.T) {
 	e := gpuEngine(t, newFakeGPU(1), nil, nil)
 	host := register(t, e, 8192)
-	dev := deviceRegion(t, e, 0, 4096)
 
 	ro := newFakeRemote(4096, engine.PermRead, peerUnit)
 	_, err := e.OpenRemoteSegment("tcp://127.0.0.1:1/kv", ro, engine.PermReadWrite)
@@ -40,7 +39,7 @@ func TestRemoteSegmentRefusals(t *testing.T) {
 	}{
 		{"write on a read segment", engine.OpWrite, engine.Request{Address: host.BaseAddress(), Length: 4096}, engine.KindPermission, "write on tcp://127.0.0.1:1/kv, opened read"},
 		{"past the region", engine.OpRead, engine.Request{Address: host.BaseAddress(), TargetOffset: 4000, Length: 200}, engine.KindRange, `target_offset 4000 + length 200 = 4200 is beyond region "kv" of fake (4096 bytes)`},
-		{"device memory", engine.OpRead, engine.Request{Address: dev.BaseAddress(), Length: 4096}, engine.KindUnavailable, "the peer executor moves host memory only"},
+		{"a producer on host memory", engine.OpRead, engine.Request{Address: host.BaseAddress(), Length: 4096, Producer: &producerEvent{done: make(chan struct{})}}, engine.KindInvalid, "a producer event needs device memory"},
 		{"a transport", engine.OpRead, engine.Request{Address: host.BaseAddress(), Length: 4096, Transport: engine.TransportIOUring}, engine.KindInvalid, "leave transport unset"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

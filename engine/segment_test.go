@@ -426,3 +426,110 @@ func TestConcurrentClosesHeld(t *testing.T) {
 		t.Errorf("after both closes the other alias refuses work: %v", err)
 	}
 }
+
+// TestRangeCheckFollowsSize: reads are range-checked against the size the
+// engine last saw, with no fstat per submission (segment.go, sizeCheck).
+// A file that grows is read at once; one that shrinks fails the first
+// read past its new end with the exact count (KindRange) and refuses the
+// next at submit; a write past the new end is refused at submit and never
+// extends the file; SizeNow refuses a read past the end at submit.
+func TestRangeCheckFollowsSize(t *testing.T) {
+	needIOUring(t)
+	e := newEngine(t, nil)
+	r := register(t, e, 1<<20)
+	for fs, dir := range filesystems(t) {
+		t.Run(fs, func(t *testing.T) {
+			path, orig := randomFile(t, dir, "f", 256<<10)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			defer e.CloseFileSegment(seg, ioTimeout)
+			// submit runs one request in a batch of its own: the error of
+			// Submit, and the task's outcome when it was accepted.
+			submit := func(op engine.Op, off, n uint64, opts engine.SubmitOptions) (error, engine.TaskStatus) {
+				t.Helper()
+				b, err := e.AllocateBatch(1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free()
+				opts.Timeout = ioTimeout
+				if _, err := b.SubmitWith(op, seg, []engine.Request{{Address: r.BaseAddress(), TargetOffset: off, Length: n}}, nil, opts); err != nil {
+					return err, engine.TaskStatus{}
+				}
+				b.Seal()
+				if _, err := b.Wait(ioTimeout); err != nil {
+					t.Fatal(err)
+				}
+				ts, err := b.TaskStatus(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return nil, ts
+			}
+
+			// Grown behind the engine's back: the read past the old end
+			// fstats and goes through.
+			more := make([]byte, 64<<10)
+			for i := range more {
+				more[i] = byte(i*13 + 1)
+			}
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(more); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if err, ts := submit(engine.OpRead, 256<<10, 64<<10, engine.SubmitOptions{}); err != nil || ts.State != engine.TaskCompleted {
+				t.Fatalf("read of the grown part: %v, %+v", err, ts)
+			}
+			if got := regionBytes(t, r)[:64<<10]; !bytes.Equal(got, more) {
+				t.Fatal("the grown part read back wrong")
+			}
+
+			// Shrunk to 100000 bytes: the engine has not seen it, so the
+			// first read past the end is the I/O's to meet.
+			if err := os.Truncate(path, 100000); err != nil {
+				t.Fatal(err)
+			}
+			err, ts := submit(engine.OpRead, 65536, 65536, engine.SubmitOptions{})
+			if err != nil {
+				t.Fatalf("first read past the new end refused at submit (%v): was there an fstat per submission?", err)
+			}
+			if ts.State != engine.TaskFailed || engine.KindOf(ts.Err) != engine.KindRange || ts.Transferred != 100000-65536 {
+				t.Fatalf("first read past the new end: %v, %d bytes, %v; want failed, KindRange, %d bytes", ts.State, ts.Transferred, ts.Err, 100000-65536)
+			}
+			if got := regionBytes(t, r)[:100000-65536]; !bytes.Equal(got, orig[65536:100000]) {
+				t.Fatal("the prefix before end of file read back wrong")
+			}
+			// That read saw the end: the next is refused at submit.
+			err, _ = submit(engine.OpRead, 65536, 65536, engine.SubmitOptions{})
+			wantKind(t, err, engine.KindRange)
+			if !strings.Contains(err.Error(), "beyond file size 100000") {
+				t.Errorf("second read past the end: %v, want the size named", err)
+			}
+			// Reads inside the new size still work.
+			if err, ts := submit(engine.OpRead, 0, 100000, engine.SubmitOptions{}); err != nil || ts.State != engine.TaskCompleted {
+				t.Fatalf("read inside the new size: %v, %+v", err, ts)
+			}
+
+			// Shrunk again: a write past the new end is refused at
+			// submit and the file keeps its size.
+			if err := os.Truncate(path, 50000); err != nil {
+				t.Fatal(err)
+			}
+			err, _ = submit(engine.OpWrite, 49152, 4096, engine.SubmitOptions{})
+			wantKind(t, err, engine.KindRange)
+			if st, err := os.Stat(path); err != nil || st.Size() != 50000 {
+				t.Fatalf("after the refused write: size %d, %v; want 50000", st.Size(), err)
+			}
+			// With SizeNow a read is checked against an fstat too: a
+			// shrink the engine has not seen is refused at submit.
+			if err := os.Truncate(path, 40000); err != nil {
+				t.Fatal(err)
+			}
+			err, _ = submit(engine.OpRead, 36864, 4096, engine.SubmitOptions{SizeNow: true})
+			wantKind(t, err, engine.KindRange)
+		})
+	}
+}

@@ -138,6 +138,9 @@ func (b *Batch) shortOutcomeLocked(g *group, idx int, got uint64) outcome {
 		if g.op == OpWrite {
 			o.effect = EffectUnknown
 		}
+		if errors.Is(err, io.EOF) && g.ent != nil {
+			g.ent.noteEOF(g.ops[idx].Offset + o.transferred) // later reads past it are refused at submit
+		}
 		o.err = g.shortError(idx, o.transferred, want, err)
 	}
 	return o

@@ -67,7 +67,10 @@ type worker struct {
 	// fill (a caller's submitThrough lost the race for ringMu) makes the
 	// worker turn again at once instead of sleeping until the next CQE.
 	stalled bool
-	fast    bool // running on the submitting caller (fastPath): never wait for a ring
+	// fast: running on the submitting caller (fastPath), so never wait
+	// for a ring. Set before the worker is published, cleared under
+	// ringMu: another caller's submitThrough reads it.
+	fast bool
 	// wake is poked by off-ring executors after each task, so a worker
 	// with nothing on its ring learns that a fence may have cleared, and
 	// by admission when capacity this worker waits for frees.
@@ -112,7 +115,6 @@ func (w *worker) start() {
 // fastPath runs the single small group just queued on the caller.
 func (w *worker) fastPath() {
 	e := w.b.e
-	w.fast = true
 	if !w.turn(0) { // fill, submit, one nonblocking reap
 		e.st.fastPathHits.Add(1)
 		return
@@ -136,7 +138,9 @@ func (w *worker) fastPath() {
 		}
 	}
 	e.st.fastPathHandoffs.Add(1)
+	w.ringMu.Lock()
 	w.fast = false // before the goroutine owns w
+	w.ringMu.Unlock()
 	w.start()
 }
 

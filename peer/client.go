@@ -50,7 +50,9 @@ type Config struct {
 	// hp_tcp (requests of StripeMin bytes or more are striped).
 	Lanes       int
 	DialTimeout time.Duration
-	// IOTimeout bounds one round trip (a handshake, a slice and its ack).
+	// IOTimeout bounds a handshake, and a stall of a round trip once
+	// begun: no byte of a slice or its reply moving for that long
+	// (progress.go). A slow link that keeps moving is not a stall.
 	IOTimeout time.Duration
 	// KeepAlive is the control connection's ping interval, and how long
 	// a lane may sit idle before it is pinged before use; 0 disables both.

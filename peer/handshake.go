@@ -104,11 +104,12 @@ func clientHandshake(c net.Conn, key []byte, h *wire.Hello, wantEpoch uint64) (*
 // serverHandshake runs the server's half on c: it returns the client's
 // hello once its proof checked, or why it did not (the caller logs the
 // reason and closes c).
-func serverHandshake(c net.Conn, key []byte, name string, epoch uint64) (*wire.Hello, error) {
+func serverHandshake(c net.Conn, key []byte, name string, epoch uint64, onHello func()) (*wire.Hello, error) {
 	var h wire.Hello
 	if err := readMsg(c, wire.TypeHello, &h); err != nil {
 		return nil, fmt.Errorf("hello: %w", err)
 	}
+	onHello()
 	ch := wire.Challenge{Name: name, Epoch: epoch}
 	rand.Read(ch.Nonce[:])
 	ch.Proof = wire.Proof(key, true, &h, &ch)

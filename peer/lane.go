@@ -10,6 +10,8 @@
 //     and closes it; a dead lane is never used again.
 //   - posted reports whether any byte of the request reached the socket:
 //     until then a WRITE has no remote effect.
+//   - A round trip fails when its bytes stop moving for the timeout
+//     (progress.go), not when it merely takes long.
 
 package peer
 
@@ -26,13 +28,12 @@ import (
 )
 
 type lane struct {
-	c       net.Conn
-	br      *bufio.Reader
-	hb      []byte
-	lim     wire.Limits
-	timeout time.Duration
-	dead    bool
-	used    time.Time // end of the last round trip
+	c    net.Conn
+	br   *bufio.Reader
+	hb   []byte
+	lim  wire.Limits
+	dead bool
+	used time.Time // end of the last round trip
 }
 
 // dialLane connects to addr and runs the handshake as h.Role, expecting
@@ -51,8 +52,12 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		return nil, nil, nil, err
 	}
 	c.SetDeadline(time.Time{})
-	l := &lane{c: c, br: bufio.NewReaderSize(c, 64<<10), hb: make([]byte, wire.HeaderLen),
-		lim: wire.Limits{MaxPayload: cfg.MaxSlice}, timeout: cfg.IOTimeout, used: time.Now()}
+	if err := setUserTimeout(c, cfg.IOTimeout); err != nil {
+		c.Close()
+		return nil, nil, nil, err
+	}
+	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout}, 64<<10)
+	l := &lane{c: c, br: br, hb: make([]byte, wire.HeaderLen), lim: wire.Limits{MaxPayload: cfg.MaxSlice}, used: time.Now()}
 	return l, ch, w, nil
 }
 
@@ -70,13 +75,9 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	if l.dead {
 		return false, nil, errClosed
 	}
-	deadline := time.Now().Add(l.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	l.c.SetDeadline(deadline)
-	// A cancel cuts the frame by closing the lane: the only way to stop
-	// a socket write or read already under way.
+	// The progress timeout (progress.go) bounds a stall; a cancel or the
+	// context's deadline cuts the frame by closing the lane: the only way
+	// to stop a socket write or read already under way.
 	stop := context.AfterFunc(ctx, func() { l.c.Close() })
 	defer func() {
 		if !stop() {
@@ -94,6 +95,7 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 			}
 		}
 		l.used = time.Now()
+		l.c.SetReadDeadline(time.Time{}) // an idle lane's peek (stillOpen) must not time out
 	}()
 	n, err := req.Write(l.c)
 	if n > 0 {

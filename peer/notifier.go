@@ -11,7 +11,10 @@ package peer
 
 import (
 	"context"
+	"fmt"
 	"sync"
+
+	"github.com/orbitefs/orbitefs/engine"
 )
 
 // Notifier sends completion notifications to peers by address. Safe for
@@ -41,6 +44,22 @@ func (n *Notifier) Notify(ctx context.Context, addr, submission, message string)
 	c, err := n.conn(ctx, addr)
 	if err != nil {
 		return NotSent, err
+	}
+	return c.Notify(ctx, submission, message)
+}
+
+// NotifyEngine is Notify to the engine name with epoch epoch at addr (an
+// engine of the cluster, by its record): if the engine answering there
+// is another one, or another incarnation, nothing is sent (NotSent, an
+// error matching engine.ErrNotFound).
+func (n *Notifier) NotifyEngine(ctx context.Context, addr, name string, epoch uint64, submission, message string) (Delivery, error) {
+	c, err := n.conn(ctx, addr)
+	if err != nil {
+		return NotSent, err
+	}
+	if c.PeerName() != name || c.PeerEpoch() != epoch {
+		return NotSent, &Error{Op: "notify", Peer: addr, Kind: engine.KindNotFound,
+			Err: fmt.Errorf("the engine there is %q epoch %016x, not %q epoch %016x (it restarted or left since the record was read); nothing was sent", c.PeerName(), c.PeerEpoch(), name, epoch)}
 	}
 	return c.Notify(ctx, submission, message)
 }

@@ -1,18 +1,29 @@
 // remote.go owns the adapter that lets the engine reach one exported
 // region of a peer as an engine.Remote (a remote segment's transport):
 // ReadAt and WriteAt over a Conn, with the Conn's effect rules carried
-// over unchanged.
+// over unchanged, and a new Conn when the old one failed.
 //
 // Invariants:
 //   - The adapter owns its Conn: Close closes it.
 //   - WriteAt's effect is the Conn's (EffectOf): applied only when every
 //     slice was acknowledged, none only when nothing was posted.
+//   - A failed Conn (the peer restarted with a new epoch, its control
+//     connection died) is never used again: the next request dials the
+//     peer again, one redial at a time, and looks the region up by name
+//     in the new epoch's descriptors; nothing is sent under an old
+//     descriptor, and a region of another size is refused (the segment
+//     was range-checked against the old one).
+//   - A request is sent a second time only when the first attempt found
+//     the peer restarted before it posted anything (effect none): a WRITE
+//     that may have reached the old epoch is never replayed.
 
 package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/peer/wire"
@@ -21,21 +32,31 @@ import (
 // Remote is one exported region of a connected peer, as the engine's
 // remote segments use it.
 type Remote struct {
-	c    *Conn
-	info engine.RemoteInfo
+	turn chan struct{} // held by the one caller redialing
+
+	mu struct {
+		sync.Mutex
+		c      *Conn
+		info   engine.RemoteInfo
+		closed bool
+	}
 }
 
 // OpenRemote looks up region on c (refreshing the descriptors once) and
 // returns it as an engine.Remote that owns c. It fails with
 // engine.KindNotFound when the peer exports no such region; c stays the
-// caller's then.
+// caller's then. Once c fails, the Remote dials c's address again with
+// c's Config.
 func OpenRemote(ctx context.Context, c *Conn, region string) (*Remote, error) {
 	d, err := c.descriptor(ctx, "open", region)
 	if err != nil {
 		return nil, err
 	}
-	return &Remote{c: c, info: engine.RemoteInfo{Address: c.addr, Peer: c.peerName, Epoch: c.peerEpoch,
-		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice}}, nil
+	r := &Remote{turn: make(chan struct{}, 1)}
+	r.mu.c = c
+	r.mu.info = engine.RemoteInfo{Address: c.addr, Peer: c.peerName, Epoch: c.peerEpoch,
+		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice}
+	return r, nil
 }
 
 // permission is the engine's name for an export permission.
@@ -52,12 +73,12 @@ func permission(p wire.Perm) engine.Permission {
 
 // ReadAt fills p from off of the region.
 func (r *Remote) ReadAt(ctx context.Context, p []byte, off uint64) error {
-	return r.c.Read(ctx, r.info.Region, off, p)
+	return r.do(ctx, func(c *Conn, region string) error { return c.Read(ctx, region, off, p) })
 }
 
 // WriteAt stores p at off of the region and returns its remote effect.
 func (r *Remote) WriteAt(ctx context.Context, p []byte, off uint64) (engine.RemoteEffect, error) {
-	err := r.c.Write(ctx, r.info.Region, off, p)
+	err := r.do(ctx, func(c *Conn, region string) error { return c.Write(ctx, region, off, p) })
 	switch e := EffectOf(err); e {
 	case EffectApplied:
 		return engine.EffectApplied, err
@@ -70,10 +91,106 @@ func (r *Remote) WriteAt(ctx context.Context, p []byte, off uint64) (engine.Remo
 	}
 }
 
-// Info describes the region as the peer announced it at open.
-func (r *Remote) Info() engine.RemoteInfo { return r.info }
+// do runs one request on a usable Conn. A request that found the peer
+// restarted before posting anything runs once more on a new Conn.
+func (r *Remote) do(ctx context.Context, f func(*Conn, string) error) error {
+	c, err := r.conn(ctx)
+	if err != nil {
+		return err
+	}
+	region := r.Info().Region
+	err = f(c, region)
+	if err == nil || !errors.Is(err, errRestarted) || EffectOf(err) != EffectNone {
+		return err
+	}
+	if c, err = r.redial(ctx, c); err != nil {
+		return err
+	}
+	return f(c, region)
+}
 
-// Close closes the connection.
-func (r *Remote) Close() error { return r.c.Close() }
+// conn is the Remote's Conn, a new one if it failed.
+func (r *Remote) conn(ctx context.Context) (*Conn, error) {
+	r.mu.Lock()
+	c := r.mu.c
+	r.mu.Unlock()
+	if c.Err() == nil {
+		return c, nil
+	}
+	return r.redial(ctx, c)
+}
+
+// redial replaces old, a failed Conn, with a new one to the same
+// address (unless another caller already did) and closes old. It fails
+// with effect none: nothing was sent.
+func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
+	fail := func(kind engine.Kind, err error) (*Conn, error) {
+		var e *Error
+		if errors.As(err, &e) {
+			e.Op, e.Effect = "redial", EffectNone
+			return nil, e
+		}
+		return nil, &Error{Op: "redial", Peer: old.addr, Region: r.Info().Region, Kind: kind, Err: err}
+	}
+	select {
+	case r.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fail(engine.KindTimeout, fmt.Errorf("waiting for another caller's redial: %w (the connection failed: %v)", ctx.Err(), old.Err()))
+	}
+	defer func() { <-r.turn }()
+	r.mu.Lock()
+	c, closed, info := r.mu.c, r.mu.closed, r.mu.info
+	r.mu.Unlock()
+	switch {
+	case closed:
+		return fail(engine.KindClosed, errClosed)
+	case c != old && c.Err() == nil:
+		return c, nil // another caller redialed
+	}
+	n, err := Dial(ctx, c.addr, c.cfg)
+	if err != nil {
+		return fail(engine.KindUnavailable, fmt.Errorf("the connection failed (%v), and dialing again: %w", c.Err(), err))
+	}
+	d, err := n.descriptor(ctx, "redial", info.Region)
+	if err == nil && d.Bytes != info.Size {
+		err = &Error{Op: "redial", Peer: c.addr, Region: info.Region, Kind: engine.KindNotFound,
+			Err: fmt.Errorf("the peer %q (epoch %016x) exports region %q with %d bytes, not the %d it had when the segment opened: open the segment again",
+				n.peerName, n.peerEpoch, info.Region, d.Bytes, info.Size)}
+	}
+	if err != nil {
+		n.Close()
+		return fail(engine.KindNotFound, err)
+	}
+	r.mu.Lock()
+	if r.mu.closed {
+		r.mu.Unlock()
+		n.Close()
+		return fail(engine.KindClosed, errClosed)
+	}
+	r.mu.c = n
+	r.mu.info.Peer, r.mu.info.Epoch, r.mu.info.Export = n.peerName, n.peerEpoch, permission(d.Perm)
+	r.mu.Unlock()
+	n.log.Info("peer redialed", "op", "peer", "peer", c.addr, "name", n.peerName, "region", info.Region,
+		"old_epoch", fmt.Sprintf("%016x", c.peerEpoch), "epoch", fmt.Sprintf("%016x", n.peerEpoch), "reason", c.Err())
+	c.Close()
+	return n, nil
+}
+
+// Info describes the region as the peer announced it, in the epoch of
+// the current Conn.
+func (r *Remote) Info() engine.RemoteInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.mu.info
+}
+
+// Close closes the connection; a redial under way is closed as it ends.
+func (r *Remote) Close() error {
+	r.mu.Lock()
+	r.mu.closed = true
+	c := r.mu.c
+	r.mu.Unlock()
+	return c.Close()
+}
 
 var _ engine.Remote = (*Remote)(nil)

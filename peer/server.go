@@ -11,13 +11,20 @@
 //     stale id, busy) happens before any byte of the region is touched
 //     and says so (AppliedNone).
 //   - A WRITE is acknowledged only after WriteAt returned: the bytes are
-//     in the region's memory.
+//     in the region's memory (for a cuda:N region, engine.Region's
+//     WriteAt returns after the copy event of its pinned staging
+//     completed). A failed WRITE that may have changed the region (some
+//     bytes copied, or a device copy of unknown outcome) is answered with
+//     effect unknown, never none.
 //   - A frame that fails a check ends its connection: after a corrupt
 //     header the stream cannot be trusted to be in step.
 //   - A notification is answered notified only after it is in the
 //     inbox, and inbox full only when it was not queued.
 //   - A lane belongs to one control session; when the control connection
 //     ends, its lanes are closed.
+//   - At most MaxHandshakes connections are in their handshake at once
+//     (handshakes.go): a flood of silent connections displaces itself,
+//     never a peer that says hello.
 
 package peer
 
@@ -63,11 +70,14 @@ type Exports interface {
 type ServerConfig struct {
 	Name      string        // advertised in the challenge
 	Key       []byte        // the shared secret
-	IOTimeout time.Duration // bound on a handshake and on each frame once begun
+	IOTimeout time.Duration // bound on a handshake, and on a stall of a frame once begun (progress.go)
 	MaxSlice  uint64        // largest payload of one frame
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
 	Allowed []netip.Prefix
+	// MaxHandshakes bounds the connections accepted and not yet
+	// authenticated (handshakes.go); 0 is DefaultMaxHandshakes.
+	MaxHandshakes int
 	// Epoch is this engine's epoch; 0: a fresh one (NewEpoch).
 	Epoch uint64
 	// Inbox receives the notifications peers send (nil: a new one with
@@ -87,6 +97,8 @@ type Stats struct {
 	Corrupt           uint64 // connections ended by a frame that failed a check
 	Notified, Full    uint64 // notifications queued, refused for a full inbox
 	Pending           int    // notifications waiting in the inbox
+	Handshaking       int    // connections in their handshake now
+	Displaced         uint64 // connections closed in their handshake to make room (MaxHandshakes)
 }
 
 // Server serves exported regions to authenticated peers.
@@ -98,6 +110,7 @@ type Server struct {
 	log   *slog.Logger
 	ln    net.Listener
 	wg    sync.WaitGroup
+	hs    *handshakes
 
 	mu struct {
 		sync.Mutex
@@ -141,12 +154,19 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 	if cfg.Epoch == 0 {
 		cfg.Epoch = newEpoch()
 	}
-	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger}
+	if cfg.MaxHandshakes <= 0 {
+		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger, hs: newHandshakes(cfg.MaxHandshakes)}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.mu.conns = map[net.Conn]struct{}{}
 	s.mu.sessions = map[uint64]*session{}
+	// Session ids start at random, so a lane naming a session of an
+	// earlier epoch (whose ids would otherwise start at 1 again) finds no
+	// session here, even from a client with the same name and epoch.
+	s.mu.next = newEpoch() >> 16
 	return s
 }
 
@@ -213,6 +233,7 @@ func (s *Server) Stats() Stats {
 	st.Refused, st.Reads, st.Writes = s.refused.Load(), s.reads.Load(), s.writes.Load()
 	st.BytesIn, st.BytesOut, st.Corrupt = s.bytesIn.Load(), s.bytesOut.Load(), s.corrupt.Load()
 	st.Notified, st.Full, st.Pending = s.notified.Load(), s.full.Load(), s.inbox.Len()
+	st.Handshaking, st.Displaced = s.hs.stats()
 	return st
 }
 
@@ -253,8 +274,17 @@ func (s *Server) handle(c net.Conn) {
 		s.log.Warn("peer refused", "op", "peer", "remote", remote, "reason", "its address is in none of the allowed networks")
 		return
 	}
+	if err := setUserTimeout(c, s.cfg.IOTimeout); err != nil {
+		s.log.Warn("peer connection", "op", "peer", "remote", remote, "err", err)
+		return
+	}
 	c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
-	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch)
+	sh := s.hs.begin(c)
+	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch, func() { s.hs.helloed(sh) })
+	if s.hs.end(sh) {
+		// Closed by a newcomer's begin, whatever the handshake returned.
+		err = fmt.Errorf("closed in its handshake to make room for a newer connection: %d were in their handshake (peer.max_handshakes); %v", s.cfg.MaxHandshakes, err)
+	}
 	if err != nil {
 		s.refused.Add(1)
 		name := ""
@@ -355,11 +385,13 @@ func putBuf(b []byte) { bufs.Put(&b) }
 // orderly end (the client closed).
 func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 	role := hello.Role
-	br := bufio.NewReaderSize(c, 64<<10)
+	pr := &progressReader{c: c}
+	br := bufio.NewReaderSize(pr, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
 	hb := make([]byte, wire.HeaderLen)
 	for {
-		c.SetDeadline(time.Time{}) // an idle connection may wait for ever
+		pr.timeout = 0 // an idle connection may wait for ever
+		c.SetDeadline(time.Time{})
 		h, err := wire.ReadHeader(br, hb, lim)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
@@ -367,7 +399,7 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			}
 			return s.refuseFrame(c, &h, err)
 		}
-		c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
+		pr.timeout = s.cfg.IOTimeout // a frame begun must keep moving (progress.go)
 		meta, err := wire.ReadMeta(br, &h)
 		if err != nil {
 			return s.refuseFrame(c, &h, err)
@@ -459,12 +491,14 @@ func (s *Server) lookup(id, off, n uint64, perm wire.Perm) (Export, *wire.Error)
 }
 
 // memError is the reply for a failed ReadAt/WriteAt that moved n bytes.
+// A region may have changed when bytes moved or when a device copy's
+// outcome is unknown (ErrUncertain): the GPU may still be writing it.
 func memError(name string, n int, err error) *wire.Error {
 	e := &wire.Error{Code: wire.CodeInternal, Message: fmt.Sprintf("region %q: %v", name, err)}
 	if errors.Is(err, engine.ErrBusy) {
 		e.Code = wire.CodeBusy
 	}
-	if n > 0 {
+	if n > 0 || errors.Is(err, engine.ErrUncertain) {
 		e.Applied = wire.AppliedUnknown
 	}
 	return e

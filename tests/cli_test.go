@@ -7,6 +7,7 @@ package tests
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -72,5 +73,32 @@ func TestCLIBenchMissingFile(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, want) {
 			t.Errorf("orbitefs %s: exit %d, stderr %q; want 2 and %q", strings.Join(args, " "), code, stderr, want)
 		}
+	}
+}
+
+// TestCLIKVSwapEngineJSON: bench kvswap --engine-json runs on the
+// configuration in the file and refuses a bad one before any I/O,
+// naming the file and the key.
+func TestCLIKVSwapEngineJSON(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	good := filepath.Join(dir, "good.json")
+	if err := os.WriteFile(bad, []byte(`{"staging_chunk_count": 0}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(good, []byte(`{"staging_chunk_count": 8, "staging_chunk_size": "1MiB"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kv := []string{"bench", "kvswap", "--dir", dir, "--layers", "1", "--groups", "8", "--group-bytes", "64KiB", "--batch", "4", "--runtime", "100ms"}
+	_, stderr, code := runBin(t, append(kv, "--engine-json", bad)...)
+	if code != 2 || !strings.Contains(stderr, bad) || !strings.Contains(stderr, "staging_chunk_count") {
+		t.Errorf("a bad --engine-json: exit %d, stderr %q; want 2 naming %s and staging_chunk_count", code, stderr, bad)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "layer-000.kv")); err == nil {
+		t.Error("a refused configuration still created a layer file")
+	}
+	out, stderr, code := runBin(t, append(kv, "--create", "--json", "--engine-json", good)...)
+	if code != 0 || !strings.Contains(out, `"gb_per_sec"`) {
+		t.Errorf("a good --engine-json: exit %d, stdout %q, stderr %q", code, out, stderr)
 	}
 }

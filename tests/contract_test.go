@@ -921,10 +921,11 @@ func testErrorFileIsPerBatch(t *testing.T, m *mount) {
 	}
 }
 
-// testShortReadAfterShrink: a file shrunk after open. The spec's range
-// check always reads the current size, so a read past the new end is
-// refused at submit (ERANGE) and queues nothing; a read inside the new
-// size still works. (inflight_test.go's ShortReadAtEOF shrinks the file
+// testShortReadAfterShrink: a file shrunk after open. A submission
+// through the mount is range-checked against the current size, so a read
+// past the new end is refused at submit (ERANGE) and queues nothing; a
+// read inside the new size still works, and so does one of a part grown
+// later. (inflight_test.go's ShortReadAtEOF shrinks the file
 // between submit and I/O: that one is the short read.)
 func testShortReadAfterShrink(t *testing.T, m *mount) {
 	p := strings.TrimSpace(m.ok(t, `head -c 1M /dev/urandom > "$T/f"; cp "$T/f" "$T/orig"; echo "$T/f"`))
@@ -948,6 +949,14 @@ func testShortReadAfterShrink(t *testing.T, m *mount) {
 		t.Errorf("batch %s is %s, want completed", n, st)
 	}
 	m.ok(t, fmt.Sprintf(`cmp -n 600000 "$M/memory/%s/data" "$T/orig"`, r))
+
+	// Grown again with new bytes, no refresh: a read of the grown part
+	// is accepted and reads them.
+	m.ok(t, `head -c 448576 /dev/urandom > "$T/more"; cat "$T/more" >> "$T/f"`)
+	if n, st := m.run1(t, fmt.Sprintf(`{"op":"read","target":"%s","requests":[{"memory":"%s","offset":0,"target_offset":600000,"length":448576}]}`, seg, r)); st != "completed" {
+		t.Fatalf("read of the grown part: batch %s is %s", n, st)
+	}
+	m.ok(t, fmt.Sprintf(`cmp -n 448576 "$M/memory/%s/data" "$T/more"`, r))
 }
 
 // testDocumentSizeLimit: a document of exactly max_document_bytes (1 MiB

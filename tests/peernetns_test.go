@@ -20,6 +20,7 @@ import (
 // side nsIP, a /30 of 198.18.0.0/15.
 type vethPair struct {
 	ns, hostIP, nsIP string
+	hostIf, nsIf     string // the pair's ends: here, and in ns
 }
 
 func makeVethPair(t *testing.T) vethPair {
@@ -39,6 +40,7 @@ func makeVethPair(t *testing.T) vethPair {
 	}
 	v.nsIP = v.hostIP[:strings.LastIndexByte(v.hostIP, '.')+1] + fmt.Sprint(int(b[2]&0x3f)*4+2)
 	host, peer := "orbh"+id, "orbn"+id
+	v.hostIf, v.nsIf = host, peer
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {

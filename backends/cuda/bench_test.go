@@ -1,10 +1,14 @@
 // bench_test.go measures pinned host-to-device throughput (1 GiB in 4 MiB
-// copies) and the cost of the context binding every driver call pays.
+// copies; 128 KiB pieces from many streams, KV-swap sized) and the cost
+// of the context binding every driver call pays.
 
 package cuda
 
 import (
+	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"unsafe"
 )
@@ -102,4 +106,86 @@ func BenchmarkBind(b *testing.B) {
 			}
 		})
 	})
+}
+
+// BenchmarkSmallHtoD measures what the KV-swap pattern asks of the copy
+// engine: goroutines, each with its own stream, moving 16 pinned pieces
+// of 128 KiB to scattered device places and waiting for them (a Sync per
+// 16), as one call per piece, one cuMemcpyBatchAsync per 16, or one
+// merged 2 MiB copy (the bound merging would reach).
+func BenchmarkSmallHtoD(b *testing.B) {
+	dev := gpu(b)
+	const piece, pieces = 128 << 10, 16
+	for _, streams := range []int{1, 16} {
+		for _, mode := range []string{"per-copy", "batch", "merged"} {
+			if mode == "batch" && !dev.Driver().Batched() {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/streams=%d", mode, streams), func(b *testing.B) {
+				type lane struct {
+					s   *Stream
+					src *HostBuffer
+					p   DevicePtr
+				}
+				lanes := make([]lane, streams)
+				for i := range lanes {
+					s, err := dev.NewStream(true)
+					must(b, err)
+					src, err := dev.HostAlloc(piece * pieces)
+					must(b, err)
+					p, err := dev.Alloc(piece * pieces)
+					must(b, err)
+					lanes[i] = lane{s, src, p}
+				}
+				defer func() {
+					for _, l := range lanes {
+						must(b, l.s.Destroy())
+						must(b, l.src.Free())
+						must(b, dev.Free(l.p))
+					}
+				}()
+				b.SetBytes(piece * pieces)
+				var next atomic.Int64
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for _, l := range lanes {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						dsts, srcs, sizes := make([]uint64, pieces), make([]uint64, pieces), make([]uintptr, pieces)
+						for j := range pieces {
+							dsts[j] = uint64(l.p) + uint64((pieces-1-j)*piece)
+							srcs[j] = uint64(l.src.Addr()) + uint64(j*piece)
+							sizes[j] = piece
+						}
+						mem := l.src.Bytes()
+						for next.Add(1) <= int64(b.N) {
+							var err error
+							switch mode {
+							case "per-copy":
+								for j := range pieces {
+									if err = l.s.HtoDAsync(DevicePtr(dsts[j]), mem[j*piece:(j+1)*piece]); err != nil {
+										break
+									}
+								}
+							case "batch":
+								err = l.s.CopyBatchAsync(dsts, srcs, sizes)
+							case "merged":
+								err = l.s.HtoDAsync(l.p, mem)
+							}
+							if err == nil {
+								err = l.s.Sync()
+							}
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
+				}
+				wg.Wait()
+				b.ReportMetric(float64(piece*pieces)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
+		}
+	}
 }

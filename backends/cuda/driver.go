@@ -28,6 +28,10 @@ type Options struct {
 	Library string
 	// Logger receives load and device events; nil means slog.Default().
 	Logger *slog.Logger
+	// NoBatch makes the engine's streams copy one call per copy even
+	// where the driver has cuMemcpyBatchAsync (batch.go): the per-copy
+	// path, for comparison and as a way around a driver fault.
+	NoBatch bool
 }
 
 // Driver is a loaded, initialised CUDA driver. Safe for concurrent use.
@@ -75,7 +79,8 @@ func Open(opts Options) (*Driver, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUnavailable, d.errorf(r, "cuDriverGetVersion"))
 	}
 	d.version = int(v)
-	log.Info("cuda driver loaded", "library", path, "version", d.version)
+	d.resolveBatch()
+	log.Info("cuda driver loaded", "library", path, "version", d.version, "memcpy_batch_abi", fn.memcpyBatchABI)
 	return d, nil
 }
 

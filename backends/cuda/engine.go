@@ -13,6 +13,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"unsafe"
 
@@ -29,8 +30,16 @@ type Backend struct {
 
 var _ engine.GPU = (*Backend)(nil)
 
-// NewBackend returns an unloaded backend.
-func NewBackend(opts Options) *Backend { return &Backend{opts: opts} }
+// NewBackend returns an unloaded backend. ORBITEFS_CUDA_NOBATCH=1 in
+// the environment sets Options.NoBatch.
+func NewBackend(opts Options) *Backend {
+	opts.NoBatch = opts.NoBatch || os.Getenv(EnvNoBatch) == "1"
+	return &Backend{opts: opts}
+}
+
+// EnvNoBatch, set to 1, makes the engine's streams copy one call per
+// copy (Options.NoBatch).
+const EnvNoBatch = "ORBITEFS_CUDA_NOBATCH"
 
 // Probe loads libcuda and checks that a device exists. Errors match
 // engine.ErrUnavailable and say why.
@@ -137,6 +146,9 @@ func (b *Backend) NewStream(dev int) (engine.Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	if d.drv.Batched() && !b.opts.NoBatch {
+		return &batchStream{stream: stream{s: s}}, nil
+	}
 	return &stream{s: s}, nil
 }
 
@@ -217,6 +229,28 @@ func (s *stream) Record() (engine.Event, error) {
 		return nil, err
 	}
 	return &event{ev: ev, home: s}, nil
+}
+
+// batchStream is a stream on a driver with cuMemcpyBatchAsync: the
+// engine enqueues a reap pass's copies with one call (batch.go). One
+// goroutine uses it at a time (engine.Stream), so the argument arrays
+// are reused.
+type batchStream struct {
+	stream
+	dsts, srcs []uint64
+	sizes      []uintptr
+}
+
+var _ engine.CopyBatcher = (*batchStream)(nil)
+
+func (s *batchStream) CopyBatch(cs []engine.Copy) error {
+	s.dsts, s.srcs, s.sizes = s.dsts[:0], s.srcs[:0], s.sizes[:0]
+	for _, c := range cs {
+		s.dsts = append(s.dsts, c.Dst)
+		s.srcs = append(s.srcs, c.Src)
+		s.sizes = append(s.sizes, uintptr(c.N))
+	}
+	return s.s.CopyBatchAsync(s.dsts, s.srcs, s.sizes)
 }
 
 // keep takes back a completed event; false when the stream keeps enough.

@@ -41,6 +41,11 @@ type funcs struct {
 	streamCreate, streamDestroy, streamSynchronize, streamWaitEvent        uintptr
 	eventCreate, eventRecord, eventQuery, eventSynchronize, eventDestroy   uintptr
 	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle, pointerGetAttrib uintptr
+
+	// Optional (batch.go): zero where the driver lacks them.
+	getProcAddress uintptr // cuGetProcAddress_v2 (CUDA 12.0)
+	memcpyBatch    uintptr // cuMemcpyBatchAsync at the ABI memcpyBatchABI names
+	memcpyBatchABI int     // the CUDA version whose signature memcpyBatch has
 }
 
 // symbolNames pairs each entry point with its exported name.
@@ -125,6 +130,9 @@ func load(override string) (uintptr, *funcs, string, error) {
 			_ = purego.Dlclose(h)
 			tried = append(tried, fmt.Sprintf("%s: missing symbols %s", path, strings.Join(missing, ",")))
 			continue
+		}
+		if p, err := purego.Dlsym(h, "cuGetProcAddress_v2"); err == nil {
+			f.getProcAddress = p
 		}
 		return h, f, path, nil
 	}

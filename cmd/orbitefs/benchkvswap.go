@@ -53,6 +53,7 @@ func kvswapMain(args []string) int {
 	create := fs.Bool("create", false, "create or grow the layer files with random data first")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
+	engineJSON := fs.String("engine-json", "", "engine configuration as a JSON `FILE`, as the daemon's --engine-json (keys left out keep their defaults)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -88,6 +89,14 @@ func kvswapMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cfg := config.DefaultEngine()
+	if *engineJSON != "" {
+		c, err := config.EngineFromJSONFile(*engineJSON)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "orbitefs bench kvswap: --engine-json:", err)
+			return 2
+		}
+		cfg = c
+	}
 	cfg.IOUring.DirectIO = !*buffered
 	batchBytes := o.GroupBytes * uint64(o.BatchGroups)
 	cfg.MaxTransferBytes = config.Size(max(uint64(cfg.MaxTransferBytes), o.GroupBytes))

@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -92,8 +93,16 @@ func newNotifications(c config.Peer, opts *control.Options, lg *slog.Logger) (*n
 	n.notifier = peer.NewNotifier(peer.Config{Name: peerName(c), Epoch: n.epoch, Key: key,
 		DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), PayloadChecksum: c.PayloadChecksum,
 		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
-	opts.Notify = func(ctx context.Context, addr, submission, message string) (string, error) {
-		d, err := n.notifier.Notify(ctx, addr, submission, message)
+	opts.Notify = func(ctx context.Context, to control.NotifyDest, submission, message string) (string, error) {
+		if to.Name == "" {
+			d, err := n.notifier.Notify(ctx, to.Addr, submission, message)
+			return d.String(), err
+		}
+		epoch, err := strconv.ParseUint(to.Epoch, 16, 64)
+		if err != nil {
+			return peer.NotSent.String(), fmt.Errorf("peer://%s: the cluster lists epoch %q: %w", to.Name, to.Epoch, err)
+		}
+		d, err := n.notifier.NotifyEngine(ctx, to.Addr, to.Name, epoch, submission, message)
 		return d.String(), err
 	}
 	if c.Listen != "" {
@@ -130,7 +139,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
-		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, Logger: lg, Epoch: n.epoch,
+		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
 		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes)}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
@@ -139,8 +148,10 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 }
 
 // remoteDialer returns how the daemon opens a peer's region as a segment
-// (tcp:// with one lane, hp_tcp:// with [peer] lanes), with [peer]'s key
-// and timeouts; nil without a key_file (such segments are refused).
+// (tcp:// with one lane, hp_tcp:// and peer://NAME with [peer] lanes),
+// with [peer]'s key and timeouts; nil without a key_file (such segments
+// are refused). For peer://NAME it sends nothing unless the engine that
+// answers is NAME with the epoch the cluster lists.
 func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
@@ -160,6 +171,12 @@ func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control
 		if err != nil {
 			return nil, err
 		}
+		if u.Name != "" {
+			if err := sameEngine(conn, u); err != nil {
+				conn.Close()
+				return nil, err
+			}
+		}
 		r, err := peer.OpenRemote(ctx, conn, u.Region)
 		if err != nil {
 			conn.Close()
@@ -167,6 +184,21 @@ func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control
 		}
 		return r, nil
 	}, nil
+}
+
+// errStaleName: the engine answering at a name's address is not the
+// incarnation the cluster lists.
+var errStaleName = fmt.Errorf("the cluster's record is stale: %w", engine.ErrNotFound)
+
+// sameEngine checks that conn reached the engine u names, with the epoch
+// the cluster lists; nothing has been sent on it but the handshake.
+func sameEngine(conn *peer.Conn, u control.RemoteURI) error {
+	got := discovery.Epoch(conn.PeerEpoch()).String()
+	if conn.PeerName() == u.Name && got == u.Epoch {
+		return nil
+	}
+	return fmt.Errorf("peer://%s: the engine at %s is %q epoch %s, but the cluster lists %q epoch %s (it restarted or left since); nothing was sent (effect none): %w",
+		u.Name, u.Addr, conn.PeerName(), got, u.Name, u.Epoch, errStaleName)
 }
 
 // peerResult is the JSON line `orbitefs peer` prints.

@@ -12,6 +12,10 @@
 #
 # The run half needs root (drop_caches, mount, the udev entry cuFile
 # reads), an NVIDIA GPU, /dev/fuse, and the torch venv for the peers.
+# peer-gpu (peergpu.sh) runs two daemons on the GPU machine: a cuda:0 region exported
+# by one is written from and read back into the other's memory over TCP
+# on loopback; `bash tests/gpu/peergpu.sh bin/orbitefs /tmp cpu` is its
+# dry run on host memory where there is no GPU.
 # Every check prints PASS or FAIL; the exit status is the number of
 # failed checks. ORBITEFS_GATE_TABLE=0 skips the throughput table (about
 # 4 minutes) and runs the correctness checks only. docs/qualification.md records each run.
@@ -71,6 +75,7 @@ run() {
 	check gds-backend "$B/gds.test" -test.v -test.count=1 -test.timeout=5m
 	check engine-gpu "$B/gpu.test" -test.v -test.count=1 -test.timeout=8m
 	check mount-cuda bash "$B/mount.sh" "$B/orbitefs" "$G"
+	check peer-gpu bash "$B/peergpu.sh" "$B/orbitefs" "$G"
 	if [ "${ORBITEFS_GATE_TABLE:-1}" = 1 ]; then
 		check table bash "$B/table.sh" "$B/orbitefs" "$G" "$S" "$R/table.jsonl"
 	else

@@ -30,7 +30,9 @@
 # the tmpfs file of steps 1-2 (4294967296), PERF_BUDGET seconds for the
 # whole run (510), PERF_STEPS (which of "load multicore kvswap" to run:
 # all), PERF_BIN (the folder build fills and run uses: .gpu/perf), PY
-# (the torch venv's python, else python3).
+# (the torch venv's python, else python3), PERF_ENGINE (an engine
+# configuration JSON file for the engine's kvswap runs, `bench kvswap
+# --engine-json`; default: the built-in defaults).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 B=${PERF_BIN:-.gpu/perf}
@@ -72,7 +74,8 @@ kvswap_step() {
 	fi
 	local kv=(--layers 4 --groups 256 --group-bytes 128KiB --batch 16)
 	local pkv=(--layers 4 --groups 256 --group-bytes 131072 --batch 16)
-	local n per_point
+	local n per_point eng=()
+	[ -n "${PERF_ENGINE:-}" ] && eng=(--engine-json "$PERF_ENGINE")
 	n=$(echo $CLIENTS | wc -w)
 	per_point=$(awk -v r="$RUNTIME" 'BEGIN { printf "%d", r + 1 }')
 	for fsd in tmpfs:/dev/shm ext4:/tmp; do
@@ -87,7 +90,7 @@ kvswap_step() {
 				for mem in cpu $gpu; do
 					for c in $CLIENTS; do
 						left $((per_point + 5)) "kvswap $fs write $wp round $r $mem $c" || continue
-						timeout $((per_point + 40)) "$ORBITEFS" bench kvswap --dir "$d" "${kv[@]}" --clients "$c" \
+						timeout $((per_point + 40)) "$ORBITEFS" bench kvswap --dir "$d" "${kv[@]}" "${eng[@]}" --clients "$c" \
 							--write-pct "$wp" --mem "$mem" --runtime "${RUNTIME}s" --seed "$r" --json |
 							tag "$R/kvswap.jsonl" "\"impl\":\"engine\",\"fs\":\"$fs\",\"round\":$r" ||
 							echo "kvswap $fs $mem $c write $wp: exit $?"
@@ -150,6 +153,7 @@ run)
 		echo "$(nproc) cores, $(uname -r), $(free -g | awk '/Mem:/ {print $2}') GiB"
 		nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
 		echo "runtime ${RUNTIME}s per point, $ROUNDS rounds, clients $CLIENTS, file $SIZE bytes"
+		[ -n "${PERF_ENGINE:-}" ] && echo "engine configuration $PERF_ENGINE: $(tr -d '\n' <"$PERF_ENGINE")"
 	} | tee "$R/machine.txt"
 	export ORBITEFS=$B/orbitefs
 	# The short, fixed steps first: what overruns the budget is the
