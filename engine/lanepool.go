@@ -1,8 +1,8 @@
 // lanepool.go owns the lanes of the executors whose unit is one
 // synchronous call (the host copy's pread/pwrite, a cuFile call, a peer's
-// round trip): a fixed set of goroutines, started on the first job and
-// stopped at Engine.Close, taking units from one fair queue (fairqueue.go)
-// shared by every batch.
+// round trip, a memory owner's copy): a fixed set of goroutines, started
+// on the first job and stopped at Engine.Close, taking units from one
+// fair queue (fairqueue.go) shared by every batch.
 //
 // Invariants:
 //   - A unit is handed to exactly one lane; do resolves it (offring.go).
