@@ -25,6 +25,11 @@ package engine_test
 //     never replayed, one that reached nothing is none, and a cancel of
 //     a running WRITE cuts it (cancelled, effect unknown).
 //
+// The CUDA IPC case's target is a fake Remote whose region is a fake
+// device allocation exported with its IPC handle (fakeipc_test.go): its
+// device requests copy device to device; the holding WRITE of the fence
+// checks is a host request on the same segment, so it goes over TCP.
+//
 // The peer case's target is the fake Remote's region instead of a file:
 // "the file" below is that region, cut by shrinking it, and its units
 // are whole (a short unit moves nothing).
@@ -74,6 +79,9 @@ type execCase struct {
 	// engine (the memory executor), with merge_requests off so that each
 	// request is its own physical owner.
 	memseg bool
+	// ipc: that Remote's region is a fake device allocation exported
+	// through CUDA IPC (its size cannot change: no short I/O).
+	ipc bool
 	// perCopy: the fake GPU has no batched copy (a driver before CUDA
 	// 12.8): every device copy is its own call.
 	perCopy bool
@@ -105,6 +113,12 @@ var execCases = []execCase{
 	// The fence, deadline and short checks hold the group behind a write
 	// to the file, which a memory target does not overlap.
 	{name: "memory", fs: "tmpfs", n: 1 << 20, want: engine.TransportMemory, offRing: true, memseg: true},
+	{name: "cuda ipc", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportCUDAIPC, queued: true, offRing: true, peer: true, ipc: true,
+		uncertain: func(f *execFixture) time.Duration {
+			f.gpu.hang = make(chan struct{})
+			f.t.Cleanup(func() { close(f.gpu.hang) })
+			return 100 * time.Millisecond
+		}},
 }
 
 // execFixture is a fresh engine with one file segment, local memory for
@@ -155,6 +169,9 @@ func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.E
 	f.target = f.seg
 	if c.peer {
 		f.remote = newFakeRemote(c.n, engine.PermReadWrite, peerUnit)
+		if c.ipc {
+			f.remote.exportIPC(t, f.e, c.n) // fakeipc_test.go
+		}
 		copy(f.remote.data, f.orig)
 		rs, err := f.e.OpenRemoteSegment("tcp://127.0.0.1:1/kv", f.remote, engine.PermReadWrite)
 		if err != nil {
@@ -503,6 +520,9 @@ func TestExecutorContract(t *testing.T) {
 				if !c.queued {
 					t.Skip("the caller copy starts inside Submit, right after the size check")
 				}
+				if c.ipc {
+					t.Skip("a device region's size is fixed")
+				}
 				f := newExecFixture(t, c, dir)
 				f.sentinel()
 				cut := c.n/2 + 100
@@ -526,7 +546,7 @@ func TestExecutorContract(t *testing.T) {
 				}
 				f := newExecFixture(t, c, dir)
 				timeout := c.uncertain(f)
-				rep, err := f.e.SubmitAndWait(engine.OpRead, f.seg, []engine.Request{f.req(0, uint64(c.n))}, timeout)
+				rep, err := f.e.SubmitAndWait(engine.OpRead, f.target, []engine.Request{f.req(0, uint64(c.n))}, timeout)
 				if err == nil || rep.LocallyDrained {
 					t.Fatalf("err %v, report %+v: want a failure that is not locally drained", err, rep)
 				}
@@ -540,6 +560,9 @@ func TestExecutorContract(t *testing.T) {
 			t.Run("remote effects", func(t *testing.T) {
 				if !c.peer {
 					t.Skip("a file has no remote effect beyond its CQEs (TestUnquiesced and the ring's own checks)")
+				}
+				if c.ipc {
+					t.Skip("device requests copy on the GPU: TestIPC* check their effects")
 				}
 				for _, tc := range []struct {
 					name   string

@@ -116,6 +116,9 @@ type offRing struct {
 	// for a request that is its own owner).
 	span      [][2]uint64
 	undrained bool
+	// leg, when set, is the ordered execution this job is one leg of
+	// (ipcexec.go): told after each of the job's tasks reported.
+	leg *legs
 	// Per task: the first unit not yet counted in its published prefix,
 	// and that prefix's bytes (allocated on the first resolve).
 	cursor []int
@@ -378,6 +381,9 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	for _, r := range reports {
 		if r.final {
 			x.g.b.finishOffRing(x.g, r.i, r.transferred, r.err, r.effect, drained)
+			if x.leg != nil {
+				x.leg.taskDone(r.i, r.err)
+			}
 		} else {
 			x.g.b.progressOffRing(x.g, r.i, r.transferred)
 		}
@@ -468,6 +474,9 @@ func (x *offRing) failRest(err error) {
 // attempt that may fail over, failover.go) and finishes the group after
 // its last task.
 func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+	if g.remote != nil && g.remote.credit != nil {
+		g.remote.credit.end(i, err == nil, effect)
+	}
 	b.mu.Lock()
 	t := &b.mu.tasks[g.first+i]
 	if t.state == TaskRunning {
@@ -554,6 +563,16 @@ func (b *Batch) feedLocked(g *group, now time.Time) bool {
 // [from, to) as one job. live must not change meanwhile (the caller
 // holds b.mu).
 func (e *Engine) runOffRing(g *group, from, to int, live func(i int) bool) {
+	if g.remote != nil {
+		alive := make([]bool, g.n)
+		for i := from; i < to; i++ {
+			alive[i] = live(i)
+		}
+		if g.mixedIPC(alive) {
+			e.runLegs(g, alive) // in input order (ipcexec.go)
+			return
+		}
+	}
 	var seen []route
 	for i := from; i < to; i++ {
 		if !live(i) {
@@ -564,19 +583,37 @@ func (e *Engine) runOffRing(g *group, from, to int, live func(i int) bool) {
 			continue
 		}
 		seen = append(seen, rt)
-		size, byPiece := ex.cut()
-		size = g.unitSize(size)
-		x := newOffRing(g, rt, size, byPiece, from, to, func(j int) bool {
+		ex.run(e.newJob(g, rt, ex, from, to, func(j int) bool {
 			r, _ := e.executor(g.routes[j])
 			return live(j) && r == rt
-		})
-		ex.run(x)
+		}))
 	}
 }
 
+// newJob cuts g's requests in [from, to) for which live holds into ex's
+// units.
+func (e *Engine) newJob(g *group, rt route, ex executor, from, to int, live func(j int) bool) *offRing {
+	size, byPiece := ex.cut()
+	if rt != routeIPC {
+		size = g.unitSize(size) // a peer's slice bounds a TCP unit, not a GPU copy
+	}
+	return newOffRing(g, rt, size, byPiece, from, to, live)
+}
+
 // window is how many of g's tasks may be running at once: the queue
-// depth, or less where one of its executors says so.
+// depth, or less where one of its executors says so. A group mixing
+// cuda_ipc with another route runs in legs in input order (ipcexec.go),
+// which a later window could overtake: it goes out whole.
 func (e *Engine) window(g *group) int {
+	if g.remote != nil {
+		all := make([]bool, g.n)
+		for i := range all {
+			all[i] = true
+		}
+		if g.mixedIPC(all) {
+			return g.n
+		}
+	}
 	n := e.cfg.IOUring.QueueDepth
 	for i := 0; i < g.n; i++ {
 		_, ex := e.executor(g.routes[i])
