@@ -19,7 +19,8 @@ package engine_test
 //     Range, with exactly the bytes up to the new end transferred;
 //   - uncertain: where the executor can lose track of an outcome (a
 //     device copy, a cuFile call that never returns), the group ends
-//     unquiesced and its memory stays loaned;
+//     unquiesced and its memory stays loaned, also when the group's
+//     next task was still to be handed out (queue depth 1);
 //   - remote effects (the peer executor, over the fake Remote of
 //     fakeremote_test.go): a WRITE whose ack was lost is unknown and is
 //     never replayed, one that reached nothing is none, and a cancel of
@@ -544,9 +545,13 @@ func TestExecutorContract(t *testing.T) {
 				if c.uncertain == nil {
 					t.Skip("this executor always learns each unit's outcome")
 				}
-				f := newExecFixture(t, c, dir)
+				// Two tasks handed out one at a time: the group stays
+				// unquiesced however its second task ends (run, or failed
+				// at dispatch past the deadline).
+				f := newExecFixture(t, c, dir, func(cfg *config.Engine) { cfg.IOUring.QueueDepth = 1 })
 				timeout := c.uncertain(f)
-				rep, err := f.e.SubmitAndWait(engine.OpRead, f.target, []engine.Request{f.req(0, uint64(c.n))}, timeout)
+				half := uint64(c.n / 2)
+				rep, err := f.e.SubmitAndWait(engine.OpRead, f.target, []engine.Request{f.req(0, half), f.req(half, uint64(c.n)-half)}, timeout)
 				if err == nil || rep.LocallyDrained {
 					t.Fatalf("err %v, report %+v: want a failure that is not locally drained", err, rep)
 				}

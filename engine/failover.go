@@ -150,7 +150,7 @@ func (b *Batch) fenceParkedLocked(idx int) {
 	b.e.st.tasksCancelled.Add(1)
 	g.outstanding--
 	if g.outstanding == 0 && g.next == g.n {
-		g.finishLocked(!g.offUndrained)
+		b.endGroupLocked(g)
 	}
 	b.pokeLocked()
 }

@@ -551,7 +551,7 @@ func (b *Batch) feedLocked(g *group, now time.Time) bool {
 		b.e.runOffRing(g, from, to, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
 	}
 	if g.next == g.n && g.outstanding == 0 {
-		g.finishLocked(true)
+		b.endGroupLocked(g) // an earlier window may have ended undrained
 	}
 	if from < to {
 		b.changedLocked() // after the finish: it publishes the batch's end

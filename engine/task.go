@@ -227,13 +227,20 @@ func (b *Batch) endTaskLocked(g *group, i int, o outcome) {
 	}
 	g.outstanding--
 	if g.outstanding == 0 && g.next == g.n {
-		drained := !g.offUndrained
-		if !drained {
-			e.st.unquiesced.Add(1)
-			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.targetURI())
-		}
-		g.finishLocked(drained)
+		b.endGroupLocked(g)
 	}
+}
+
+// endGroupLocked finishes g once nothing of it runs and every task was
+// dispatched: unquiesced if some executor could not prove its drain.
+// REQUIRES: b.mu.
+func (b *Batch) endGroupLocked(g *group) {
+	drained := !g.offUndrained
+	if !drained {
+		b.e.st.unquiesced.Add(1)
+		b.e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.targetURI())
+	}
+	g.finishLocked(drained)
 }
 
 // remoteEffect is what the task may have done to the target: unknown as
