@@ -65,6 +65,9 @@ type Engine struct {
 	// before each unit's start check (offRing.startable), with the
 	// unit's absolute task index.
 	unitHeld func(task int)
+	// callerCopyHeld, nil outside tests, runs on a submitter before its
+	// caller copy (callercopy.go): a test holds one copy running there.
+	callerCopyHeld func()
 	// peerHandoff, nil outside tests, runs on a peer lane before a unit's
 	// context check and its handoff to the Remote (peerexec.go).
 	peerHandoff func(g *group, task int)
