@@ -58,6 +58,8 @@ func newIPCExec(e *Engine) *ipcExec {
 // destination).
 func (*ipcExec) cut() (uint64, bool) { return ipcUnit, true }
 
+func (*ipcExec) path() string { return "cuda_ipc" }
+
 // Task states of an IPC request (remoteTarget.ipcRun).
 const (
 	ipcIdle    = iota // no copy started
@@ -256,7 +258,7 @@ func (l *legs) start(from int) {
 			continue
 		}
 		lo, hi := from, end
-		x := l.e.newJob(g, rt, ex, func(j int) bool { return j >= lo && j < hi && l.live[j] })
+		x := l.e.newJob(g, rt, ex, lo, hi, func(j int) bool { return l.live[j] })
 		x.leg = l
 		l.mu.Lock()
 		l.next, l.left = end, n
