@@ -5,36 +5,46 @@
 # (the descriptor carries the CUDA IPC handle: same host) and moves its
 # own cuda:0 region gb into ga (WRITE) and back (READ).
 #
-# Each direction is ROUNDS timed rounds; a round is one batch of REPS
-# submissions of the whole region (requests of at most 1 GiB), timed
-# from before its first submit to the end of its wait, with nothing
-# forked inside (bash builtins only: echo, read), the way a user streams
-# submissions and blocks on wait. Before a direction's rounds its
-# destination is zeroed through its own mount, after them cmp through
+# Both regions are SLOTS slots of SIZE bytes. Each direction is ROUNDS
+# timed rounds; a round is one batch of REPS submissions of SIZE bytes,
+# submission i moving slot i mod SLOTS (requests of at most 1 GiB), the
+# way a user streams copies through a ring of buffers: a submission that
+# reuses a slot waits for the one before it on that slot (the batch's
+# fence), the others run beside it. A round is timed from before its
+# first submit to the end of its wait, with nothing forked in between
+# (bash builtins only: echo, read). Before a direction's rounds its
+# destination is zeroed through its own mount; after them cmp through
 # that mount must find the pattern: the bytes of the timed copies are
 # checked. Every submission must be accepted and every task must have
-# gone over cuda_ipc. ipc_torch.py then times the same copies with torch
-# in the same run (same size, REPS copies a round, ROUNDS rounds, each
-# direction), and one JSON line per direction gives both medians and
-# their ratio.
+# gone over cuda_ipc. ipc_torch.py then makes the same copies with torch
+# in the same run (same slots and sizes, REPS copy_ calls a round on one
+# stream, ROUNDS rounds, each direction), and one JSON line per direction
+# gives both medians and their ratio.
 #
-# Environment: SIZE (bytes, default 2 GiB, a multiple of 4 MiB), REPS
-# (default 8), ROUNDS (default 5), PY (the torch venv's python), RESULTS
-# (a file the JSON lines are appended to); LOC=cpu WANT=tcp TORCH=0
+# Environment: SIZE (bytes a submission and a copy, default 256 MiB, a
+# multiple of 4 MiB), SLOTS (default 4), REPS (default 32, at least
+# SLOTS), ROUNDS (default 5), PY (the torch venv's python), RESULTS (a
+# file the JSON lines are appended to); LOC=cpu WANT=tcp TORCH=0
 # rehearse the script's own steps on a machine without a GPU (host
 # memory goes over TCP, no torch). Any failed step exits non-zero.
 set -euo pipefail
 BIN=$(realpath "$1")
 D=$2
 HERE=$(dirname "$(realpath "$0")")
-SIZE=${SIZE:-2147483648}
-REPS=${REPS:-8}
+SIZE=${SIZE:-268435456}
+SLOTS=${SLOTS:-4}
+REPS=${REPS:-32}
 ROUNDS=${ROUNDS:-5}
 TORCH=${TORCH:-1}
 PY=${PY:-/opt/torch/.venv/bin/python3}
 LOC=${LOC:-cuda:0}
 WANT=${WANT:-cuda_ipc}
 GIB=1073741824
+REGION=$((SIZE * SLOTS))
+if [ $((SIZE % 4194304)) -ne 0 ] || [ "$SIZE" -le 0 ] || [ "$SLOTS" -lt 1 ] || [ "$REPS" -lt "$SLOTS" ] || [ "$ROUNDS" -lt 1 ]; then
+	echo "SIZE=$SIZE must be a positive multiple of 4 MiB, SLOTS=$SLOTS at least 1, REPS=$REPS at least SLOTS, ROUNDS=$ROUNDS at least 1" >&2
+	exit 2
+fi
 MA=$(mktemp -d /tmp/orbitefs-ipc-a.XXXXXX)
 MB=$(mktemp -d /tmp/orbitefs-ipc-b.XXXXXX)
 KEY=$D/ipc-peer.key
@@ -42,8 +52,9 @@ head -c 32 /dev/urandom | base64 >"$KEY"
 chmod 600 "$KEY"
 PORT=$((20000 + RANDOM % 20000))
 # Every submission of a batch is charged against max_inflight_bytes
-# from its submit to its end: room for all REPS of them (else the later
-# ones are refused with EAGAIN and move nothing).
+# from its submit to its end, even one waiting on its slot's fence: room
+# for all REPS of them (else the later ones are refused with EAGAIN and
+# move nothing).
 ENGINE="[engine]
 max_inflight_bytes = $(((REPS + 1) * SIZE > 4294967296 ? (REPS + 1) * SIZE : 4294967296))"
 cat >"$D/a.toml" <<EOT
@@ -79,32 +90,32 @@ cat "$MA/version"
 
 step() { echo "+ $*"; }
 
-# requests DIR: the submission doc moving SIZE bytes between gb and ra in
-# requests of at most 1 GiB (max_transfer_bytes).
+# requests OP SLOT: the submission doc moving slot SLOT between gb and ra
+# in requests of at most 1 GiB (max_transfer_bytes).
 requests() {
-	local op=$1 off=0 n sep="" out=""
+	local op=$1 base=$(($2 * SIZE)) off=0 n sep="" out=""
 	while [ "$off" -lt "$SIZE" ]; do
 		n=$((SIZE - off))
 		[ "$n" -gt "$GIB" ] && n=$GIB
-		out="$out$sep{\"memory\":\"gb\",\"offset\":$off,\"target_offset\":$off,\"length\":$n}"
+		out="$out$sep{\"memory\":\"gb\",\"offset\":$((base + off)),\"target_offset\":$((base + off)),\"length\":$n}"
 		sep=","
 		off=$((off + n))
 	done
 	echo "{\"op\":\"$op\",\"target\":\"ra\",\"requests\":[$out]}"
 }
 
-# batch OP K: K submissions of the whole region in one batch; prints the
-# seconds from before the first submit to the end of wait (only
-# builtins between the two clock reads), then checks that the batch
-# completed, every submission was accepted, and every task completed
-# over $WANT.
+# batch OP K: K submissions in one batch, submission i moving slot
+# i mod SLOTS; prints the seconds from before the first submit to the end
+# of wait (only builtins between the two clock reads), then checks that
+# the batch completed, every submission was accepted, and every task
+# completed over $WANT.
 batch() {
-	local op=$1 k=$2 n doc t0 t1 st="" refused=0 i tasks bad
+	local op=$1 k=$2 n t0 t1 st="" refused=0 i tasks bad docs=()
 	local c=$MB/ctl/batches
-	doc=$(requests "$op")
+	for ((i = 0; i < SLOTS; i++)); do docs[i]=$(requests "$op" "$i"); done
 	read -r n <"$c/clone"
 	t0=$EPOCHREALTIME
-	for ((i = 0; i < k; i++)); do echo "$doc" >"$c/$n/submit" || refused=$((refused + 1)); done
+	for ((i = 0; i < k; i++)); do echo "${docs[i % SLOTS]}" >"$c/$n/submit" || refused=$((refused + 1)); done
 	echo seal >"$c/$n/ctl"
 	read -r st <"$c/$n/wait" || true
 	t1=$EPOCHREALTIME
@@ -150,7 +161,7 @@ rounds() {
 # zero FILE: zeroes a region's data file and checks it no longer holds
 # the pattern.
 zero() {
-	dd if=/dev/zero of="$1" bs=4M count=$((SIZE / 4194304)) conv=notrunc status=none
+	dd if=/dev/zero of="$1" bs=4M count=$((REGION / 4194304)) conv=notrunc status=none
 	if cmp -s "$1" "$D/pattern.bin"; then
 		echo "zeroing $1 failed"
 		return 1
@@ -158,8 +169,8 @@ zero() {
 }
 
 step register: A exports cuda:0 region ga, B registers cuda:0 region gb
-echo "{\"name\":\"ga\",\"location\":\"$LOC\",\"bytes\":$SIZE,\"export\":\"read_write\"}" >"$MA/memory/register"
-echo "{\"name\":\"gb\",\"location\":\"$LOC\",\"bytes\":$SIZE}" >"$MB/memory/register"
+echo "{\"name\":\"ga\",\"location\":\"$LOC\",\"bytes\":$REGION,\"export\":\"read_write\"}" >"$MA/memory/register"
+echo "{\"name\":\"gb\",\"location\":\"$LOC\",\"bytes\":$REGION}" >"$MB/memory/register"
 cat "$MA/memory/ga/info"
 echo
 
@@ -170,29 +181,29 @@ echo
 [ "$WANT" != cuda_ipc ] || grep -q cuda_ipc "$MB/segments/ra/info"
 
 step fill B\'s region with random bytes, warm both directions \(mapping, streams, lanes\)
-head -c "$SIZE" /dev/urandom >"$D/pattern.bin"
+head -c "$REGION" /dev/urandom >"$D/pattern.bin"
 dd if="$D/pattern.bin" of="$MB/memory/gb/data" bs=4M conv=notrunc status=none
-batch write 1 >/dev/null
-batch read 1 >/dev/null
+batch write "$SLOTS" >/dev/null
+batch read "$SLOTS" >/dev/null
 
-step WRITE: $ROUNDS rounds of $REPS submissions of $SIZE bytes B -\> A over $WANT, bytes checked through A\'s mount
+step WRITE: $ROUNDS rounds of $REPS submissions of $SIZE bytes over $SLOTS slots, B -\> A over $WANT, bytes checked through A\'s mount
 zero "$MA/memory/ga/data"
 w=$(rounds write)
 cmp "$MA/memory/ga/data" "$D/pattern.bin"
 echo "write rounds (s): $w"
 
-step READ: $ROUNDS rounds of $REPS submissions of $SIZE bytes A -\> B over $WANT, bytes checked through B\'s mount
+step READ: $ROUNDS rounds of $REPS submissions of $SIZE bytes over $SLOTS slots, A -\> B over $WANT, bytes checked through B\'s mount
 zero "$MB/memory/gb/data"
 r=$(rounds read)
 cmp "$MB/memory/gb/data" "$D/pattern.bin"
 rm -f "$D/pattern.bin"
 echo "read rounds (s): $r"
-echo "bytes checked: $SIZE each way after the timed rounds"
+echo "bytes checked: $REGION each way after the timed rounds"
 
 ts_w="" ts_r=""
 if [ "$TORCH" = 1 ]; then
 	step torch: the same copies in the same run
-	t=$("$PY" "$HERE/ipc_torch.py" --bytes "$SIZE" --reps "$REPS" --rounds "$ROUNDS")
+	t=$("$PY" "$HERE/ipc_torch.py" --bytes "$SIZE" --slots "$SLOTS" --reps "$REPS" --rounds "$ROUNDS")
 	echo "torch: $t"
 	ts_w=$(echo "$t" | sed -n 's/.*"write": *{[^}]*"median_seconds": *\([0-9.e-]*\).*/\1/p')
 	ts_r=$(echo "$t" | sed -n 's/.*"read": *{[^}]*"median_seconds": *\([0-9.e-]*\).*/\1/p')
@@ -205,9 +216,9 @@ for dir in write read; do
 		s=$(echo $r | tr ' ' '\n' | median)
 		ts=$ts_r
 	fi
-	awk -v d="$dir" -v s="$s" -v ts="${ts:-0}" -v n="$SIZE" -v k="$REPS" -v rr="$ROUNDS" -v want="$WANT" 'BEGIN {
+	awk -v d="$dir" -v s="$s" -v ts="${ts:-0}" -v n="$SIZE" -v k="$REPS" -v rr="$ROUNDS" -v sl="$SLOTS" -v want="$WANT" 'BEGIN {
 		b = n * k
-		printf "{\"check\":\"cuda_ipc\",\"transport\":\"%s\",\"direction\":\"%s\",\"size\":%d,\"reps\":%d,\"rounds\":%d,\"bytes_per_round\":%d,\"median_seconds\":%.6f,\"gbps\":%.1f", want, d, n, k, rr, b, s, b / s / 1e9
+		printf "{\"check\":\"cuda_ipc\",\"transport\":\"%s\",\"direction\":\"%s\",\"size\":%d,\"slots\":%d,\"reps\":%d,\"rounds\":%d,\"bytes_per_round\":%d,\"median_seconds\":%.6f,\"gbps\":%.1f", want, d, n, sl, k, rr, b, s, b / s / 1e9
 		if (ts > 0) printf ",\"torch_median_seconds\":%.6f,\"torch_gbps\":%.1f,\"ratio\":%.3f", ts, b / ts / 1e9, ts / s
 		printf "}\n"
 	}' | tee -a "${RESULTS:-/dev/null}"
