@@ -21,19 +21,21 @@
 # stream, ROUNDS rounds, each direction), and one JSON line per direction
 # gives both medians and their ratio.
 #
-# Environment: SIZE (bytes a submission and a copy, default 256 MiB, a
-# multiple of 4 MiB), SLOTS (default 4), REPS (default 32, at least
-# SLOTS), ROUNDS (default 5), PY (the torch venv's python), RESULTS (a
-# file the JSON lines are appended to); LOC=cpu WANT=tcp TORCH=0
-# rehearse the script's own steps on a machine without a GPU (host
-# memory goes over TCP, no torch). Any failed step exits non-zero.
+# Environment: SIZE (bytes a submission and a copy, default 512 MiB, a
+# multiple of 4 MiB), SLOTS (default 2: double buffering; the region,
+# SIZE * SLOTS, is what the byte checks move through FUSE, so it sets
+# the run time), REPS (default 16, at least SLOTS), ROUNDS (default
+# 5), PY (the torch venv's python), RESULTS (a file the JSON lines are
+# appended to); LOC=cpu WANT=tcp TORCH=0 rehearse the script's own
+# steps on a machine without a GPU (host memory goes over TCP, no
+# torch). Any failed step exits non-zero.
 set -euo pipefail
 BIN=$(realpath "$1")
 D=$2
 HERE=$(dirname "$(realpath "$0")")
-SIZE=${SIZE:-268435456}
-SLOTS=${SLOTS:-4}
-REPS=${REPS:-32}
+SIZE=${SIZE:-536870912}
+SLOTS=${SLOTS:-2}
+REPS=${REPS:-16}
 ROUNDS=${ROUNDS:-5}
 TORCH=${TORCH:-1}
 PY=${PY:-/opt/torch/.venv/bin/python3}
