@@ -43,10 +43,11 @@ LOC=${LOC:-cuda:0}
 WANT=${WANT:-cuda_ipc}
 GIB=1073741824
 REGION=$((SIZE * SLOTS))
-if [ $((SIZE % 4194304)) -ne 0 ] || [ "$SIZE" -le 0 ] || [ "$SLOTS" -lt 1 ] || [ "$REPS" -lt "$SLOTS" ] || [ "$ROUNDS" -lt 1 ]; then
-	echo "SIZE=$SIZE must be a positive multiple of 4 MiB, SLOTS=$SLOTS at least 1, REPS=$REPS at least SLOTS, ROUNDS=$ROUNDS at least 1" >&2
-	exit 2
-fi
+bad() { echo "ipc.sh: $*" >&2; exit 2; }
+[ "$SIZE" -gt 0 ] && [ $((SIZE % 4194304)) -eq 0 ] || bad "SIZE=$SIZE is not a positive multiple of 4 MiB"
+[ "$SLOTS" -ge 1 ] || bad "SLOTS=$SLOTS is below 1"
+[ "$REPS" -ge "$SLOTS" ] || bad "REPS=$REPS is below SLOTS=$SLOTS (a round must move every slot)"
+[ "$ROUNDS" -ge 1 ] || bad "ROUNDS=$ROUNDS is below 1"
 MA=$(mktemp -d /tmp/orbitefs-ipc-a.XXXXXX)
 MB=$(mktemp -d /tmp/orbitefs-ipc-b.XXXXXX)
 KEY=$D/ipc-peer.key
