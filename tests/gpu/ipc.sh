@@ -91,7 +91,7 @@ trap cleanup EXIT
 for _ in $(seq 100); do [ -e "$MA/version" ] && [ -e "$MB/version" ] && break; sleep 0.1; done
 cat "$MA/version"
 
-step() { echo "+ $*"; }
+step() { echo "+ [${SECONDS}s] $*"; }
 
 # requests OP SLOT: the submission doc moving slot SLOT between gb and ra
 # in requests of at most 1 GiB (max_transfer_bytes).
@@ -229,4 +229,4 @@ done
 jq -c .cuda_ipc "$MB/stats" 2>/dev/null || true
 step close: the segment, then the regions
 rmdir "$MB/segments/ra" "$MB/memory/gb" "$MA/memory/ga"
-echo cuda ipc checks passed
+echo "cuda ipc checks passed (${SECONDS}s)"
