@@ -10,8 +10,10 @@
 // requests of its owners that completed successfully. The issuer also
 // counts, from its own side, the bytes each connected sender's READ and
 // WRITE frames carried (served): served - completed is the sender's
-// outstanding bytes as this receiver sees them, which an honest sender
-// keeps within its window; the peaks are in the stats.
+// outstanding bytes as this receiver sees them. An honest sender keeps
+// them within its window; a frame that would take them past it is
+// refused before the region is touched (admit), so the receiver holds
+// the bound itself, whatever the sender does.
 //
 // Invariants:
 //   - The sum of the windows never exceeds max_bytes, max_requests and
@@ -23,6 +25,9 @@
 //     close (a lost reply) succeeds; at most maxTombstones are kept (an
 //     arbitrary old one goes first). A crashed sender's window is not
 //     reclaimed.
+//   - A connected sender's outstanding bytes (served - completed) never
+//     exceed its window: a frame past it is refused with nothing done.
+//     Requests are not counted here: frames do not mark physical owners.
 //   - A remote Pin takes its depth of staging slots plus one consumer
 //     slot from its sender's window at once, or nothing; a missing,
 //     closing or stale binding is refused before anything is allocated.
@@ -195,24 +200,34 @@ func (x *Issuer) close(k senderKey, d wire.CreditDone) *wire.Error {
 	return nil
 }
 
-// served counts n bytes of a data frame from the sender, if connected.
-func (x *Issuer) served(k senderKey, n uint64) {
+// admit counts n bytes of a READ or WRITE frame from the sender before
+// the server touches the region. A connected sender's frames may carry
+// at most its window beyond what it has reported completed (an honest
+// sender commits an owner only within its grant, window + completed,
+// so it never meets this); a frame past that is refused whole with
+// CodeCredit and counts nothing: the server neither reads nor writes
+// its region. A sender without a credit session is not gated here.
+func (x *Issuer) admit(k senderKey, n uint64) *wire.Error {
 	if x == nil {
-		return
+		return nil
 	}
 	x.mu.Lock()
-	if s := x.senders[k]; s != nil {
-		s.served += n
-		x.out += n
-		if o := s.outstanding(); o > s.peak {
-			s.peak = o
-		}
-		if s.outstanding() > s.window.Bytes {
-			x.st.overruns++
-		}
-		x.peak = max(x.peak, x.out)
+	defer x.mu.Unlock()
+	s := x.senders[k]
+	if s == nil {
+		return nil
 	}
-	x.mu.Unlock()
+	if o := s.outstanding(); n > s.window.Bytes-min(o, s.window.Bytes) {
+		x.st.overruns++
+		return &wire.Error{Code: wire.CodeCredit, Message: fmt.Sprintf(
+			"a frame of %d bytes from %s would take its outstanding bytes to %d, past its receiver credit window of %d (granted %d, %d served, %d completed); nothing was done",
+			n, k.name, o+n, s.window.Bytes, s.grant().Bytes, s.served, s.done.Bytes)}
+	}
+	s.served += n
+	x.out += n
+	s.peak = max(s.peak, s.outstanding())
+	x.peak = max(x.peak, x.out)
+	return nil
 }
 
 // ErrNoCreditBinding is why a remote Pin was refused before allocation.
@@ -286,7 +301,7 @@ type IssuerStats struct {
 	WindowConsumerSlots  uint64        `json:"window_consumer_slots"`
 	OutstandingBytes     uint64        `json:"outstanding_bytes"`
 	PeakOutstandingBytes uint64        `json:"peak_outstanding_bytes"`
-	Overruns             uint64        `json:"overruns"` // frames that took a sender past its window
+	Overruns             uint64        `json:"overruns"` // frames refused: they would have taken a sender past its window
 	Connects             uint64        `json:"connects"`
 	Syncs                uint64        `json:"syncs"`
 	Closes               uint64        `json:"closes"`

@@ -7,6 +7,7 @@ package peer
 // slot windows.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -171,5 +172,63 @@ func TestCreditIssuerPinSlots(t *testing.T) {
 	c := NewCreditIssuer(dialAs(t, addrOf(s), "c", 3))
 	if _, err := c.Connect(context.Background(), 0); err == nil {
 		t.Fatal("a third window past the slot bounds")
+	}
+}
+
+// A sender that ignores its grant (a raw client: no engine gating its
+// owners) is held to its window by the receiver: a frame that would take
+// its outstanding bytes past the window is refused whole, with a
+// definite error and nothing read or written, and the lane stays usable.
+// Its completed report opens the window again; a sender without a
+// credit session is not gated.
+func TestCreditIssuerRefusesOverrun(t *testing.T) {
+	ctx := context.Background()
+	s, x, r := startCreditServer(t, testLimits)
+	raw := dialAs(t, addrOf(s), "raw", 1)
+	a := NewCreditIssuer(raw)
+	if _, err := a.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	first := pattern(768<<10, 1)
+	if err := raw.Write(ctx, "kv", 0, first); err != nil {
+		t.Fatal(err)
+	}
+	before := append([]byte(nil), r.bytes()...)
+	over := pattern(512<<10, 2) // 768 KiB + 512 KiB > the 1 MiB window
+	err := raw.Write(ctx, "kv", 1<<20, over)
+	e := asError(t, err)
+	if e.Kind != engine.KindExhausted || e.Effect != EffectNone || !strings.Contains(err.Error(), "past its receiver credit window of 1048576") {
+		t.Fatalf("write past the window: %v (kind %v, effect %v)", err, e.Kind, e.Effect)
+	}
+	if !bytes.Equal(r.bytes(), before) {
+		t.Fatal("a refused write changed the region")
+	}
+	if err := raw.Read(ctx, "kv", 0, make([]byte, 512<<10)); asError(t, err).Kind != engine.KindExhausted {
+		t.Fatalf("read past the window: %v", err)
+	}
+	st := x.Stats()
+	if st.Overruns != 2 || st.List[0].ServedBytes != 768<<10 || st.PeakOutstandingBytes != 768<<10 {
+		t.Fatalf("stats after refusals: %+v", st)
+	}
+	if err := raw.Err(); err != nil {
+		t.Fatalf("a refusal broke the connection: %v", err)
+	}
+	// What fits the window still goes through.
+	if err := raw.Write(ctx, "kv", 1<<20, over[:256<<10]); err != nil {
+		t.Fatal(err)
+	}
+	// Reporting completion opens the window again.
+	if _, err := a.Sync(ctx, 1<<20, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Write(ctx, "kv", 1<<20, over); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r.bytes()[1<<20:1<<20+512<<10], over) {
+		t.Fatal("the write after the sync did not land")
+	}
+	// A sender with no credit session is not gated by the issuer.
+	if err := dialAs(t, addrOf(s), "plain", 2).Write(ctx, "kv", 0, pattern(2<<20, 3)); err != nil {
+		t.Fatal(err)
 	}
 }

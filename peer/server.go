@@ -445,18 +445,26 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, m.Length)
-			buf, reply.Meta = s.read(&m, &reply)
-			reply.Payload = buf
+			if refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, m.Length); refused != nil {
+				reply.Meta = refused.Marshal()
+			} else {
+				buf, reply.Meta = s.read(&m, &reply)
+				reply.Payload = buf
+			}
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
 			var m wire.Write
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
 			var err error
-			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
+			if refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, h.PayloadLen); refused != nil {
+				// Consume the refused payload so the lane stays in step.
+				if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
+					return fmt.Errorf("discarding write %d over credit: %w", h.ID, err)
+				}
+				reply.Meta = refused.Marshal()
+			} else if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
 				return err
 			}
 		case h.Type == wire.TypeNotify && role == wire.RoleControl:
