@@ -366,7 +366,7 @@ func TestCreditAutomaticSharedSync(t *testing.T) {
 	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
 		t.Fatal(err)
 	}
-	// Larger than the window: it could never dispatch whole.
+	// One request larger than the window: it could never dispatch.
 	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 12288}}, ioTimeout)
 	wantKind(t, err, engine.KindExhausted)
 
@@ -553,4 +553,94 @@ func TestCreditSyncFailureRetried(t *testing.T) {
 	if s.SyncErrors != 1 || s.Syncs != 2 || is.syncs.Load() != 1 || s.Bindings[0].SyncError != "" {
 		t.Fatalf("after a failed and a retried sync: %+v (issuer syncs %d)", s, is.syncs.Load())
 	}
+}
+
+// Owners reserve as they dispatch: a submission of four requests under a
+// manual grant of two sends two, holds no credit for the other two while
+// they wait (still pending, so cancellable), and sends them once an
+// update grants more. A fifth request, cancelled while it waits, never
+// spends credit.
+func TestCreditOwnersReserveAsTheyDispatch(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, f := creditSeg(t, e, peer)
+	host := register(t, e, 32<<10)
+	if err := e.ActivateReceiverCredit(peer, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ApplyReceiverCredit(grant(peer, 1, 8192, 2)); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.hold, f.holdEnd = make(chan struct{}), 64<<10
+	f.mu.Unlock()
+	var reqs []engine.Request
+	for i := range uint64(5) {
+		reqs = append(reqs, engine.Request{Address: host.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	b := submitSealed(t, e, engine.OpRead, seg, reqs)
+	waitFor(t, "two owners at the peer and the third waiting", func() bool {
+		bs := binding(t, e, peer)
+		return bs.Open == 2 && e.ReceiverCreditStats().Waiting == 1
+	})
+	bs := binding(t, e, peer)
+	if r := bs.Resource(engine.CreditDataBytes); bs.Permits != 0 || r.Reserved != 0 || r.Consumed != 8192 || r.Available != 0 {
+		t.Fatalf("while the rest wait: permits %d, data_bytes %+v", bs.Permits, r)
+	}
+	for i := 2; i < 5; i++ {
+		if st, _ := b.TaskStatus(i); st.State != engine.TaskPending {
+			t.Fatalf("requests[%d] is %v while it waits for credit, want pending", i, st.State)
+		}
+	}
+	if err := b.Cancel(4); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+	if err := e.ApplyReceiverCredit(grant(peer, 2, 16384, 4)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := b.Wait(10 * time.Second)
+	for i := range 4 {
+		if s, _ := b.TaskStatus(i); s.State != engine.TaskCompleted {
+			t.Fatalf("requests[%d]: %v (batch %v)", i, s.State, st)
+		}
+	}
+	bs = binding(t, e, peer)
+	if r := bs.Resource(engine.CreditDataBytes); r.Consumed != 16384 || r.Reserved != 0 || bs.Permits != 0 || bs.Open != 0 {
+		t.Fatalf("after: permits %d open %d, data_bytes %+v", bs.Permits, bs.Open, r)
+	}
+}
+
+// An automatic window smaller than a submission: the submission is
+// accepted (each request fits the window) and goes out owner by owner,
+// the worker syncing as owners complete; a single request larger than
+// the window is still refused at submit.
+func TestCreditAutomaticSubmissionLargerThanWindow(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, _ := creditSeg(t, e, peer)
+	host := register(t, e, 32<<10)
+	is := &fakeIssuer{window: engine.CreditGrant{Bytes: 8192, Requests: 2}}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []engine.Request
+	for i := range uint64(6) {
+		reqs = append(reqs, engine.Request{Address: host.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	if _, err := e.SubmitAndWait(engine.OpWrite, seg, reqs, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if n := is.syncs.Load(); n < 2 {
+		t.Fatalf("%d syncs for six owners through a window of two, want at least 2", n)
+	}
+	bs := binding(t, e, peer)
+	if bs.Completed != [2]uint64{24576, 6} || bs.Resource(engine.CreditDataBytes).Consumed != 24576 {
+		t.Fatalf("after: %+v", bs)
+	}
+	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 12288}}, ioTimeout)
+	wantKind(t, err, engine.KindExhausted)
 }

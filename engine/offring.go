@@ -533,6 +533,9 @@ func (b *Batch) feedLocked(g *group, now time.Time) bool {
 			b.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
 			break
 		}
+		if !b.creditFeedLocked(g, i, now) {
+			break // it waits for receiver credit (credit.go), or g failed
+		}
 		for j := i; j <= last; j++ {
 			t := &b.mu.tasks[g.first+j]
 			t.state = TaskRunning
