@@ -373,7 +373,14 @@ func (s *Service) Stats() []byte {
 }
 
 // Metrics is /metrics.
-func (s *Service) Metrics() []byte { return RenderMetrics(s.e.Stats(), s.opts.Version) }
+func (s *Service) Metrics() []byte {
+	b := RenderMetrics(s.e.Stats(), s.opts.Version)
+	if s.opts.Cluster == nil {
+		return b
+	}
+	cs := s.opts.Cluster.ClusterStats()
+	return append(b, renderClusterMetrics(&cs)...)
+}
 
 // Readme is /README.
 func (s *Service) Readme() []byte { return []byte(Reference()) }

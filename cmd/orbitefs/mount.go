@@ -119,20 +119,25 @@ func runMount(args []string) int {
 		return 1
 	}
 	defer notes.close()
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
+	conns := &namedRemotes{} // peer:// segments' connections, by name
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, conns, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
 	}
 	var mem *member
 	if cfg.Cluster.Enabled() {
-		mem = newMember(cfg.Cluster, lg)
+		mem = newMember(cfg.Cluster, conns, lg)
 		sopts.Cluster = mem
 		sopts.ExportsChanged = mem.exportsChanged
 	}
 	svc := control.New(e, sopts)
 
-	psrv, err := startPeerServer(cfg.Peer, svc, notes, lg)
+	var superseded func(string, uint64) bool
+	if mem != nil {
+		superseded = mem.superseded
+	}
+	psrv, err := startPeerServer(cfg.Peer, svc, notes, superseded, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
@@ -142,6 +147,7 @@ func runMount(args []string) int {
 		defer psrv.Close()
 	}
 	if mem != nil {
+		mem.server = psrv
 		// Registered before mounting: a mounted member is listed.
 		rec := discovery.Record{Name: peerName(cfg.Peer), Epoch: discovery.Epoch(psrv.Epoch()),
 			Addr: cfg.Cluster.AdvertiseAddr(psrv.Addr().String())}

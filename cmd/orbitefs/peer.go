@@ -129,7 +129,7 @@ func (n *notifications) close() {
 
 // startPeerServer starts the listener when [peer] listen is set; nil
 // when it is not.
-func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *slog.Logger) (*peer.Server, error) {
+func startPeerServer(c config.Peer, svc *control.Service, n *notifications, superseded func(string, uint64) bool, lg *slog.Logger) (*peer.Server, error) {
 	if c.Listen == "" {
 		return nil, nil
 	}
@@ -140,7 +140,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
 		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
-		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes)}, serviceExports{svc})
+		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Superseded: superseded}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
@@ -152,7 +152,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 // with [peer]'s key and timeouts; nil without a key_file (such segments
 // are refused). For peer://NAME it sends nothing unless the engine that
 // answers is NAME with the epoch the cluster lists.
-func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+func remoteDialer(c config.Peer, conns *namedRemotes, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
 	}
@@ -181,6 +181,9 @@ func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control
 		if err != nil {
 			conn.Close()
 			return nil, err
+		}
+		if u.Name != "" {
+			return conns.add(u.Name, r), nil // follows the cluster's view
 		}
 		return r, nil
 	}, nil
