@@ -34,9 +34,19 @@ type switchNet struct {
 	ips    []string // their addresses
 	links  []string // the switch-side end of each member's veth
 	sw     string   // the switch namespace
+	id     string   // in every name the test made
+	boots  []int    // how many times each member's namespace was made
 }
 
-func makeSwitch(t *testing.T, n int) switchNet {
+// ipCmd runs ip with args.
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+func makeSwitch(t *testing.T, n int) *switchNet {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		unavailable(t, "netns", "network namespaces need root")
@@ -55,48 +65,67 @@ func makeSwitch(t *testing.T, n int) switchNet {
 	base := fmt.Sprintf("198.%d.%d.", 18+block>>8, block&0xff)
 	first := int(b[2]&0x1f) * 8
 	ip := func(i int) string { return fmt.Sprintf("%s%d", base, first+i) }
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
-	s := switchNet{sw: "orbsw-" + id, rootIP: ip(1)}
-	run("netns", "add", s.sw)
+	s := &switchNet{sw: "orbsw-" + id, rootIP: ip(1), id: id}
+	ipCmd(t, "netns", "add", s.sw)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", s.sw).Run() })
-	run("-n", s.sw, "link", "add", "br0", "type", "bridge")
-	run("-n", s.sw, "link", "set", "br0", "up")
-	// port links a veth's switch end (swEnd, created in the root
-	// namespace and moved) to the bridge.
-	port := func(swEnd string) {
-		run("link", "set", swEnd, "netns", s.sw)
-		run("-n", s.sw, "link", "set", swEnd, "master", "br0")
-		run("-n", s.sw, "link", "set", swEnd, "up")
-	}
+	ipCmd(t, "-n", s.sw, "link", "add", "br0", "type", "bridge")
+	ipCmd(t, "-n", s.sw, "link", "set", "br0", "up")
 	root, rootSw := "orbr"+id, "orbs"+id
-	run("link", "add", root, "type", "veth", "peer", "name", rootSw)
+	ipCmd(t, "link", "add", root, "type", "veth", "peer", "name", rootSw)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", root).Run() })
-	port(rootSw)
-	run("addr", "add", s.rootIP+"/29", "dev", root)
-	run("link", "set", root, "up")
+	s.port(t, rootSw)
+	ipCmd(t, "addr", "add", s.rootIP+"/29", "dev", root)
+	ipCmd(t, "link", "set", root, "up")
 	for i := 0; i < n; i++ {
-		ns := fmt.Sprintf("orbm%d-%s", i, id)
-		end, swEnd := fmt.Sprintf("orbm%d%s", i, id), fmt.Sprintf("orbp%d%s", i, id)
-		run("netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		run("link", "add", end, "type", "veth", "peer", "name", swEnd)
-		port(swEnd)
-		run("link", "set", end, "netns", ns)
-		run("-n", ns, "addr", "add", ip(2+i)+"/29", "dev", end)
-		run("-n", ns, "link", "set", end, "up")
-		run("-n", ns, "link", "set", "lo", "up")
-		s.ns, s.ips, s.links = append(s.ns, ns), append(s.ips, ip(2+i)), append(s.links, swEnd)
+		s.ns, s.ips, s.links, s.boots = append(s.ns, ""), append(s.ips, ip(2+i)), append(s.links, ""), append(s.boots, 0)
+		s.boot(t, i)
 	}
 	return s
 }
 
+// port links a veth's switch end (swEnd, created in the root namespace
+// and moved) to the bridge.
+func (s *switchNet) port(t *testing.T, swEnd string) {
+	t.Helper()
+	ipCmd(t, "link", "set", swEnd, "netns", s.sw)
+	ipCmd(t, "-n", s.sw, "link", "set", swEnd, "master", "br0")
+	ipCmd(t, "-n", s.sw, "link", "set", swEnd, "up")
+}
+
+// boot makes member i's namespace, with its address on a new veth to the
+// switch.
+func (s *switchNet) boot(t *testing.T, i int) {
+	t.Helper()
+	g := s.boots[i]
+	s.boots[i]++
+	ns := fmt.Sprintf("orbm%d-%s", i, s.id)
+	end, swEnd := fmt.Sprintf("orbm%d%s%d", i, s.id, g), fmt.Sprintf("orbp%d%s%d", i, s.id, g)
+	ipCmd(t, "netns", "add", ns)
+	if g == 0 {
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	ipCmd(t, "link", "add", end, "type", "veth", "peer", "name", swEnd)
+	s.port(t, swEnd)
+	ipCmd(t, "link", "set", end, "netns", ns)
+	ipCmd(t, "-n", ns, "addr", "add", s.ips[i]+"/29", "dev", end)
+	ipCmd(t, "-n", ns, "link", "set", end, "up")
+	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	s.ns[i], s.links[i] = ns, swEnd
+}
+
+// reboot models member i's host crashing and coming back: its veth is
+// deleted (whatever its dead sockets still had to send is lost, as with
+// a host that lost power) and its namespace made afresh, same address.
+// Its daemon must have exited.
+func (s *switchNet) reboot(t *testing.T, i int) {
+	t.Helper()
+	ipCmd(t, "-n", s.sw, "link", "del", s.links[i])
+	ipCmd(t, "netns", "del", s.ns[i])
+	s.boot(t, i)
+}
+
 // setLink takes member i's switch port down or up (a partition).
-func (s switchNet) setLink(t *testing.T, i int, state string) {
+func (s *switchNet) setLink(t *testing.T, i int, state string) {
 	t.Helper()
 	if out, err := exec.Command("ip", "-n", s.sw, "link", "set", s.links[i], state).CombinedOutput(); err != nil {
 		t.Fatalf("ip link set %s %s: %v\n%s", s.links[i], state, err, out)
@@ -244,18 +273,19 @@ echo '{"name":"r","uri":"peer://c/kv","permission":"read_write"}' > $M/segments/
 		t.Fatalf("a's /cluster/status: %v", st)
 	}
 
-	// A death the socket never tells: c cut off, killed while cut off
-	// (its FIN is lost), the link back, c started again. b's connection
-	// to the killed epoch looks open; only the view's restart event drops
-	// it, so the next transfer dials the new epoch instead of sending
-	// into a dead socket.
+	// A death the socket never tells: c's host crashes (cut off, its
+	// daemon killed, its NIC gone with whatever FIN it still had to
+	// send) and comes back at the same address. b's connection to the
+	// dead epoch looks open; only the view's events drop it, so the next
+	// transfer dials the new epoch instead of sending into a socket that
+	// no longer exists on the other side.
 	s.setLink(t, 2, "down")
 	daemons["c"].signal(t, syscall.SIGKILL)
 	if _, err := daemons["c"].waitExit(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, clusterTTL+time.Second, "b drops the cut-off, killed c", func() bool { return clusterPeers(b) == "a b" })
-	s.setLink(t, 2, "up")
+	eventually(t, clusterTTL+time.Second, "b drops the crashed c", func() bool { return clusterPeers(b) == "a b" })
+	s.reboot(t, 2)
 	start(2)
 	eventually(t, 5*time.Second, "b lists c's third epoch", func() bool {
 		p, ok := clusterPeer(b, "c")
