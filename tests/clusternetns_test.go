@@ -261,7 +261,7 @@ echo '{"name":"r","uri":"peer://c/kv","permission":"read_write"}' > $M/segments/
 	}
 	var epoch uint64
 	fmt.Sscanf(oldC.Epoch, "%x", &epoch)
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if c, err := peer.Dial(dctx, s.ips[0]+":7070", peer.Config{Name: "c", Epoch: epoch, Key: pkey, IOTimeout: 5 * time.Second}); err == nil {
 		c.Close()
@@ -279,6 +279,19 @@ echo '{"name":"r","uri":"peer://c/kv","permission":"read_write"}' > $M/segments/
 	// dead epoch looks open; only the view's events drop it, so the next
 	// transfer dials the new epoch instead of sending into a socket that
 	// no longer exists on the other side.
+	//
+	// Beforehand, a session on a as c's current epoch (this process
+	// holds the shared key): once a sees that epoch superseded, it
+	// closes the session, and nothing more is served on it.
+	fmt.Sscanf(midC.Epoch, "%x", &epoch)
+	ghost, err := peer.Dial(dctx, s.ips[0]+":7070", peer.Config{Name: "c", Epoch: epoch, Key: pkey, IOTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("a session as c's live epoch: %v", err)
+	}
+	defer ghost.Close()
+	if err := ghost.Read(dctx, "kv", 0, make([]byte, 16)); err != nil {
+		t.Fatalf("a read as c's live epoch: %v", err)
+	}
 	s.setLink(t, 2, "down")
 	daemons["c"].signal(t, syscall.SIGKILL)
 	if _, err := daemons["c"].waitExit(5 * time.Second); err != nil {
@@ -291,7 +304,10 @@ echo '{"name":"r","uri":"peer://c/kv","permission":"read_write"}' > $M/segments/
 		p, ok := clusterPeer(b, "c")
 		return ok && p.Epoch != midC.Epoch && p.Epoch != oldC.Epoch && len(p.Regions) == 1
 	})
-	writeC("c restarted after a kill behind a partition")
+	writeC("c restarted after a crash")
+	eventually(t, 5*time.Second, "a closes the session of c's superseded epoch", func() bool {
+		return ghost.Read(dctx, "kv", 0, make([]byte, 16)) != nil
+	})
 	st := status(b)
 	if st["conns_dropped"].(float64) < 3 || st["restarted"] != float64(2) {
 		t.Fatalf("b's /cluster/status: %v", st)
