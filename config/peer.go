@@ -58,6 +58,8 @@ type Peer struct {
 	MaxPendingNotificationsPerPeer int `toml:"max_pending_notifications_per_peer"`
 	// MaxNotificationBytes bounds one notification's message.
 	MaxNotificationBytes Size `toml:"max_notification_bytes"`
+	// ReceiverCredit is the credit issuer this engine runs as a receiver.
+	ReceiverCredit ReceiverCredit `toml:"receiver_credit"`
 }
 
 // The bounds of [peer].
@@ -124,5 +126,9 @@ func (c *Peer) validate(p *problems) {
 	if c.MaxPendingNotificationBytes < c.MaxNotificationBytes || c.MaxPendingNotificationBytes > MaxPendingNotificationBytesCeiling {
 		p.addf("peer.max_pending_notification_bytes (%s) must be in [peer.max_notification_bytes (%s), 1GiB]",
 			c.MaxPendingNotificationBytes, c.MaxNotificationBytes)
+	}
+	c.ReceiverCredit.validate(p)
+	if c.ReceiverCredit.Enabled && c.Listen == "" {
+		p.addf("peer.receiver_credit.enabled is true but peer.listen is empty: senders reach the issuer through the listener")
 	}
 }

@@ -119,8 +119,10 @@ func runMount(args []string) int {
 		return 1
 	}
 	defer notes.close()
+	issuer := newIssuer(cfg.Peer.ReceiverCredit, &sopts)
+	sopts.DialCredit = creditDialer(cfg.Peer, notes, lg)
 	conns := &namedRemotes{} // peer:// segments' connections, by name
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, conns, lg); err != nil {
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, conns, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
@@ -137,7 +139,7 @@ func runMount(args []string) int {
 	if mem != nil {
 		superseded = mem.superseded
 	}
-	psrv, err := startPeerServer(cfg.Peer, svc, notes, superseded, lg)
+	psrv, err := startPeerServer(cfg.Peer, svc, notes, issuer, superseded, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)

@@ -33,8 +33,12 @@ type serviceExports struct{ s *control.Service }
 
 func exportOf(m *control.Memory) peer.Export {
 	perm, _ := wire.ParsePerm(m.Export) // validated at registration
-	return peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
+	x := peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
 		Bytes: m.Len(), Perm: perm}, Mem: m}
+	if strings.HasPrefix(m.Location, "cuda:") {
+		x.IPCHandle = m.IPCHandle
+	}
+	return x
 }
 
 func (x serviceExports) Exports() []peer.Export {
@@ -129,7 +133,7 @@ func (n *notifications) close() {
 
 // startPeerServer starts the listener when [peer] listen is set; nil
 // when it is not.
-func startPeerServer(c config.Peer, svc *control.Service, n *notifications, superseded func(string, uint64) bool, lg *slog.Logger) (*peer.Server, error) {
+func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issuer *peer.Issuer, superseded func(string, uint64) bool, lg *slog.Logger) (*peer.Server, error) {
 	if c.Listen == "" {
 		return nil, nil
 	}
@@ -140,7 +144,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, supe
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
 		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
-		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Superseded: superseded}, serviceExports{svc})
+		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer, Superseded: superseded}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
@@ -149,10 +153,13 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, supe
 
 // remoteDialer returns how the daemon opens a peer's region as a segment
 // (tcp:// with one lane, hp_tcp:// and peer://NAME with [peer] lanes),
-// with [peer]'s key and timeouts; nil without a key_file (such segments
-// are refused). For peer://NAME it sends nothing unless the engine that
-// answers is NAME with the epoch the cluster lists.
-func remoteDialer(c config.Peer, conns *namedRemotes, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+// with [peer]'s key and timeouts, under the daemon's epoch (a receiver
+// counts a sender's frames by name and epoch: receiver credits); nil
+// without a key_file (such segments are refused). For peer://NAME it
+// sends nothing unless the engine that answers is NAME with the epoch
+// the cluster lists, and the connection follows the cluster's view
+// (conns).
+func remoteDialer(c config.Peer, epoch uint64, conns *namedRemotes, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
 	}
@@ -165,7 +172,7 @@ func remoteDialer(c config.Peer, conns *namedRemotes, lg *slog.Logger) (func(con
 		if u.Scheme == "hp_tcp" {
 			lanes = c.Lanes
 		}
-		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Key: key, Lanes: lanes,
+		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Epoch: epoch, Key: key, Lanes: lanes,
 			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
 			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
 		if err != nil {
