@@ -38,6 +38,10 @@ import (
 type Remote struct {
 	turn chan struct{} // held by the one caller redialing
 
+	// tookConn, when set (tests), runs in a request after it took its
+	// Conn and before it uses it.
+	tookConn func(*Conn)
+
 	mu struct {
 		sync.Mutex
 		c      *Conn
@@ -102,6 +106,9 @@ func (r *Remote) do(ctx context.Context, f func(*Conn, string) error) error {
 	c, err := r.conn(ctx)
 	if err != nil {
 		return err
+	}
+	if r.tookConn != nil {
+		r.tookConn(c)
 	}
 	region := r.Info().Region
 	err = f(c, region)
