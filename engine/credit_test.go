@@ -644,3 +644,46 @@ func TestCreditAutomaticSubmissionLargerThanWindow(t *testing.T) {
 	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 12288}}, ioTimeout)
 	wantKind(t, err, engine.KindExhausted)
 }
+
+// A sync begun by a group stopped mid-way (its next owner lacks credit)
+// is the one sync of the binding: another batch's head waiting on the
+// same binding meanwhile waits for its answer instead of asking again.
+// The hook holds the first sync at the issuer's door, so the second head
+// meets it in flight every run.
+func TestCreditFeedSyncShared(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, _ := creditSeg(t, e, peer)
+	host := register(t, e, 32<<10)
+	is := &fakeIssuer{window: engine.CreditGrant{Bytes: 8192, Requests: 2}}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
+		t.Fatal(err)
+	}
+	var entered atomic.Int64
+	release := make(chan struct{})
+	e.HoldCreditSync(func() {
+		entered.Add(1)
+		<-release
+	})
+	var reqs []engine.Request
+	for i := range uint64(4) {
+		reqs = append(reqs, engine.Request{Address: host.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	a := submitSealed(t, e, engine.OpRead, seg, reqs)
+	waitFor(t, "the group's sync to reach the issuer", func() bool { return entered.Load() == 1 })
+	if bs := binding(t, e, peer); bs.Completed != [2]uint64{8192, 2} {
+		t.Fatalf("the group synced before its first two owners completed: %+v", bs)
+	}
+	b := submitSealed(t, e, engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress() + 16384, Length: 4096}})
+	waitFor(t, "both to wait", func() bool { return e.ReceiverCreditStats().Waiting == 2 })
+	if n := e.ReceiverCreditStats().Syncs; n != 1 {
+		t.Fatalf("%d syncs begun while one was in flight, want 1", n)
+	}
+	close(release)
+	e.HoldCreditSync(nil)
+	waitDone(t, a, engine.StateCompleted)
+	waitDone(t, b, engine.StateCompleted)
+	if bs := binding(t, e, peer); bs.Completed != [2]uint64{20480, 5} {
+		t.Fatalf("after: %+v", bs)
+	}
+}
