@@ -318,6 +318,16 @@ func (m *Welcome) Unmarshal(b []byte) error {
 	return d.done("welcome")
 }
 
+// RegionsBase is the encoded size of an empty region list (the
+// metadata of a regions-ok frame); each descriptor adds DescriptorSize.
+// A list over MaxMetaLen cannot be sent, so an exporter keeps its list
+// within it.
+const RegionsBase = 8
+
+// DescriptorSize is the encoded size of a descriptor with this name and
+// location.
+func DescriptorSize(name, location string) int { return 8 + 2 + len(name) + 2 + len(location) + 8 + 1 }
+
 func (m *Regions) Marshal() []byte {
 	var e enc
 	e.u64(uint64(len(m.List)))
