@@ -58,8 +58,9 @@ type remoteTarget struct {
 	// the running task) and that cancel.
 	ctx    []context.Context
 	cancel []context.CancelFunc
-	cut    []atomic.Bool // a cancel of the running task cut it
-	device bool          // some local memory is device memory
+	cut    []atomic.Bool  // a cancel of the running task cut it
+	device bool           // some local memory on the TCP route is device memory
+	ipcRun []atomic.Int32 // per request on cuda_ipc: ipcIdle, ipcStarted or ipcCut (ipcexec.go)
 	// credit is the group's receiver credit (credit.go); nil when
 	// credits are off.
 	credit *groupCredit
@@ -168,6 +169,8 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
 		}
 	}
+	ipc := g.ipcEligible(e, r) // device memory and a same-host peer's device region (ipc.go)
+	device := false
 	var extent uint64
 	for j, el := range elems {
 		switch {
@@ -191,7 +194,10 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return err
 		}
 		if reg.dev != nil {
-			g.remote.device = true
+			device = true
+			// A cuda_ipc request copies on the GPU; only the TCP route
+			// stages device memory (and cuts its units to a chunk).
+			g.remote.device = g.remote.device || !ipc
 		}
 		g.ranges = append(g.ranges, hostRange{region: reg, lo: el.Address, hi: el.Address + el.Length, req: i})
 	}
@@ -199,7 +205,7 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 		return detail(KindTooLarge, "request covers %d bytes, more than max_transfer_bytes (%d)", extent, uint64(e.cfg.MaxTransferBytes))
 	}
 	if r.Producer != nil {
-		if !g.remote.device {
+		if !device {
 			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
 		}
 		if g.producers == nil {
@@ -217,6 +223,9 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 	}
 	g.ops[i].Offset = r.TargetOffset
 	g.routes[i] = routeRemote
+	if ipc {
+		g.useIPC(i)
+	}
 	g.policy[i] = reqPolicy{asked: r.Transport}
 	g.fileLo, g.fileHi = min(g.fileLo, r.TargetOffset), max(g.fileHi, end)
 	g.charge += extent

@@ -58,7 +58,8 @@ func OpenRemote(ctx context.Context, c *Conn, region string) (*Remote, error) {
 	r := &Remote{turn: make(chan struct{}, 1)}
 	r.mu.c = c
 	r.mu.info = engine.RemoteInfo{Address: c.addr, Peer: c.peerName, Epoch: c.peerEpoch,
-		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice}
+		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice,
+		IPC: remoteIPC(d)}
 	return r, nil
 }
 
@@ -181,6 +182,7 @@ func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 	}
 	r.mu.c = n
 	r.mu.info.Peer, r.mu.info.Epoch, r.mu.info.Export = n.peerName, n.peerEpoch, permission(d.Perm)
+	r.mu.info.IPC = remoteIPC(d) // the new epoch's handle (ipc.go)
 	r.mu.Unlock()
 	n.log.Info("peer redialed", "op", "peer", "peer", c.addr, "name", n.peerName, "region", info.Region,
 		"old_epoch", fmt.Sprintf("%016x", c.peerEpoch), "epoch", fmt.Sprintf("%016x", n.peerEpoch), "reason", c.Err())

@@ -33,8 +33,12 @@ type serviceExports struct{ s *control.Service }
 
 func exportOf(m *control.Memory) peer.Export {
 	perm, _ := wire.ParsePerm(m.Export) // validated at registration
-	return peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
+	x := peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
 		Bytes: m.Len(), Perm: perm}, Mem: m}
+	if strings.HasPrefix(m.Location, "cuda:") {
+		x.IPCHandle = m.IPCHandle
+	}
+	return x
 }
 
 func (x serviceExports) Exports() []peer.Export {

@@ -120,6 +120,8 @@ func TestMessagesTruncatedOrLong(t *testing.T) {
 		&Auth{},
 		&Welcome{Session: 1},
 		&Regions{List: []Descriptor{{ID: 1, Name: "kv", Location: "cpu", Bytes: 4096, Perm: PermRead}}},
+		&Regions{List: []Descriptor{{ID: 2, Name: "g", Location: "cuda:0", Bytes: 4096, Perm: PermRead, IPC: make([]byte, IPCHandleLen)}}},
+		&RegionsQuery{Host: "boot-id"},
 		&Read{Region: 1, Offset: 2, Length: 3},
 		&Write{Region: 1, Offset: 2},
 		&Pong{Epoch: 5},
