@@ -39,10 +39,10 @@ func (s *Service) ExportedBySeq(seq uint64) *Memory {
 // frame: every peer's dial fetches that list, and a longer one is a
 // frame peers refuse as corrupt. REQUIRES: s.mu.
 func (s *Service) exportFitsLocked(name, location string) error {
-	size, n := wire.RegionsBase+wire.DescriptorSize(name, location), 1
+	size, n := wire.RegionsBase+descriptorSize(name, location), 1
 	for _, m := range s.mu.memory {
 		if m != nil && m.Export != ExportNone {
-			size += wire.DescriptorSize(m.Name, m.Location)
+			size += descriptorSize(m.Name, m.Location)
 			n++
 		}
 	}
@@ -51,6 +51,13 @@ func (s *Service) exportFitsLocked(name, location string) error {
 			name, n, size, wire.MaxMetaLen)
 	}
 	return nil
+}
+
+// descriptorSize is the most an export adds to the list: a device
+// region's descriptor carries its IPC handle to clients on this host.
+func descriptorSize(name, location string) int {
+	_, device := engine.Location(location).Device()
+	return wire.DescriptorSize(name, location, device)
 }
 
 // ReadAt copies region bytes into p (the region's rules: ErrBusy while a

@@ -338,9 +338,16 @@ func (m *Welcome) Unmarshal(b []byte) error {
 // within it.
 const RegionsBase = 8
 
-// DescriptorSize is the encoded size of a descriptor with this name and
-// location.
-func DescriptorSize(name, location string) int { return 8 + 2 + len(name) + 2 + len(location) + 8 + 1 }
+// DescriptorSize is the largest encoded size of a descriptor with this
+// name and location: with its CUDA IPC handle when device is set (what
+// a client on the server's host gets).
+func DescriptorSize(name, location string, device bool) int {
+	n := 8 + 2 + len(name) + 2 + len(location) + 8 + 1 + 2
+	if device {
+		n += IPCHandleLen
+	}
+	return n
+}
 
 func (m *Regions) Marshal() []byte {
 	var e enc
