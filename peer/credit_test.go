@@ -173,3 +173,42 @@ func TestCreditIssuerPinSlots(t *testing.T) {
 		t.Fatal("a third window past the slot bounds")
 	}
 }
+
+// A READ the server refuses (here: far over its frame limit) carried no
+// bytes: it must not count as served, or the sender could report that
+// many completed bytes and grant itself an unbounded window.
+func TestCreditRefusedReadNotServed(t *testing.T) {
+	ctx := context.Background()
+	s, x, _ := startCreditServer(t, testLimits)
+	a := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
+	if _, err := a.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := a.Conn()
+	l, err := c.getLane(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const huge = 1 << 62
+	f := wire.Frame{Type: wire.TypeRead, ID: c.nextID.Add(1), Meta: (&wire.Read{Region: 1, Offset: 0, Length: huge}).Marshal()}
+	_, _, err = l.roundTrip(ctx, &f, wire.TypeReadData, nil)
+	c.putLane(l, 0)
+	var re *remoteError
+	if !errors.As(err, &re) || re.m.Code != wire.CodeTooLarge {
+		t.Fatalf("READ of %d bytes: %v, want too large", uint64(huge), err)
+	}
+	if st := x.Stats().List[0]; st.ServedBytes != 0 {
+		t.Fatalf("a refused READ counted as served: %+v", st)
+	}
+	g, err := a.Sync(ctx, huge, 0)
+	if err == nil || !strings.Contains(err.Error(), "reported completed") {
+		t.Fatalf("sync reporting %d completed bytes: grant %+v, %v; want refused", uint64(huge), g, err)
+	}
+	// A READ served counts its bytes.
+	if err := c.Read(ctx, "kv", 0, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if st := x.Stats().List[0]; st.ServedBytes != 4096 {
+		t.Fatalf("served %d after a 4096-byte READ", st.ServedBytes)
+	}
+}

@@ -445,9 +445,12 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, m.Length)
 			buf, reply.Meta = s.read(&m, &reply)
 			reply.Payload = buf
+			// Only bytes the reply carries: a refused READ's length is
+			// the sender's claim, and completed totals are checked
+			// against what was served.
+			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, uint64(len(buf)))
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
 			var m wire.Write
