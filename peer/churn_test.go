@@ -101,8 +101,35 @@ func TestConnectionChurnLeaksNothing(t *testing.T) {
 			}
 		}
 	}
+	// Silent connections held open together, three times the handshake
+	// places: the newest displace the oldest, never more are held.
+	var held []net.Conn
+	for range 3 * DefaultMaxHandshakes {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, nc)
+	}
+	eventuallyWithin(t, 10*time.Second, func() bool {
+		st := s.Stats()
+		return st.Displaced >= 2*DefaultMaxHandshakes && st.Handshaking <= DefaultMaxHandshakes
+	})
+	for _, nc := range held {
+		nc.Close()
+	}
 	settle(t, "server sessions", 0, func() int { return s.Stats().Sessions })
 	settle(t, "connections in their handshake", 0, func() int { return s.Stats().Handshaking })
 	settle(t, "goroutines", g0, runtime.NumGoroutine)
 	settle(t, "open descriptors", f0, func() int { return openFDs(t) })
+}
+
+func eventuallyWithin(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(d); !cond(); {
+		if time.Now().After(end) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
