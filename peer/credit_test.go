@@ -212,3 +212,35 @@ func TestCreditRefusedReadNotServed(t *testing.T) {
 		t.Fatalf("served %d after a 4096-byte READ", st.ServedBytes)
 	}
 }
+
+// A sender engine that restarts without closing (a crash, a kill) comes
+// back at a new epoch: its old window is returned then, so restarts do
+// not use up the receiver's windows until the receiver restarts.
+func TestCreditNewEpochRetiresOldWindow(t *testing.T) {
+	ctx := context.Background()
+	s, x, _ := startCreditServer(t, testLimits) // room for two windows
+	b := NewCreditIssuer(dialAs(t, addrOf(s), "b", 7))
+	if _, err := b.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for epoch := uint64(1); epoch <= 4; epoch++ { // "a" restarts three times
+		a := NewCreditIssuer(dialAs(t, addrOf(s), "a", epoch))
+		if _, err := a.Connect(ctx, 0); err != nil {
+			t.Fatalf("a at epoch %d: %v", epoch, err)
+		}
+		a.Release()
+	}
+	st := x.Stats()
+	if st.Senders != 2 || st.WindowBytes != 2<<20 || st.Retired != 3 || st.List[0].Epoch != "0000000000000004" {
+		t.Fatalf("after three restarts of a: %+v", st)
+	}
+	// The live sender of another name kept its window.
+	if _, err := b.Sync(ctx, 0, 0); err != nil {
+		t.Fatalf("b's window: %v", err)
+	}
+	// A retired epoch's close is answered like a repeated close.
+	old := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
+	if err := old.Close(ctx, 0, 0); err != nil {
+		t.Fatalf("close of a retired epoch: %v", err)
+	}
+}
