@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -643,5 +644,21 @@ func TestServerFrameLimitHonoured(t *testing.T) {
 	defer mu.Unlock()
 	if len(sizes) != 8 || sizes[0] != MinSlice {
 		t.Fatalf("frames of %v bytes, want 8 of 1 MiB", sizes)
+	}
+}
+
+// A server whose exported regions do not fit in one region list (an
+// Exports of its own; the daemon refuses such exports at registration)
+// answers too large, saying why, rather than sending a frame the client
+// refuses as corrupt.
+func TestRegionsListTooLarge(t *testing.T) {
+	exp := &memExports{}
+	for i := range 300 {
+		exp.add(uint64(i+1), fmt.Sprintf("%03d%s", i, strings.Repeat("x", 250)), 4096, wire.PermRead)
+	}
+	s, _ := startServer(t, exp, "127.0.0.1:0", testKey)
+	_, err := Dial(context.Background(), addrOf(s), Config{Name: "cli", Key: testKey, IOTimeout: 5 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "300 exported regions take") || strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("dial: %v, want too large naming 300 exported regions", err)
 	}
 }
