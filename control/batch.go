@@ -292,6 +292,11 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
+	if len(sub.Notify) > 0 && !s.privileged(c) {
+		// The receiver takes the sender to be this daemon, as proved with
+		// its key: another user of the mount must not speak for it.
+		return prepared{}, detail(engine.KindPermission, "notify: a notification is sent with the daemon's peer key; only root or the daemon's user (uid %d) may send one, not uid %d", s.euid, c.UID)
+	}
 	if len(sub.Notify) > 0 && seg.mem == nil {
 		return prepared{}, invalid("notify: target %q is a file segment; a notification rides a memory submission (mem://) only", sub.Target)
 	}

@@ -11,7 +11,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -175,6 +177,88 @@ func TestCreditIssuerPinSlots(t *testing.T) {
 	}
 }
 
+// A READ the server refuses (here: far over its frame limit) carried no
+// bytes: it must not count as served, or the sender could report that
+// many completed bytes and grant itself an unbounded window.
+func TestCreditRefusedReadNotServed(t *testing.T) {
+	ctx := context.Background()
+	s, x, _ := startCreditServer(t, testLimits)
+	a := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
+	if _, err := a.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := a.Conn()
+	l, err := c.getLane(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Past the sender's window it is refused before anything else;
+	// within it, a READ the server refuses (out of the region's range)
+	// is admitted, then counts nothing.
+	const huge = 1 << 62
+	for _, q := range []struct {
+		m    wire.Read
+		code wire.Code
+	}{
+		{wire.Read{Region: 1, Offset: 0, Length: huge}, wire.CodeCredit},
+		{wire.Read{Region: 1, Offset: 4<<20 - 4096, Length: 512 << 10}, wire.CodeRange},
+	} {
+		f := wire.Frame{Type: wire.TypeRead, ID: c.nextID.Add(1), Meta: q.m.Marshal()}
+		_, _, err = l.roundTrip(ctx, &f, wire.TypeReadData, nil)
+		var re *remoteError
+		if !errors.As(err, &re) || re.m.Code != q.code {
+			t.Fatalf("READ of %d bytes at %d: %v, want %s", q.m.Length, q.m.Offset, err, q.code)
+		}
+		if st := x.Stats().List[0]; st.ServedBytes != 0 {
+			t.Fatalf("a refused READ counted as served: %+v", st)
+		}
+	}
+	c.putLane(l, 0)
+	g, err := a.Sync(ctx, huge, 0)
+	if err == nil || !strings.Contains(err.Error(), "reported completed") {
+		t.Fatalf("sync reporting %d completed bytes: grant %+v, %v; want refused", uint64(huge), g, err)
+	}
+	// A READ served counts its bytes.
+	if err := c.Read(ctx, "kv", 0, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if st := x.Stats().List[0]; st.ServedBytes != 4096 {
+		t.Fatalf("served %d after a 4096-byte READ", st.ServedBytes)
+	}
+}
+
+// A sender engine that restarts without closing (a crash, a kill) comes
+// back at a new epoch: its old window is returned then, so restarts do
+// not use up the receiver's windows until the receiver restarts.
+func TestCreditNewEpochRetiresOldWindow(t *testing.T) {
+	ctx := context.Background()
+	s, x, _ := startCreditServer(t, testLimits) // room for two windows
+	b := NewCreditIssuer(dialAs(t, addrOf(s), "b", 7))
+	if _, err := b.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for epoch := uint64(1); epoch <= 4; epoch++ { // "a" restarts three times
+		a := NewCreditIssuer(dialAs(t, addrOf(s), "a", epoch))
+		if _, err := a.Connect(ctx, 0); err != nil {
+			t.Fatalf("a at epoch %d: %v", epoch, err)
+		}
+		a.Release()
+	}
+	st := x.Stats()
+	if st.Senders != 2 || st.WindowBytes != 2<<20 || st.Retired != 3 || st.List[0].Epoch != "0000000000000004" {
+		t.Fatalf("after three restarts of a: %+v", st)
+	}
+	// The live sender of another name kept its window.
+	if _, err := b.Sync(ctx, 0, 0); err != nil {
+		t.Fatalf("b's window: %v", err)
+	}
+	// A retired epoch's close is answered like a repeated close.
+	old := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
+	if err := old.Close(ctx, 0, 0); err != nil {
+		t.Fatalf("close of a retired epoch: %v", err)
+	}
+}
+
 // A sender that ignores its grant (a raw client: no engine gating its
 // owners) is held to its window by the receiver: a frame that would take
 // its outstanding bytes past the window is refused whole, with a
@@ -230,5 +314,39 @@ func TestCreditIssuerRefusesOverrun(t *testing.T) {
 	// A sender with no credit session is not gated by the issuer.
 	if err := dialAs(t, addrOf(s), "plain", 2).Write(ctx, "kv", 0, pattern(2<<20, 3)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Frames on two lanes at once: the second is checked against the window
+// with the first's bytes counted although the first is not settled yet.
+// The hook holds the first WRITE in the server after its admission, so
+// the second meets it in flight every run.
+func TestCreditIssuerCountsFramesInFlight(t *testing.T) {
+	ctx := context.Background()
+	s, x, r := startCreditServer(t, testLimits)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == hookWriteBody && h.PayloadLen == 768<<10 {
+			once.Do(func() { close(entered); <-release })
+		}
+	})
+	raw := dialAs(t, addrOf(s), "raw", 1)
+	if _, err := NewCreditIssuer(raw).Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- raw.Write(ctx, "kv", 0, pattern(768<<10, 1)) }()
+	<-entered
+	err := raw.Write(ctx, "kv", 1<<20, pattern(512<<10, 2))
+	close(release)
+	if e := asError(t, err); e.Kind != engine.KindExhausted || e.Effect != EffectNone {
+		t.Fatalf("a frame past the window beside one in flight: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if st := x.Stats(); st.Overruns != 1 || st.List[0].ServedBytes != 768<<10 || !bytes.Equal(r.bytes()[1<<20:1<<20+512<<10], make([]byte, 512<<10)) {
+		t.Fatalf("after: %+v", st)
 	}
 }

@@ -468,18 +468,30 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := q.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			reply.Type, reply.Meta = wire.TypeRegionsOK, s.regions(q.Host, hello.Name).Marshal()
+			rs := s.regions(q.Host, hello.Name)
+			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
+			if len(reply.Meta) > wire.MaxMetaLen {
+				// A frame the client would refuse as corrupt: say why.
+				e := wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("%d exported regions take %d bytes, over the %d of one region list: export fewer or shorter names",
+					len(rs.List), len(reply.Meta), wire.MaxMetaLen)}
+				s.log.Warn("peer regions refused", "op", "peer", "name", hello.Name, "err", e.Message)
+				reply.Type, reply.Meta = wire.TypeError, e.Marshal()
+			}
 		case h.Type == wire.TypeRead && role == wire.RoleLane && h.PayloadLen == 0:
 			s.reads.Add(1)
 			var m wire.Read
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			if refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, m.Length); refused != nil {
+			// Within the sender's credit window or refused untouched;
+			// served counts only the bytes the reply carries (credit.go).
+			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, m.Length)
+			if refused != nil {
 				reply.Meta = refused.Marshal()
 			} else {
 				buf, reply.Meta = s.read(&m, &reply)
 				reply.Payload = buf
+				s.cfg.Credit.settle(cs, m.Length, uint64(len(buf)))
 			}
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
@@ -488,14 +500,23 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 				return s.refuseFrame(c, &h, err)
 			}
 			var err error
-			if refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, h.PayloadLen); refused != nil {
+			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
+			if refused != nil {
 				// Consume the refused payload so the lane stays in step.
 				if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
 					return fmt.Errorf("discarding write %d over credit: %w", h.ID, err)
 				}
 				reply.Meta = refused.Marshal()
-			} else if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
-				return err
+			} else {
+				reply.Meta, err = s.write(br, c, &h, &m, &reply)
+				var carried uint64
+				if reply.Type == wire.TypeWriteAck {
+					carried = h.PayloadLen // only applied bytes count as served
+				}
+				s.cfg.Credit.settle(cs, h.PayloadLen, carried)
+				if err != nil {
+					return err
+				}
 			}
 		case h.Type == wire.TypeNotify && role == wire.RoleControl:
 			var m wire.Notify

@@ -218,3 +218,30 @@ func TestNotificationsWithoutListener(t *testing.T) {
 		t.Fatalf("notify without a key: %s, want %s", r, eOPNOTSUPP)
 	}
 }
+
+// A notification is sent with the daemon's key, so it is the daemon's
+// user's and root's alone: another user of a shared mount (allow_other)
+// who may submit to its own memory still sends nothing to any peer.
+func TestNotifyNotForOtherUsers(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, _ := startPeerDaemonConf(t, "alpha", key, "")
+	b, addrB := startNotifyDaemon(t, "beta", key, "")
+	r := a.run(t, asNobody+"bash -c "+shq(fmt.Sprintf(`set -e
+M=%s
+echo '{"name":"nb","location":"cpu","bytes":4096}' > $M/memory/register
+echo '{"name":"nbseg","uri":"mem://nb","permission":"read_write"}' > $M/segments/open
+B=$(cat $M/ctl/batches/clone)
+echo '{"op":"write","target":"nbseg","requests":[{"memory":"nb","length":4096}],"notify":[{"peer":"tcp://%s","message":"forged"}]}' > $M/ctl/batches/$B/submit || { cat $M/ctl/batches/$B/error; exit 1; }
+echo seal > $M/ctl/batches/$B/ctl
+cat $M/ctl/batches/$B/wait`, a.dir, addrB)))
+	if r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+		t.Errorf("nobody's notify: %s, want EACCES", r)
+	}
+	if !strings.Contains(r.stdout, "a notification is sent with the daemon's peer key; only root or the daemon's user") {
+		t.Errorf("nobody's notify: the batch's error file lacks the reason: %s", r)
+	}
+	if r := b.run(t, `timeout 2 head -n 1 "$M/peers/notifications"`); r.code != 124 {
+		t.Errorf("B received nobody's notification: %s", r)
+	}
+}
