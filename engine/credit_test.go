@@ -687,3 +687,54 @@ func TestCreditFeedSyncShared(t *testing.T) {
 		t.Fatalf("after: %+v", bs)
 	}
 }
+
+// A fence reaches requests waiting mid-submission too: deactivate while
+// the first request is at the peer and the second waits for credit
+// fails the waiting rest (busy, never sent); the one at the peer
+// completes, and deactivate succeeds once it has its receipt.
+func TestCreditFenceFailsWaitingOwners(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, f := creditSeg(t, e, peer)
+	host := register(t, e, 16<<10)
+	if err := e.ActivateReceiverCredit(peer, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ApplyReceiverCredit(grant(peer, 1, 4096, 1)); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.hold, f.holdEnd = make(chan struct{}), 64<<10
+	f.mu.Unlock()
+	b := submitSealed(t, e, engine.OpRead, seg, []engine.Request{
+		{Address: host.BaseAddress(), Length: 4096},
+		{Address: host.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096},
+		{Address: host.BaseAddress() + 8192, TargetOffset: 8192, Length: 4096}})
+	waitFor(t, "one request at the peer, the rest waiting", func() bool {
+		return binding(t, e, peer).Open == 1 && e.ReceiverCreditStats().Waiting == 1
+	})
+	wantKind(t, e.DeactivateReceiverCredit(peer, 7), engine.KindBusy)
+	for i := 1; i < 3; i++ {
+		waitFor(t, "the waiting requests to fail", func() bool {
+			ts, _ := b.TaskStatus(i)
+			return ts.State == engine.TaskFailed
+		})
+		if ts, _ := b.TaskStatus(i); engine.KindOf(ts.Err) != engine.KindBusy || !strings.Contains(ts.Err.Error(), "is fenced") {
+			t.Fatalf("requests[%d]: %+v", i, ts)
+		}
+	}
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+	b.Wait(5 * time.Second)
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskCompleted {
+		t.Fatalf("requests[0]: %+v", ts)
+	}
+	if n := f.reads.Load(); n != 1 {
+		t.Fatalf("%d reads reached the peer, want 1", n)
+	}
+	if err := e.DeactivateReceiverCredit(peer, 7); err != nil {
+		t.Fatal(err)
+	}
+}
