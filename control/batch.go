@@ -321,6 +321,7 @@ func (s *Service) submitPrepared(bt *Batch, p prepared) error {
 		return err
 	}
 	if n != nil {
+		n.deadline = s.notifyDeadline(p.opts)
 		s.watchGroups(bt) // before the submit: the group may end inside it
 	}
 	tr, err := bt.b.SubmitWith(p.sub.EngineOp(), p.seg.target(), p.reqs, nil, p.opts)

@@ -99,6 +99,10 @@ type Options struct {
 	MaxNotificationBytes        int
 	MaxPendingNotifications     int
 	MaxPendingNotificationBytes int64
+	// NotifyRetryInterval is the first wait before a notification
+	// definitely not delivered is sent again; the waits double up to
+	// NotifyRetryMaxInterval (the [peer] keys; 0: their defaults).
+	NotifyRetryInterval, NotifyRetryMaxInterval time.Duration
 	// Cluster, when set, is shown under /cluster and in /stats
 	// (cluster.go); nil: the daemon is no cluster member.
 	Cluster Cluster
@@ -192,6 +196,12 @@ func New(e *engine.Engine, opts Options) *Service {
 	}
 	if opts.MaxPendingNotificationBytes <= 0 {
 		opts.MaxPendingNotificationBytes = defaultMaxPendingNotificationBytes
+	}
+	if opts.NotifyRetryInterval <= 0 {
+		opts.NotifyRetryInterval = defaultNotifyRetryInterval
+	}
+	if opts.NotifyRetryMaxInterval < opts.NotifyRetryInterval {
+		opts.NotifyRetryMaxInterval = max(defaultNotifyRetryMaxInterval, opts.NotifyRetryInterval)
 	}
 	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid()),
 		docs: NewBudget(opts.MaxBufferedDocumentBytes, opts.MaxBufferedDocumentBytesPerUser)}
