@@ -292,8 +292,8 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	if len(sub.Notify) > 0 && seg.mem == nil {
-		return prepared{}, invalid("notify: target %q is a file segment; a notification rides a memory submission (mem://) only", sub.Target)
+	if len(sub.Notify) > 0 && seg.mem == nil && seg.remote == nil {
+		return prepared{}, invalid("notify: target %q is a file segment; a notification rides a memory submission (mem://, or a peer's region) only", sub.Target)
 	}
 	opts, err := s.submitOptions(sub) // qos.go
 	if err != nil {
