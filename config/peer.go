@@ -64,6 +64,8 @@ type Peer struct {
 	// submission's deadline ends the attempts.
 	NotifyRetryInterval    Duration `toml:"notify_retry_interval"`
 	NotifyRetryMaxInterval Duration `toml:"notify_retry_max_interval"`
+	// ReceiverCredit is the credit issuer this engine runs as a receiver.
+	ReceiverCredit ReceiverCredit `toml:"receiver_credit"`
 }
 
 // The bounds of [peer].
@@ -139,5 +141,9 @@ func (c *Peer) validate(p *problems) {
 	if c.NotifyRetryMaxInterval < c.NotifyRetryInterval || c.NotifyRetryMaxInterval > maxNotifyRetryMaxInterval {
 		p.addf("peer.notify_retry_max_interval (%s) must be in [peer.notify_retry_interval (%s), 10m]",
 			c.NotifyRetryMaxInterval, c.NotifyRetryInterval)
+	}
+	c.ReceiverCredit.validate(p)
+	if c.ReceiverCredit.Enabled && c.Listen == "" {
+		p.addf("peer.receiver_credit.enabled is true but peer.listen is empty: senders reach the issuer through the listener")
 	}
 }

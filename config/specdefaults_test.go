@@ -59,3 +59,33 @@ func TestSpecDefaults(t *testing.T) {
 		t.Errorf("the spec's defaults do not validate: %v", err)
 	}
 }
+
+// TestSpecReceiverCreditDefaults pins the receiver's issuer defaults.
+func TestSpecReceiverCreditDefaults(t *testing.T) {
+	d, err := Parse("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := d.Peer.ReceiverCredit
+	for _, x := range []struct {
+		key       string
+		spec      string
+		got, want any
+	}{
+		{"enabled", "receiver_credit = Some(...) turns the issuer on: off by default", c.Enabled, false},
+		{"max_sessions", "defaults are 128 sessions", c.MaxSessions, 128},
+		{"max_bytes", "64 MiB / 1024 aggregate", uint64(c.MaxBytes), uint64(64 << 20)},
+		{"max_requests", "64 MiB / 1024 aggregate", c.MaxRequests, 1024},
+		{"bytes_per_sender", "1 MiB / 16 requests per sender", uint64(c.BytesPerSender), uint64(1 << 20)},
+		{"requests_per_sender", "1 MiB / 16 requests per sender", c.RequestsPerSender, 16},
+		{"max_staging_slots", "all default to zero, disabled", c.MaxStagingSlots, 0},
+		{"max_consumer_slots", "all default to zero, disabled", c.MaxConsumerSlots, 0},
+		{"staging_slots_per_sender", "all default to zero, disabled", c.StagingSlotsPerSender, 0},
+		{"consumer_slots_per_sender", "all default to zero, disabled", c.ConsumerSlotsPerSender, 0},
+		{"max_receiver_credit_sessions ceiling", "at most 4096", MaxReceiverCreditSessions, 4096},
+	} {
+		if x.got != x.want {
+			t.Errorf("peer.receiver_credit.%s = %v, the spec says %v: %q", x.key, x.got, x.want, x.spec)
+		}
+	}
+}

@@ -35,3 +35,7 @@ func (m *Memory) ReadAt(p []byte, off int64) (int, error) { return m.region.Read
 
 // WriteAt copies p into the region, with the region's rules.
 func (m *Memory) WriteAt(p []byte, off int64) (int, error) { return m.region.WriteAt(p, off) }
+
+// IPCHandle is a cuda:N registration's CUDA IPC handle, for a peer on
+// this host.
+func (m *Memory) IPCHandle() ([]byte, error) { return m.region.IPCHandle() }

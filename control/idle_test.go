@@ -64,6 +64,7 @@ func TestIdleReclaimCountsFromActivity(t *testing.T) {
 	w := s.SubmitWriter(nil, pieces)
 	doc := []byte(`{"op":"read","target":"f","requests":[{"memory":"buf","length":4096}]}`)
 	start := time.Now()
+	var last time.Time
 	for i := 0; time.Since(start) < 4*timeout; i++ {
 		if err := w.Write(doc[i:i+1], int64(i)); err != nil {
 			t.Fatalf("piece %d: %v", i, err)
@@ -71,6 +72,7 @@ func TestIdleReclaimCountsFromActivity(t *testing.T) {
 		if err := s.Ctl(nil, progress, "progress"); err != nil {
 			t.Fatalf("progress: %v", err)
 		}
+		last = time.Now() // both batches saw activity no later than this
 		if _, err := s.State(read); err != nil && time.Since(start) < timeout/2 {
 			t.Fatalf("state: %v", err)
 		}
@@ -85,7 +87,6 @@ func TestIdleReclaimCountsFromActivity(t *testing.T) {
 	if s.Batch(read.ID) != nil {
 		t.Errorf("a batch that was only read was not reclaimed after %s", 4*timeout)
 	}
-	last := time.Now()
 	for s.Batch(pieces.ID) != nil || s.Batch(progress.ID) != nil {
 		if time.Since(last) > 10*time.Second {
 			t.Fatalf("batches not reclaimed 10s after their last write")

@@ -140,7 +140,10 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 			write(m.name, m.typ, m.help, "", m.value(&st))
 		}
 	}
-	renderAdmission(&st, write, &b) // qos.go
+	renderAdmission(&st, write, &b)   // qos.go
+	for _, m := range creditMetrics { // credit.go
+		write(m.name, m.typ, m.help, "", m.value(&st))
+	}
 	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
 	for _, m := range gdsMetrics {
 		write(m.name, m.typ, m.help, "", m.value(&st))

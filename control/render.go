@@ -183,6 +183,17 @@ type RemoteSegmentInfoJSON struct {
 	Users      int    `json:"users"`
 	Draining   bool   `json:"draining"`
 	Permission string `json:"permission"`
+	// CUDAIPC is present when the peer shares this host and exported the
+	// region's CUDA IPC handle: device requests copy on the GPU.
+	CUDAIPC *RemoteIPCJSON `json:"cuda_ipc,omitempty"`
+}
+
+// RemoteIPCJSON is a remote segment's CUDA IPC export: the exporter's
+// device, and the mappings this engine holds open (one per local device
+// that used it).
+type RemoteIPCJSON struct {
+	Device   int `json:"device"`
+	Mappings int `json:"mappings"`
 }
 
 // RenderRemoteSegmentInfo combines a name with the engine's info.
@@ -192,9 +203,13 @@ func RenderRemoteSegmentInfo(name string, info engine.RemoteSegmentInfo) RemoteS
 	if r.Export != 0 {
 		export = r.Export.String()
 	}
-	return RemoteSegmentInfoJSON{Name: name, URI: info.URI, Address: r.Address, Peer: r.Peer, Epoch: r.Epoch,
+	out := RemoteSegmentInfoJSON{Name: name, URI: info.URI, Address: r.Address, Peer: r.Peer, Epoch: r.Epoch,
 		Region: r.Region, Size: r.Size, Export: export, Lanes: r.Lanes, UnitBytes: r.Unit,
 		Users: info.Users, Draining: info.Draining, Permission: info.Permission.String()}
+	if r.IPC != nil {
+		out.CUDAIPC = &RemoteIPCJSON{Device: r.IPC.Device, Mappings: info.IPCMappings}
+	}
+	return out
 }
 
 // RenderSegmentInfo combines a name with the engine's info.

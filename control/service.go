@@ -109,6 +109,12 @@ type Options struct {
 	// ExportsChanged, when set, is called after a registration with an
 	// export is added or removed. It must not block.
 	ExportsChanged func()
+	// DialCredit opens the issuer connection of a credit connect
+	// (credit.go); nil refuses connect (KindUnavailable).
+	DialCredit CreditDialFunc
+	// CreditIssuer, when set, reports this daemon's receiver credit
+	// issuer (/peers/credit/issuer and /stats).
+	CreditIssuer func() any
 }
 
 // maxStuckPathChecks bounds the OwnMount walks left waiting in the kernel
@@ -372,14 +378,20 @@ func (s *Service) Version() []byte { return []byte("orbitefs " + s.opts.Version 
 // Stats is /stats: the engine's stats as JSON.
 func (s *Service) Stats() []byte {
 	st := s.e.Stats()
-	if s.opts.Cluster == nil {
-		return marshal(st)
+	var cs *ClusterStats
+	if s.opts.Cluster != nil {
+		c := s.opts.Cluster.ClusterStats()
+		cs = &c
 	}
-	cs := s.opts.Cluster.ClusterStats()
+	var issuer any
+	if s.opts.CreditIssuer != nil {
+		issuer = s.opts.CreditIssuer()
+	}
 	return marshal(struct {
 		engine.Stats
-		Cluster ClusterStats `json:"cluster"`
-	}{st, cs})
+		Cluster *ClusterStats `json:"cluster,omitempty"`
+		Issuer  any           `json:"receiver_credit_issuer,omitempty"`
+	}{st, cs, issuer})
 }
 
 // Metrics is /metrics.

@@ -28,7 +28,8 @@ type MemorySpec struct {
 	CUDAIPCHandle string `json:"cuda_ipc_handle,omitempty"`
 	// Export says what peers may do with it: none (the default), read,
 	// write or read_write. A peer reaches a cuda:N registration
-	// through this daemon's pinned copy staging.
+	// through this daemon's pinned copy staging, or, on this host,
+	// through CUDA IPC.
 	Export string `json:"export,omitempty"`
 }
 

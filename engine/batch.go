@@ -559,6 +559,8 @@ func (b *Batch) Cancel(i int) error {
 		b.fenceParkedLocked(i)
 		b.changedLocked()
 		return nil
+	case t.state == TaskRunning && b.ipcRunningLocked(i):
+		return errorf(KindUnavailable, "cancel", b.name(), "task %d is running: its CUDA IPC copy is on the GPU and cannot be recalled", i)
 	case t.state == TaskRunning && b.cutRunningLocked(i):
 		b.changedLocked()
 		return nil

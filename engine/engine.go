@@ -46,10 +46,13 @@ type Engine struct {
 	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
 	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
 	peerExec peerExec      // peer lanes (peerexec.go)
+	ipcExec  *ipcExec      // CUDA IPC lanes (ipcexec.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
 	defaultPolicy *QoSPolicy
+	// credit is receiver credit bindings (credit.go).
+	credit *creditLedger
 
 	probeOnce sync.Once
 	probeErr  error
@@ -57,6 +60,9 @@ type Engine struct {
 	// laneCopyHeld, nil outside tests, runs on the lane before a lane
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
+	// peerHandoff, nil outside tests, runs on a peer lane before a unit's
+	// context check and its handoff to the Remote (peerexec.go).
+	peerHandoff func(g *group, task int)
 	// closeDrained, nil outside tests, runs in CloseFileSegment after the
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.
@@ -125,6 +131,7 @@ type Engine struct {
 		laneCopies       counter
 		hostCopyUnits    counter
 		peerUnits        counter
+		ipc              ipcCounters
 		workersRunning   atomic.Int64
 		unquiesced       atomic.Uint64
 		failovers        atomic.Uint64
@@ -162,9 +169,11 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.hostCopy = newHostCopyExec()
 	e.gdsExec = newGDSExec(e)
 	e.peerExec = newPeerExec()
+	e.ipcExec = newIPCExec(e)
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
+	e.credit = newCreditLedger(cfg.MaxReceiverCreditSessions)
 	e.defaultPolicy, _ = e.ResolveQoS(QoSContext{}) // blank names cannot fail
 	return e, nil
 }
@@ -281,6 +290,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.hostCopy.close()
 	e.gdsExec.close()
 	e.peerExec.close()
+	e.ipcExec.close()
 	e.closeStaging()
 	e.closeCopyStage()
 	var first error
@@ -329,16 +339,18 @@ type Stats struct {
 	LaneCopies         uint64        `json:"lane_copies"`     // of those, groups the host copy lanes copied (lanecopy.go)
 	HostCopyUnits      uint64        `json:"host_copy_units"` // units the host copy lanes copied (hostcopy.go)
 	PeerUnits          uint64        `json:"peer_units"`      // units the peer executor moved (peerexec.go)
+	IPC                IPCStats      `json:"cuda_ipc"`        // CUDA IPC executor (ipc.go)
 	WorkersRunning     int64         `json:"workers_running"`
 	UnquiescedGroups   uint64        `json:"unquiesced_groups"`
 	IOUring            *FileStats    `json:"io_uring"`
 	Staging            *StagingStats `json:"staging,omitempty"`
 	// CopyStaging is the pinned pool of device copies outside the
 	// staging lanes (peer transfers, ReadAt/WriteAt), once allocated.
-	CopyStaging  *CopyStageStats `json:"copy_staging,omitempty"`
-	GDS          GDSStats        `json:"gds"`
-	RuntimeQueue QueueStats      `json:"runtime_queue"`
-	QoS          QoSStats        `json:"qos"`
+	CopyStaging    *CopyStageStats `json:"copy_staging,omitempty"`
+	GDS            GDSStats        `json:"gds"`
+	RuntimeQueue   QueueStats      `json:"runtime_queue"`
+	QoS            QoSStats        `json:"qos"`
+	ReceiverCredit CreditStats     `json:"receiver_credit"`
 
 	// Failovers counts attempts started on a task's next transport.
 	Failovers uint64 `json:"failovers"`
@@ -387,6 +399,7 @@ func (e *Engine) Stats() Stats {
 	s.LaneCopies = e.st.laneCopies.Load()
 	s.HostCopyUnits = e.st.hostCopyUnits.Load()
 	s.PeerUnits = e.st.peerUnits.Load()
+	s.IPC = e.st.ipc.stats()
 	s.WorkersRunning = e.st.workersRunning.Load()
 	s.UnquiescedGroups = e.st.unquiesced.Load()
 	s.Failovers = e.st.failovers.Load()
@@ -404,5 +417,6 @@ func (e *Engine) Stats() Stats {
 		s.CopyStaging = &cs
 	}
 	s.RuntimeQueue, s.QoS = e.adm.stats()
+	s.ReceiverCredit = e.ReceiverCreditStats()
 	return s
 }

@@ -20,6 +20,11 @@ package engine_test
 //     never replayed, one that reached nothing is none, and a cancel of
 //     a running WRITE cuts it (cancelled, effect unknown).
 //
+// The CUDA IPC case's target is a fake Remote whose region is a fake
+// device allocation exported with its IPC handle (fakeipc_test.go): its
+// device requests copy device to device; the holding WRITE of the fence
+// checks is a host request on the same segment, so it goes over TCP.
+//
 // The peer case's target is the fake Remote's region instead of a file:
 // "the file" below is that region, cut by shrinking it, and its units
 // are whole (a short unit moves nothing).
@@ -62,6 +67,9 @@ type execCase struct {
 	// peer: the target is a remote segment over a fake Remote whose
 	// units are peerUnit bytes.
 	peer bool
+	// ipc: that Remote's region is a fake device allocation exported
+	// through CUDA IPC (its size cannot change: no short I/O).
+	ipc bool
 	// perCopy: the fake GPU has no batched copy (a driver before CUDA
 	// 12.8): every device copy is its own call.
 	perCopy bool
@@ -90,6 +98,12 @@ var execCases = []execCase{
 			return 100 * time.Millisecond
 		}},
 	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, peer: true},
+	{name: "cuda ipc", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportCUDAIPC, queued: true, peer: true, ipc: true,
+		uncertain: func(f *execFixture) time.Duration {
+			f.gpu.hang = make(chan struct{})
+			f.t.Cleanup(func() { close(f.gpu.hang) })
+			return 100 * time.Millisecond
+		}},
 }
 
 // execFixture is a fresh engine with one file segment, local memory for
@@ -133,6 +147,9 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 	f.target = f.seg
 	if c.peer {
 		f.remote = newFakeRemote(c.n, engine.PermReadWrite, peerUnit)
+		if c.ipc {
+			f.remote.exportIPC(t, f.e, c.n) // fakeipc_test.go
+		}
 		copy(f.remote.data, f.orig)
 		rs, err := f.e.OpenRemoteSegment("tcp://127.0.0.1:1/kv", f.remote, engine.PermReadWrite)
 		if err != nil {
@@ -392,6 +409,9 @@ func TestExecutorContract(t *testing.T) {
 				if !c.queued {
 					t.Skip("the caller copy starts inside Submit, right after the size check")
 				}
+				if c.ipc {
+					t.Skip("a device region's size is fixed")
+				}
 				f := newExecFixture(t, c, dir)
 				f.sentinel()
 				cut := c.n/2 + 100
@@ -415,7 +435,7 @@ func TestExecutorContract(t *testing.T) {
 				}
 				f := newExecFixture(t, c, dir)
 				timeout := c.uncertain(f)
-				rep, err := f.e.SubmitAndWait(engine.OpRead, f.seg, []engine.Request{f.req(0, uint64(c.n))}, timeout)
+				rep, err := f.e.SubmitAndWait(engine.OpRead, f.target, []engine.Request{f.req(0, uint64(c.n))}, timeout)
 				if err == nil || rep.LocallyDrained {
 					t.Fatalf("err %v, report %+v: want a failure that is not locally drained", err, rep)
 				}
@@ -429,6 +449,9 @@ func TestExecutorContract(t *testing.T) {
 			t.Run("remote effects", func(t *testing.T) {
 				if !c.peer {
 					t.Skip("a file has no remote effect beyond its CQEs (TestUnquiesced and the ring's own checks)")
+				}
+				if c.ipc {
+					t.Skip("device requests copy on the GPU: TestIPC* check their effects")
 				}
 				for _, tc := range []struct {
 					name   string

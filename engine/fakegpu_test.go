@@ -59,6 +59,14 @@ type fakeGPU struct {
 	calls atomic.Int64
 	// records and releases count event records and closes.
 	records, releases atomic.Int64
+	// CUDA IPC (fakeipc_test.go): open mappings, closes, DtoD copies
+	// queued; failImport refuses imports, failDtoD refuses DtoD copies;
+	// onDtoD and onDtoDDone (set before use) see each DtoD as it is
+	// queued and once its bytes moved.
+	ipcOpen, ipcClosed, dtods atomic.Int64
+	importTries               atomic.Int64
+	failImport, failDtoD      atomic.Bool
+	onDtoD, onDtoDDone        func(dst, src, n uint64)
 	// batch: streams made from now on enqueue many copies in one call
 	// (engine.CopyBatcher), as on a driver with cuMemcpyBatchAsync; off,
 	// they have only HtoD and DtoH. batches counts those calls, batched
@@ -109,7 +117,7 @@ func (f *fakeGPU) Alloc(dev int, n uint64) (engine.DeviceMemory, error) {
 }
 
 func (f *fakeGPU) ImportIPC(dev int, handle []byte) (engine.DeviceMemory, error) {
-	return nil, errors.New("fake: no IPC")
+	return f.importIPC(dev, handle) // fakeipc_test.go
 }
 
 func (f *fakeGPU) Pin(addr uintptr, n uint64) (func() error, error) {

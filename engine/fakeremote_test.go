@@ -41,6 +41,9 @@ type fakeRemote struct {
 	reads, writes atomic.Int64
 	calls         []string // "read OFF+N", "write OFF+N", in call order
 	closed        atomic.Bool
+	// gone, when set, is what Err reports: the peer restarted
+	// (fakeipc_test.go).
+	gone atomic.Pointer[error]
 }
 
 func newFakeRemote(n int, export engine.Permission, unit uint64) *fakeRemote {
@@ -116,8 +119,12 @@ func (f *fakeRemote) WriteAt(ctx context.Context, p []byte, off uint64) (engine.
 	return engine.EffectApplied, nil
 }
 
-func (f *fakeRemote) Info() engine.RemoteInfo { return f.info }
-func (f *fakeRemote) Close() error            { f.closed.Store(true); return nil }
+func (f *fakeRemote) Info() engine.RemoteInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.info
+}
+func (f *fakeRemote) Close() error { f.closed.Store(true); return nil }
 
 // bytes returns a copy of the region.
 func (f *fakeRemote) bytes() []byte {

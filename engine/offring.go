@@ -104,6 +104,9 @@ type offRing struct {
 	left      []int // per task: units not yet resolved
 	first     []int // per task: index of its first unit
 	undrained bool
+	// leg, when set, is the ordered execution this job is one leg of
+	// (ipcexec.go): told after each of the job's tasks reported.
+	leg *legs
 	// Per task: the first unit not yet counted in its published prefix,
 	// and that prefix's bytes (allocated on the first resolve).
 	cursor []int
@@ -316,6 +319,9 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	drained := !x.undrained
 	x.mu.Unlock()
 	x.g.b.finishOffRing(x.g, i, transferred, terr, effect, drained)
+	if x.leg != nil {
+		x.leg.taskDone(i, terr)
+	}
 }
 
 // advancePrefixLocked extends task i's count of consecutive fully
@@ -407,6 +413,9 @@ func (x *offRing) failRest(err error) {
 // attempt that may fail over, failover.go) and finishes the group after
 // its last task.
 func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+	if g.remote != nil && g.remote.credit != nil {
+		g.remote.credit.end(i, err == nil, effect)
+	}
 	b.mu.Lock()
 	t := &b.mu.tasks[g.first+i]
 	if t.state == TaskRunning {
@@ -464,6 +473,14 @@ func (w *worker) startOffRingLocked(g *group) {
 // job. live must not change meanwhile (the caller holds b.mu).
 func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 	g.rideAlong()
+	alive := make([]bool, g.n)
+	for i := range alive {
+		alive[i] = live(i)
+	}
+	if g.mixedIPC(alive) {
+		e.runLegs(g, alive) // in input order (ipcexec.go)
+		return
+	}
 	var seen []route
 	for i := 0; i < g.n; i++ {
 		if !live(i) {
@@ -474,14 +491,20 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 			continue
 		}
 		seen = append(seen, rt)
-		size, byPiece := ex.cut()
-		size = g.unitSize(size)
-		x := newOffRing(g, rt, size, byPiece, func(j int) bool {
+		ex.run(e.newJob(g, rt, ex, func(j int) bool {
 			r, _ := e.executor(g.routes[j])
 			return live(j) && r == rt
-		})
-		ex.run(x)
+		}))
 	}
+}
+
+// newJob cuts g's requests for which live holds into ex's units.
+func (e *Engine) newJob(g *group, rt route, ex executor, live func(j int) bool) *offRing {
+	size, byPiece := ex.cut()
+	if rt != routeIPC {
+		size = g.unitSize(size) // a peer's slice bounds a TCP unit, not a GPU copy
+	}
+	return newOffRing(g, rt, size, byPiece, live)
 }
 
 // unitErr wraps a lane failure for one unit.

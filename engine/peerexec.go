@@ -58,8 +58,20 @@ type remoteTarget struct {
 	// the running task) and that cancel.
 	ctx    []context.Context
 	cancel []context.CancelFunc
-	cut    []atomic.Bool // a cancel of the running task cut it
-	device bool          // some local memory is device memory
+	cut    []atomic.Bool  // a cancel of the running task cut it
+	device bool           // some local memory on the TCP route is device memory
+	ipcRun []atomic.Int32 // per request on cuda_ipc: ipcIdle, ipcStarted or ipcCut (ipcexec.go)
+	// credit is the group's receiver credit (credit.go); nil when
+	// credits are off.
+	credit *groupCredit
+}
+
+// handoff commits task i's receiver credit as its bytes go to the
+// Remote: spent from here on, even if the transfer fails.
+func (rt *remoteTarget) handoff(i int) {
+	if rt.credit != nil {
+		rt.credit.commit(i)
+	}
 }
 
 // unitSize is the unit of g's job on an executor that cuts at size.
@@ -126,6 +138,10 @@ func (e *Engine) prepareRemote(b *Batch, op Op, rs *RemoteSegment, reqs []Reques
 		g.addPieces(i, &reqs[i], k)
 	}
 	g.computeBounds()
+	if g.remote.credit, err = e.credit.bind(rs, n, reqExtents(reqs)); err != nil {
+		g.unmapScratch()
+		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: err}
+	}
 	if err := e.admitGroup(verb, g, pol, rs.admit, rs.uri); err != nil {
 		return nil, err
 	}
@@ -153,6 +169,8 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return detail(KindTooLarge, "vector has %d elements, more than max_vector_elements (%d)", n, e.cfg.MaxVectorElements)
 		}
 	}
+	ipc := g.ipcEligible(e, r) // device memory and a same-host peer's device region (ipc.go)
+	device := false
 	var extent uint64
 	for j, el := range elems {
 		switch {
@@ -176,7 +194,10 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 			return err
 		}
 		if reg.dev != nil {
-			g.remote.device = true
+			device = true
+			// A cuda_ipc request copies on the GPU; only the TCP route
+			// stages device memory (and cuts its units to a chunk).
+			g.remote.device = g.remote.device || !ipc
 		}
 		g.ranges = append(g.ranges, hostRange{region: reg, lo: el.Address, hi: el.Address + el.Length, req: i})
 	}
@@ -184,7 +205,7 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 		return detail(KindTooLarge, "request covers %d bytes, more than max_transfer_bytes (%d)", extent, uint64(e.cfg.MaxTransferBytes))
 	}
 	if r.Producer != nil {
-		if !g.remote.device {
+		if !device {
 			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
 		}
 		if g.producers == nil {
@@ -202,6 +223,9 @@ func (g *group) buildRemote(e *Engine, i int, r *Request) error {
 	}
 	g.ops[i].Offset = r.TargetOffset
 	g.routes[i] = routeRemote
+	if ipc {
+		g.useIPC(i)
+	}
 	g.policy[i] = reqPolicy{asked: r.Transport}
 	g.fileLo, g.fileHi = min(g.fileLo, r.TargetOffset), max(g.fileHi, end)
 	g.charge += extent
@@ -232,13 +256,33 @@ func (b *Batch) cutRunningLocked(i int) bool {
 	return true
 }
 
-// endRemote releases a remote group's contexts once it finished.
+// endRemote releases a remote group's contexts once it finished, and
+// refunds the credit of owners never handed off.
 func (g *group) endRemote() {
 	for _, c := range g.remote.cancel {
 		if c != nil {
 			c()
 		}
 	}
+	if g.remote.credit != nil {
+		g.remote.credit.release()
+	}
+}
+
+// reqExtents is each request's byte count (padding included: it
+// crosses the wire too).
+func reqExtents(reqs []Request) []uint64 {
+	out := make([]uint64, len(reqs))
+	for i, r := range reqs {
+		if len(r.Elements) == 0 {
+			out[i] = r.Length
+			continue
+		}
+		for _, el := range r.Elements {
+			out[i] += el.bytes()
+		}
+	}
+	return out
 }
 
 // peerUnit moves unit k of job x with one call on the Remote.
@@ -249,6 +293,9 @@ func peerUnit(x *offRing, k int) {
 	if err := x.startable(k); err != nil {
 		x.resolve(k, 0, err)
 		return
+	}
+	if h := g.b.e.peerHandoff; h != nil {
+		h(g, u.task)
 	}
 	ctx := rt.ctx[u.task]
 	if ctx.Err() != nil {
@@ -265,6 +312,7 @@ func peerUnit(x *offRing, k int) {
 		return
 	}
 	if g.op == OpRead {
+		rt.handoff(u.task)
 		if err := rt.seg.r.ReadAt(ctx, buf, u.off); err != nil {
 			x.resolve(k, 0, rt.unitErr(g, u, ctx, err))
 			return
@@ -281,6 +329,7 @@ func peerUnit(x *offRing, k int) {
 // (marking it submitted unless the Remote's effect is none).
 func peerWrite(x *offRing, k int, ctx context.Context, buf []byte) (uint64, error) {
 	g, u, rt := x.g, &x.units[k], x.g.remote
+	rt.handoff(u.task)
 	effect, err := rt.seg.r.WriteAt(ctx, buf, u.off)
 	if err == nil && effect != EffectApplied {
 		err = fmt.Errorf("the remote returned no error with effect %s", effect)
@@ -340,6 +389,7 @@ func peerDeviceUnit(x *offRing, k int, ctx context.Context, p piece) {
 		x.resolve(k, got, err)
 		return
 	}
+	rt.handoff(u.task)
 	if err := rt.seg.r.ReadAt(ctx, c, u.off); err != nil {
 		s.release(c)
 		x.resolve(k, 0, rt.unitErr(g, u, ctx, err))

@@ -39,6 +39,12 @@ type Remote interface {
 	Close() error
 }
 
+// A Remote may also report its connection's health with a method
+// Err() error: nil while the peer that described the region is still
+// there with the same epoch, else why not (it restarted, the connection
+// failed). The CUDA IPC executor checks it before every copy and closes
+// its mappings of the region once it reports an error (ipc.go).
+
 // RemoteInfo describes a remote region.
 type RemoteInfo struct {
 	Address string     `json:"address"` // host:port dialed
@@ -51,6 +57,10 @@ type RemoteInfo struct {
 	// Unit is the largest transfer one executor unit hands to the Remote
 	// (the peer's slice size times its lanes, so one unit stripes).
 	Unit uint64 `json:"unit"`
+	// IPC is set when the region is device memory of an engine on this
+	// host that exported its CUDA IPC handle: device requests then copy
+	// on the GPU (ipc.go).
+	IPC *RemoteIPC `json:"cuda_ipc,omitempty"`
 }
 
 // RemoteSegment is a peer's exported region opened as a target. Safe for
@@ -61,6 +71,7 @@ type RemoteSegment struct {
 	info RemoteInfo
 	uri  string
 	perm Permission
+	ipc  *ipcState // the imported CUDA IPC mappings (ipc.go)
 
 	mu struct {
 		sync.Mutex
@@ -85,16 +96,19 @@ type RemoteSegmentInfo struct {
 	Permission Permission `json:"-"`
 	Users      int        `json:"users"`
 	Draining   bool       `json:"draining"`
+	// IPCMappings: CUDA IPC mappings of the region open here (ipc.go).
+	IPCMappings int `json:"cuda_ipc_mappings"`
 }
 
 // Info returns the segment's description; the remote part is the
 // Remote's own (a Remote that dialed a restarted peer again shows the
 // new epoch).
 func (s *RemoteSegment) Info() RemoteSegmentInfo {
+	maps := s.IPCMappings()
 	ri := s.r.Info()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return RemoteSegmentInfo{URI: s.uri, Remote: ri, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed}
+	return RemoteSegmentInfo{URI: s.uri, Remote: ri, Permission: s.perm, Users: s.mu.users, Draining: s.mu.closed, IPCMappings: maps}
 }
 
 // OpenRemoteSegment opens r as a target named uri with permission perm.
@@ -125,7 +139,7 @@ func (e *Engine) OpenRemoteSegment(uri string, r Remote, perm Permission) (*Remo
 		return nil, errorf(KindInvalid, op, name, "the remote announces a unit of 0 bytes")
 	}
 	e.log.Info("segment opened", "segment", uri, "peer", info.Peer, "epoch", info.Epoch, "region", info.Region, "bytes", info.Size, "permission", perm.String())
-	return &RemoteSegment{e: e, r: r, info: info, uri: uri, perm: perm}, nil
+	return &RemoteSegment{e: e, r: r, info: info, uri: uri, perm: perm, ipc: newIPCState()}, nil
 }
 
 func exportText(p Permission) string {
@@ -160,6 +174,7 @@ func (e *Engine) CloseRemoteSegment(s *RemoteSegment, timeout time.Duration) err
 	s.mu.gone = true
 	s.mu.Unlock()
 	if !gone {
+		s.closeIPC()
 		s.r.Close()
 		e.log.Info("segment closed", "segment", s.uri)
 	}

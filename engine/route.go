@@ -12,6 +12,10 @@
 //     (hostcopy.go); the task reports transport copy.
 //   - routeRemote: every request on a remote segment, moved by the peer
 //     executor (peerexec.go); the task reports transport tcp.
+//   - routeIPC: device memory and a peer's device region on this host,
+//     copied device to device through CUDA IPC (ipcexec.go); the task
+//     reports transport cuda_ipc. Every other request on a remote
+//     segment keeps routeRemote.
 //
 // Selection (spec "transport preference", with one documented narrowing):
 //   - transport gds: honoured when cuFile is usable and the request is
@@ -46,6 +50,9 @@ const (
 	// routeRemote: a peer's region (remote.go), moved by the peer
 	// executor (peerexec.go).
 	routeRemote
+	// routeIPC: device memory <-> a same-host peer's device region,
+	// copied on the GPU through CUDA IPC (ipcexec.go).
+	routeIPC
 )
 
 // transport is the kind a task on this route reports.
@@ -59,6 +66,8 @@ func (r route) transport() TransportKind {
 		return TransportCopy
 	case routeRemote:
 		return TransportTCP
+	case routeIPC:
+		return TransportCUDAIPC
 	}
 	return TransportIOUring
 }
@@ -72,6 +81,8 @@ func (e *Engine) executor(rt route) (route, executor) {
 		return routeHostCopy, e.hostCopy
 	case routeRemote:
 		return routeRemote, e.peerExec
+	case routeIPC:
+		return routeIPC, e.ipcExec
 	}
 	return routeStaged, e.staged
 }

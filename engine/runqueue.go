@@ -199,10 +199,30 @@ func (a *admission) wakeLocked() {
 // It returns go=false to wait, or an error that fails the whole group
 // before any I/O. REQUIRES: b.mu.
 func (w *worker) headGate(g *group, now time.Time) (bool, error) {
+	if now.After(g.deadline) {
+		return true, nil // a late group fails in dispatchLocked
+	}
+	// Receiver credit first: a starved head holds neither a contract
+	// charge nor the dispatch window while it waits (credit.go); and a
+	// head that then waits for those gives its credit back, so nothing
+	// is charged partially while it waits.
+	if ok, err := w.creditGate(g, now); !ok || err != nil {
+		return ok, err
+	}
+	ok, err := w.admissionGate(g, now)
+	if !ok || err != nil {
+		w.creditUnreserve(g)
+	}
+	return ok, err
+}
+
+// admissionGate is headGate's contract, engine-wide bytes and dispatch
+// window part. REQUIRES: b.mu.
+func (w *worker) admissionGate(g *group, now time.Time) (bool, error) {
 	e := w.b.e
 	a := e.adm
-	if !a.gates() || now.After(g.deadline) {
-		return true, nil // a late group fails in dispatchLocked
+	if !a.gates() {
+		return true, nil
 	}
 	needBytes := g.adm.bytesDeferred && !g.adm.bytesHeld
 	a.mu.Lock()

@@ -150,21 +150,27 @@ func TestStagedCopiesMergedAndBatched(t *testing.T) {
 			if _, err := r.e.SubmitAndWait(engine.OpRead, r.seg, r.reqs(c.slot), ioTimeout); err != nil {
 				t.Fatal(err)
 			}
+			// Counted before reading back: Region.ReadAt on device
+			// memory copies through streams too.
+			if n, b := r.calls(), r.gpu.batched.Load(); n != c.calls || b != c.copies {
+				t.Fatalf("READ: %d copy calls carrying %d batched copies, want %d and %d", n, b, c.calls, c.copies)
+			}
 			got := make([]byte, batchUnits*batchUnit)
-			r.dev.ReadAt(got, 0)
+			if _, err := r.dev.ReadAt(got, 0); err != nil {
+				t.Fatal(err)
+			}
 			for i := range batchUnits {
 				s := c.slot(i)
 				if !bytes.Equal(got[s*batchUnit:(s+1)*batchUnit], r.orig[i*batchUnit:(i+1)*batchUnit]) {
 					t.Fatalf("READ: device unit %d differs from file unit %d", s, i)
 				}
 			}
-			if n, b := r.calls(), r.gpu.batched.Load(); n != c.calls || b != c.copies {
-				t.Fatalf("READ: %d copy calls carrying %d batched copies, want %d and %d", n, b, c.calls, c.copies)
-			}
 			// WRITE back with the inverse map: file unit i from device
 			// unit slot(i) restores the file.
 			want := bytes.Repeat([]byte{0xC3}, len(r.orig))
-			r.dev.WriteAt(want, 0)
+			if _, err := r.dev.WriteAt(want, 0); err != nil {
+				t.Fatal(err)
+			}
 			r.gpu.htods.Store(0)
 			r.gpu.dtohCalls.Store(0)
 			r.gpu.batches.Store(0)
@@ -192,7 +198,14 @@ func TestStagedBatchRefused(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/bad=%d", op, bad), func(t *testing.T) {
 				r := newBatchRig(t, true)
 				reqs := r.reqs(reversed) // no merging: one batch of eight
-				r.gpu.failBatchNth.Store(1)
+				want := r.orig
+				if op == engine.OpWrite {
+					want = bytes.Repeat([]byte{0x3C}, len(r.orig))
+					if _, err := r.dev.WriteAt(want, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
+				r.gpu.failBatchNth.Store(r.gpu.batches.Load() + 1)
 				if bad >= 0 {
 					// The copy of request bad is refused, alone or batched.
 					r.gpu.failBatchNth.Store(0)
@@ -200,16 +213,11 @@ func TestStagedBatchRefused(t *testing.T) {
 						r.gpu.failHtoDAt.Store(reqs[bad].Address)
 					}
 				}
-				want := r.orig
-				if op == engine.OpWrite {
-					want = bytes.Repeat([]byte{0x3C}, len(r.orig))
-					r.dev.WriteAt(want, 0)
-					if bad >= 0 {
-						// Sorted by device address, request bad's copy is
-						// the (batchUnits-bad)-th device-to-host copy.
-						r.gpu.failDtoHNth.Store(int64(batchUnits - bad))
-						r.ft.want.Store(batchUnits - 1) // its SQE is never written
-					}
+				if op == engine.OpWrite && bad >= 0 {
+					// Sorted by device address, request bad's copy is the
+					// (batchUnits-bad)-th device-to-host copy from now.
+					r.gpu.failDtoHNth.Store(r.gpu.dtohs.Load() + int64(batchUnits-bad))
+					r.ft.want.Store(batchUnits - 1) // its SQE is never written
 				}
 				b, err := r.e.SubmitAsync(op, r.seg, reqs, nil, ioTimeout)
 				if err != nil {
@@ -223,7 +231,13 @@ func TestStagedBatchRefused(t *testing.T) {
 					t.Fatal("no batch call: the case did not reach the batched path")
 				}
 				dev := make([]byte, len(want))
-				r.dev.ReadAt(dev, 0)
+				if op == engine.OpRead {
+					// (After a WRITE the fake refuses the bad copy's source
+					// again, so the device is not read back.)
+					if _, err := r.dev.ReadAt(dev, 0); err != nil {
+						t.Fatal(err)
+					}
+				}
 				file := r.file(t)
 				for i := range batchUnits {
 					ts, _ := b.TaskStatus(i)

@@ -70,6 +70,11 @@ const (
 	// TransportTCP: a peer's region over the peer protocol (peerexec.go);
 	// tasks report it, requests cannot ask for it.
 	TransportTCP
+	// TransportCUDAIPC: device memory and a same-host peer's device
+	// region, copied on the GPU through CUDA IPC (ipcexec.go; the
+	// reference design's NVLink transport); tasks report it, requests
+	// cannot ask for it.
+	TransportCUDAIPC
 )
 
 func (t TransportKind) String() string {
@@ -80,6 +85,8 @@ func (t TransportKind) String() string {
 		return "copy"
 	case TransportTCP:
 		return "tcp"
+	case TransportCUDAIPC:
+		return "cuda_ipc"
 	case TransportIOUring:
 		return "io_uring"
 	case TransportGDS:

@@ -88,6 +88,9 @@ type worker struct {
 	// it ages or is promoted).
 	admWait  bool
 	admUntil time.Time
+	// creditSync is the credit binding this worker must sync after its
+	// fill (creditsync.go); atomic, so a turn without one takes no lock.
+	creditSync atomic.Pointer[creditBinding]
 }
 
 // poke wakes the worker if it waits for off-ring work; never blocks.
@@ -152,6 +155,7 @@ func (w *worker) turn(wait time.Duration) bool {
 		w.submit()
 	}
 	w.ringMu.Unlock()
+	w.syncCredit()
 	if !more {
 		w.b.deliver()
 		return false
@@ -204,6 +208,9 @@ func (w *worker) exitLocked() {
 		b.mu.w = nil
 	}
 	w.exited = true
+	if b.e.credit.enabled() {
+		b.e.credit.forget(w)
+	}
 }
 
 // fill dispatches queued groups and prepares ops while the ring has

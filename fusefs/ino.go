@@ -36,6 +36,10 @@ const (
 	inoClusterPeers
 	inoPeers // peers.go
 	inoNotifications
+	inoCredit // credit.go
+	inoCreditStatus
+	inoCreditIssuer
+	inoCreditCmd0 // one per control.CreditCommands, in order
 )
 
 const (

@@ -212,7 +212,8 @@ func TestLayoutAndModes(t *testing.T) {
 	m.mustWrite(t, "ctl/batches/"+n+"/submit", `{"op":"read","target":"cache","requests":[{"memory":"buf","length":4096},{"memory":"buf","offset":4096,"target_offset":4096,"length":4096}]}`)
 	for dir, want := range map[string]string{
 		"":                             "README ctl error memory metrics peers qos segments stats version",
-		"peers":                        "notifications",
+		"peers":                        "credit notifications",
+		"peers/credit":                 "activate connect deactivate disconnect issuer status update",
 		"memory":                       "buf register",
 		"memory/buf":                   "data info",
 		"segments":                     "cache open",
@@ -242,6 +243,11 @@ func TestLayoutAndModes(t *testing.T) {
 		"ctl/batches/" + n + "/wait":   0o400,
 		"peers":                        fs.ModeDir | 0o700,
 		"peers/notifications":          0o400,
+		"peers/credit":                 fs.ModeDir | 0o700,
+		"peers/credit/status":          0o400,
+		"peers/credit/issuer":          0o400,
+		"peers/credit/activate":        0o200,
+		"peers/credit/disconnect":      0o200,
 	} {
 		st, err := os.Stat(m.path(p))
 		if err != nil {

@@ -27,6 +27,7 @@ func (f *fsys) peersDir() child {
 			// the messages are addressed to the daemon.
 			return &notificationsFile{ctlNode{f: f, o: f.owner(0, 0, false), t: f.svc.Started(), mode: modeRead}}
 		}},
+		f.creditDir(), // credit.go
 	}
 	return child{name: "peers", ino: inoPeers, dir: true, node: f.staticDir(kids)}
 }

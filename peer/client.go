@@ -63,6 +63,9 @@ type Config struct {
 	// server that accepts less (it says so at the handshake) lowers it.
 	MaxSlice uint64
 	Logger   *slog.Logger
+	// Host identifies this machine (HostID when empty); a server on the
+	// same host then sends the CUDA IPC handles of its device regions.
+	Host string
 }
 
 // Conn is an authenticated connection to one peer. Safe for concurrent use.
@@ -111,6 +114,9 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	}
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = cfg.IOTimeout
+	}
+	if cfg.Host == "" {
+		cfg.Host = HostID()
 	}
 	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Lanes),
 		idle: make(chan *lane, cfg.Lanes), stop: make(chan struct{})}
@@ -212,7 +218,8 @@ func (c *Conn) Regions() []wire.Descriptor {
 // Refresh fetches the region descriptors again.
 func (c *Conn) Refresh(ctx context.Context) error {
 	var rs wire.Regions
-	if err := c.control(ctx, "regions", wire.TypeRegions, wire.TypeRegionsOK, &rs); err != nil {
+	q := wire.RegionsQuery{Host: c.cfg.Host}
+	if err := c.controlFrame(ctx, "regions", &wire.Frame{Type: wire.TypeRegions, Meta: q.Marshal()}, wire.TypeRegionsOK, &rs); err != nil {
 		return err
 	}
 	m := make(map[string]wire.Descriptor, len(rs.List))
@@ -230,11 +237,18 @@ func (c *Conn) Refresh(ctx context.Context) error {
 
 // control runs one request on the control connection.
 func (c *Conn) control(ctx context.Context, op string, t, want wire.Type, m interface{ Unmarshal([]byte) error }) error {
+	return c.controlFrame(ctx, op, &wire.Frame{Type: t}, want, m)
+}
+
+// controlFrame runs request f (its metadata set, its id assigned here)
+// on the control connection.
+func (c *Conn) controlFrame(ctx context.Context, op string, f *wire.Frame, want wire.Type, m interface{ Unmarshal([]byte) error }) error {
 	if err := c.Err(); err != nil {
 		return &Error{Op: op, Peer: c.addr, Kind: kindOf(err), Err: err}
 	}
 	c.ctrlMu.Lock()
-	_, meta, err := c.ctrl.roundTrip(ctx, &wire.Frame{Type: t, ID: c.nextID.Add(1)}, want, nil)
+	f.ID = c.nextID.Add(1)
+	_, meta, err := c.ctrl.roundTrip(ctx, f, want, nil)
 	c.ctrlMu.Unlock()
 	if err == nil {
 		err = m.Unmarshal(meta)

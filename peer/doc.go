@@ -15,4 +15,10 @@
 // when acknowledged (the server acks after the bytes are in the region's
 // memory), unknown for anything between; an unknown WRITE is never
 // replayed, and the lane it ran on is never used again.
+//
+// A Conn that failed (the peer restarted with a new epoch, its control
+// connection died) is never used again; a Remote (OpenRemote, a region
+// as the engine's segments reach it) dials the peer again on its next
+// request. Timeouts bound stalls, not frames (progress.go): a slow link
+// that keeps moving never fails a transfer.
 package peer

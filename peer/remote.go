@@ -13,6 +13,9 @@
 //     in the new epoch's descriptors; nothing is sent under an old
 //     descriptor, and a region of another size is refused (the segment
 //     was range-checked against the old one).
+//   - The redial accepts only the engine the segment opened (the same
+//     name, any epoch): another engine at the address is refused, and
+//     nothing is sent to it.
 //   - A request is sent a second time only when the first attempt found
 //     the peer restarted before it posted anything (effect none): a WRITE
 //     that may have reached the old epoch is never replayed.
@@ -55,7 +58,8 @@ func OpenRemote(ctx context.Context, c *Conn, region string) (*Remote, error) {
 	r := &Remote{turn: make(chan struct{}, 1)}
 	r.mu.c = c
 	r.mu.info = engine.RemoteInfo{Address: c.addr, Peer: c.peerName, Epoch: c.peerEpoch,
-		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice}
+		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice,
+		IPC: remoteIPC(d)}
 	return r, nil
 }
 
@@ -151,7 +155,16 @@ func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 	if err != nil {
 		return fail(engine.KindUnavailable, fmt.Errorf("the connection failed (%v), and dialing again: %w", c.Err(), err))
 	}
-	d, err := n.descriptor(ctx, "redial", info.Region)
+	var d wire.Descriptor
+	if n.peerName != c.peerName {
+		// Another engine took the address: its region of that name is
+		// not the one the segment opened (a peer://NAME segment never
+		// reaches an engine other than NAME).
+		err = &Error{Op: "redial", Peer: c.addr, Region: info.Region, Kind: engine.KindNotFound,
+			Err: fmt.Errorf("the engine at %s is now %q (epoch %016x), not %q: open the segment again", c.addr, n.peerName, n.peerEpoch, c.peerName)}
+	} else {
+		d, err = n.descriptor(ctx, "redial", info.Region)
+	}
 	if err == nil && d.Bytes != info.Size {
 		err = &Error{Op: "redial", Peer: c.addr, Region: info.Region, Kind: engine.KindNotFound,
 			Err: fmt.Errorf("the peer %q (epoch %016x) exports region %q with %d bytes, not the %d it had when the segment opened: open the segment again",
@@ -169,6 +182,7 @@ func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 	}
 	r.mu.c = n
 	r.mu.info.Peer, r.mu.info.Epoch, r.mu.info.Export = n.peerName, n.peerEpoch, permission(d.Perm)
+	r.mu.info.IPC = remoteIPC(d) // the new epoch's handle (ipc.go)
 	r.mu.Unlock()
 	n.log.Info("peer redialed", "op", "peer", "peer", c.addr, "name", n.peerName, "region", info.Region,
 		"old_epoch", fmt.Sprintf("%016x", c.peerEpoch), "epoch", fmt.Sprintf("%016x", n.peerEpoch), "reason", c.Err())

@@ -359,3 +359,35 @@ func TestOldSessionLaneRefused(t *testing.T) {
 		t.Fatalf("%d lanes open on the new epoch, want the redialed Conn's one", s2.Stats().Lanes)
 	}
 }
+
+// Another engine at the address after the peer went away is not the
+// peer: the redial refuses it (effect none, nothing sent), so a segment
+// opened on one engine (by address or by cluster name) never writes into
+// another one's region of the same name.
+func TestRemoteRedialRefusesAnotherEngine(t *testing.T) {
+	ctx := context.Background()
+	var exp1 memExports
+	exp1.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s1, _ := startServer(t, &exp1, "127.0.0.1:0", testKey)
+	addr := addrOf(s1)
+	r, err := OpenRemote(ctx, dial(t, addr, testKey, 1), "kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s1.Close()
+	var exp2 memExports
+	kv := exp2.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s2 := NewServer(ServerConfig{Name: "other", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice}, &exp2)
+	if err := s2.Listen(addr); err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	eff, err := r.WriteAt(ctx, pattern(4096, 4), 0)
+	if eff != engine.EffectNone || !errors.Is(err, engine.ErrNotFound) || !strings.Contains(err.Error(), `is now "other"`) {
+		t.Fatalf("write after another engine took the address: %v, effect %s", err, eff)
+	}
+	if s2.Stats().Writes != 0 || !bytes.Equal(kv.bytes(), make([]byte, 1<<20)) {
+		t.Fatal("the other engine's region was written")
+	}
+}

@@ -55,6 +55,9 @@ type Memory interface {
 type Export struct {
 	wire.Descriptor
 	Mem Memory
+	// IPCHandle, set for device memory, returns its CUDA IPC handle; the
+	// server sends it only to clients on its own host (ipc.go).
+	IPCHandle func() ([]byte, error)
 }
 
 // Exports is the set of regions a server may serve; it is asked on
@@ -85,7 +88,12 @@ type ServerConfig struct {
 	// default).
 	Inbox          *Inbox
 	MaxNotifyBytes uint64
-	Logger         *slog.Logger
+	// Credit is the receiver credit issuer (credit.go); nil: credits off.
+	Credit *Issuer
+	Logger *slog.Logger
+	// Host identifies this machine (HostID when empty): a client naming
+	// the same host gets the CUDA IPC handles of device regions.
+	Host string
 }
 
 // Stats are a server's counters.
@@ -153,6 +161,9 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 	}
 	if cfg.Epoch == 0 {
 		cfg.Epoch = newEpoch()
+	}
+	if cfg.Host == "" {
+		cfg.Host = HostID()
 	}
 	if cfg.MaxHandshakes <= 0 {
 		cfg.MaxHandshakes = DefaultMaxHandshakes
@@ -410,17 +421,18 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 		case h.Type == wire.TypePing && h.PayloadLen == 0:
 			reply.Type, reply.Meta = wire.TypePong, (&wire.Pong{Epoch: s.epoch}).Marshal()
 		case h.Type == wire.TypeRegions && h.PayloadLen == 0:
-			var rs wire.Regions
-			for _, x := range s.exp.Exports() {
-				rs.List = append(rs.List, x.Descriptor)
+			var q wire.RegionsQuery
+			if err := q.Unmarshal(meta); err != nil {
+				return s.refuseFrame(c, &h, err)
 			}
-			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
+			reply.Type, reply.Meta = wire.TypeRegionsOK, s.regions(q.Host, hello.Name).Marshal()
 		case h.Type == wire.TypeRead && role == wire.RoleLane && h.PayloadLen == 0:
 			s.reads.Add(1)
 			var m wire.Read
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
+			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, m.Length)
 			buf, reply.Meta = s.read(&m, &reply)
 			reply.Payload = buf
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
@@ -429,6 +441,7 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
+			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
 			var err error
 			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
 				return err
@@ -441,6 +454,10 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 			var err error
 			if reply.Meta, err = s.notify(br, c, &h, &m, hello, &reply); err != nil {
 				return err
+			}
+		case (h.Type == wire.TypeCreditConnect || h.Type == wire.TypeCreditSync || h.Type == wire.TypeCreditClose) && role == wire.RoleControl && h.PayloadLen == 0:
+			if err := s.serveCredit(h.Type, meta, hello, &reply); err != nil {
+				return s.refuseFrame(c, &h, err)
 			}
 		default:
 			return s.refuseFrame(c, &h, fmt.Errorf("%w: a %s frame with %d payload bytes is not a request on a %s connection",

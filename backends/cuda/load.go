@@ -38,6 +38,7 @@ type funcs struct {
 	memAlloc, memFree, memGetInfo, memsetD8                                uintptr
 	memHostAlloc, memFreeHost, memHostRegister, memHostUnregister          uintptr
 	memcpyHtoD, memcpyDtoH, memcpyDtoD, memcpyHtoDAsync, memcpyDtoHAsync   uintptr
+	memcpyDtoDAsync                                                        uintptr
 	streamCreate, streamDestroy, streamSynchronize, streamWaitEvent        uintptr
 	eventCreate, eventRecord, eventQuery, eventSynchronize, eventDestroy   uintptr
 	ipcGetMemHandle, ipcOpenMemHandle, ipcCloseMemHandle, pointerGetAttrib uintptr
@@ -73,6 +74,7 @@ func (f *funcs) symbolNames() []struct {
 		{"cuMemcpyDtoD_v2", &f.memcpyDtoD},
 		{"cuMemcpyHtoDAsync_v2", &f.memcpyHtoDAsync},
 		{"cuMemcpyDtoHAsync_v2", &f.memcpyDtoHAsync},
+		{"cuMemcpyDtoDAsync_v2", &f.memcpyDtoDAsync},
 		{"cuStreamCreate", &f.streamCreate}, {"cuStreamDestroy_v2", &f.streamDestroy},
 		{"cuStreamSynchronize", &f.streamSynchronize},
 		{"cuStreamWaitEvent", &f.streamWaitEvent},

@@ -119,7 +119,9 @@ func runMount(args []string) int {
 		return 1
 	}
 	defer notes.close()
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, lg); err != nil {
+	issuer := newIssuer(cfg.Peer.ReceiverCredit, &sopts)
+	sopts.DialCredit = creditDialer(cfg.Peer, notes, lg)
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
@@ -132,7 +134,7 @@ func runMount(args []string) int {
 	}
 	svc := control.New(e, sopts)
 
-	psrv, err := startPeerServer(cfg.Peer, svc, notes, lg)
+	psrv, err := startPeerServer(cfg.Peer, svc, notes, issuer, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)

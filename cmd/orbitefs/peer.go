@@ -33,8 +33,12 @@ type serviceExports struct{ s *control.Service }
 
 func exportOf(m *control.Memory) peer.Export {
 	perm, _ := wire.ParsePerm(m.Export) // validated at registration
-	return peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
+	x := peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
 		Bytes: m.Len(), Perm: perm}, Mem: m}
+	if strings.HasPrefix(m.Location, "cuda:") {
+		x.IPCHandle = m.IPCHandle
+	}
+	return x
 }
 
 func (x serviceExports) Exports() []peer.Export {
@@ -135,7 +139,7 @@ func (n *notifications) close() {
 
 // startPeerServer starts the listener when [peer] listen is set; nil
 // when it is not.
-func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *slog.Logger) (*peer.Server, error) {
+func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issuer *peer.Issuer, lg *slog.Logger) (*peer.Server, error) {
 	if c.Listen == "" {
 		return nil, nil
 	}
@@ -146,7 +150,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
 		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
-		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes)}, serviceExports{svc})
+		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
@@ -155,10 +159,12 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, lg *
 
 // remoteDialer returns how the daemon opens a peer's region as a segment
 // (tcp:// with one lane, hp_tcp:// and peer://NAME with [peer] lanes),
-// with [peer]'s key and timeouts; nil without a key_file (such segments
-// are refused). For peer://NAME it sends nothing unless the engine that
-// answers is NAME with the epoch the cluster lists.
-func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+// with [peer]'s key and timeouts, under the daemon's epoch (a receiver
+// counts a sender's frames by name and epoch: receiver credits); nil
+// without a key_file (such segments are refused). For peer://NAME it
+// sends nothing unless the engine that answers is NAME with the epoch
+// the cluster lists.
+func remoteDialer(c config.Peer, epoch uint64, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
 	}
@@ -171,7 +177,7 @@ func remoteDialer(c config.Peer, lg *slog.Logger) (func(context.Context, control
 		if u.Scheme == "hp_tcp" {
 			lanes = c.Lanes
 		}
-		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Key: key, Lanes: lanes,
+		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Epoch: epoch, Key: key, Lanes: lanes,
 			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
 			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
 		if err != nil {

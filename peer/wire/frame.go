@@ -58,7 +58,13 @@ const (
 	TypeError     Type = 13 // reply: the request failed; says the remote effect
 	TypeNotify    Type = 14 // request (control): a completion notification; its message is the payload
 	TypeNotified  Type = 15 // reply: the notification is in the receiver's inbox (delivered)
-	maxType            = TypeNotified
+	// Receiver credit (credit.go), on the control connection.
+	TypeCreditConnect Type = 16 // request: reserve the sender's window
+	TypeCreditGrant   Type = 17 // reply (connect, sync): cumulative grants
+	TypeCreditSync    Type = 18 // request: completed totals; answered with fresh grants
+	TypeCreditClose   Type = 19 // request: completed totals; return the window
+	TypeCreditClosed  Type = 20 // reply: the window is returned
+	maxType                = TypeCreditClosed
 )
 
 var typeNames = map[Type]string{
@@ -66,6 +72,8 @@ var typeNames = map[Type]string{
 	TypeRegions: "regions", TypeRegionsOK: "regions-ok", TypeRead: "read", TypeReadData: "read-data",
 	TypeWrite: "write", TypeWriteAck: "write-ack", TypePing: "ping", TypePong: "pong", TypeError: "error",
 	TypeNotify: "notify", TypeNotified: "notified",
+	TypeCreditConnect: "credit-connect", TypeCreditGrant: "credit-grant", TypeCreditSync: "credit-sync",
+	TypeCreditClose: "credit-close", TypeCreditClosed: "credit-closed",
 }
 
 func (t Type) String() string {

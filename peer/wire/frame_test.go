@@ -120,10 +120,15 @@ func TestMessagesTruncatedOrLong(t *testing.T) {
 		&Auth{},
 		&Welcome{Session: 1},
 		&Regions{List: []Descriptor{{ID: 1, Name: "kv", Location: "cpu", Bytes: 4096, Perm: PermRead}}},
+		&Regions{List: []Descriptor{{ID: 2, Name: "g", Location: "cuda:0", Bytes: 4096, Perm: PermRead, IPC: make([]byte, IPCHandleLen)}}},
+		&RegionsQuery{Host: "boot-id"},
 		&Read{Region: 1, Offset: 2, Length: 3},
 		&Write{Region: 1, Offset: 2},
 		&Pong{Epoch: 5},
 		&Error{Code: CodeDenied, Message: "no"},
+		&CreditConnect{QoSClass: 2},
+		&CreditDone{Bytes: 1, Requests: 2},
+		&CreditGrant{Bytes: 1, Requests: 2, StagingSlots: 3, ConsumerSlots: 4},
 	}
 	for _, m := range msgs {
 		b := m.Marshal()

@@ -103,6 +103,20 @@ type Descriptor struct {
 	Location string
 	Bytes    uint64
 	Perm     Perm
+	// IPC is the region's CUDA IPC handle (IPCHandleLen bytes), sent
+	// only for device memory and only to a client that named this
+	// server's host in its RegionsQuery; empty otherwise.
+	IPC []byte
+}
+
+// IPCHandleLen is the size of a CUDA IPC handle.
+const IPCHandleLen = 64
+
+// RegionsQuery is the metadata of a TypeRegions request: the client's
+// host identity (its boot id), so the server knows whether a CUDA IPC
+// handle can be opened there. Empty metadata (no host) is valid.
+type RegionsQuery struct {
+	Host string
 }
 
 // Regions is the reply to TypeRegions.
@@ -327,8 +341,28 @@ func (m *Regions) Marshal() []byte {
 		e.str(r.Location)
 		e.u64(r.Bytes)
 		e.u8(uint8(r.Perm))
+		e.str(string(r.IPC))
 	}
 	return e.b
+}
+
+func (m *RegionsQuery) Marshal() []byte {
+	if m.Host == "" {
+		return nil
+	}
+	var e enc
+	e.str(m.Host)
+	return e.b
+}
+
+func (m *RegionsQuery) Unmarshal(b []byte) error {
+	m.Host = ""
+	if len(b) == 0 {
+		return nil
+	}
+	d := dec{b: b}
+	m.Host = d.str("regions host")
+	return d.done("regions query")
 }
 
 func (m *Regions) Unmarshal(b []byte) error {
@@ -347,6 +381,12 @@ func (m *Regions) Unmarshal(b []byte) error {
 		r.Perm = Perm(d.u8("region perm"))
 		if r.Perm&^PermReadWrite != 0 {
 			return fmt.Errorf("%w: region %q permission %d", ErrCorrupt, r.Name, r.Perm)
+		}
+		if h := d.str("region ipc handle"); h != "" {
+			if len(h) != IPCHandleLen {
+				return fmt.Errorf("%w: region %q CUDA IPC handle of %d bytes, want %d", ErrCorrupt, r.Name, len(h), IPCHandleLen)
+			}
+			r.IPC = []byte(h)
 		}
 		m.List = append(m.List, r)
 	}

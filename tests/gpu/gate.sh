@@ -32,7 +32,7 @@ build() {
 	for p in backends/cuda backends/gds tests/gpu; do
 		go test -c -ldflags=-checklinkname=0 -o "$B/$(basename "$p").test" "./$p"
 	done
-	cp tests/gpu/*.sh tests/gpu/peers.py "$B/"
+	cp tests/gpu/*.sh tests/gpu/peers.py tests/gpu/ipc_torch.py "$B/"
 	ls -l "$B"
 }
 
@@ -75,6 +75,7 @@ run() {
 	check gds-backend "$B/gds.test" -test.v -test.count=1 -test.timeout=5m
 	check engine-gpu "$B/gpu.test" -test.v -test.count=1 -test.timeout=8m
 	check mount-cuda bash "$B/mount.sh" "$B/orbitefs" "$G"
+	check cuda-ipc env RESULTS="$R/ipc.jsonl" bash "$B/ipc.sh" "$B/orbitefs" "$G"
 	check peer-gpu bash "$B/peergpu.sh" "$B/orbitefs" "$G"
 	if [ "${ORBITEFS_GATE_TABLE:-1}" = 1 ]; then
 		check table bash "$B/table.sh" "$B/orbitefs" "$G" "$S" "$R/table.jsonl"

@@ -1,0 +1,94 @@
+package peer
+
+// ipc_test.go: a device region's CUDA IPC handle reaches a client on the
+// server's host only, through the region descriptor, and becomes the
+// engine's RemoteInfo.IPC; a handle the exporter cannot make is left out.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/peer/wire"
+)
+
+// ipcExports serves memExports with a handle for "cuda:" regions.
+type ipcExports struct {
+	*memExports
+	handle []byte
+	err    error
+}
+
+func (x *ipcExports) Exports() []Export {
+	out := x.memExports.Exports()
+	for i := range out {
+		if strings.HasPrefix(out[i].Location, "cuda:") {
+			out[i].IPCHandle = func() ([]byte, error) { return x.handle, x.err }
+		}
+	}
+	return out
+}
+
+func TestIPCHandleSameHostOnly(t *testing.T) {
+	handle := bytes.Repeat([]byte{0xab}, wire.IPCHandleLen)
+	for _, c := range []struct {
+		name       string
+		clientHost string
+		location   string
+		err        error
+		want       bool
+	}{
+		{"same host, device region", "host-a", "cuda:1", nil, true},
+		{"other host", "host-b", "cuda:1", nil, false},
+		{"no host named", "", "cuda:1", nil, false},
+		{"host memory", "host-a", "cpu", nil, false},
+		{"exporter refuses", "host-a", "cuda:1", errors.New("imported mapping"), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mx := &memExports{}
+			mx.add(1, "kv", 4096, wire.PermReadWrite).d.Location = c.location
+			exp := &ipcExports{memExports: mx, handle: handle, err: c.err}
+			lb := &logBuf{}
+			s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice,
+				Host: "host-a", Logger: slog.New(slog.NewTextHandler(lb, nil))}, exp)
+			if err := s.Listen("127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			cfg := Config{Name: "cli", Key: testKey, IOTimeout: 10 * time.Second, Host: c.clientHost}
+			if c.clientHost == "" {
+				cfg.Host = "-" // HostID otherwise; a host no server has
+			}
+			conn, err := Dial(context.Background(), s.Addr().String(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := OpenRemote(context.Background(), conn, "kv")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			ipc := r.Info().IPC
+			if got := ipc != nil; got != c.want {
+				t.Fatalf("IPC %+v, want present %v", ipc, c.want)
+			}
+			if c.want && (ipc.Device != 1 || !bytes.Equal(ipc.Handle, handle)) {
+				t.Fatalf("IPC device %d handle %x", ipc.Device, ipc.Handle[:8])
+			}
+			if c.err != nil && !strings.Contains(lb.String(), "cuda ipc handle not sent") {
+				t.Fatalf("the refusal is not logged: %s", lb.String())
+			}
+			if err := r.Err(); err != nil {
+				t.Fatalf("Err on a live connection: %v", err)
+			}
+			conn.Close()
+			if r.Err() == nil {
+				t.Fatal("Err is nil after the connection closed")
+			}
+		})
+	}
+}
