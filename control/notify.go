@@ -251,22 +251,27 @@ func (s *Service) watchGroups(bt *Batch) {
 }
 
 // attach records n for the group whose first task is first, then
-// decides it at once if the group already finished (a small group can
-// finish inside its submit, before attach: its report found no notice).
+// decides it at once if the group already finished. The engine publishes
+// a group's report as done before it runs the hook, so reading the
+// reports after n is recorded misses no ending: a hook that ran before
+// found no notice, and then this read sees the group done (groupDone
+// decides once either way).
 func (s *Service) attach(bt *Batch, first int, n *notice) {
-	reps := bt.b.Submissions()
 	idx := -1
-	for i, r := range reps {
+	for i, r := range bt.b.Submissions() {
 		if r.Tasks.First == first {
 			idx = i
 			break
 		}
 	}
 	n.submission = fmt.Sprintf("%d/%d", bt.ID, idx)
+	if s.beforeAttach != nil {
+		s.beforeAttach(first)
+	}
 	bt.mu.Lock()
 	bt.mu.notices[first] = n
 	bt.mu.Unlock()
-	if idx >= 0 && reps[idx].Done {
+	if reps := bt.b.Submissions(); idx >= 0 && idx < len(reps) && reps[idx].Done {
 		s.groupDone(bt, reps[idx])
 	}
 }
@@ -277,6 +282,9 @@ func (s *Service) attach(bt *Batch, first int, n *notice) {
 func (s *Service) groupDone(bt *Batch, r engine.Report) {
 	if !r.Done {
 		return
+	}
+	if s.groupDoneSeen != nil {
+		s.groupDoneSeen(r.Tasks.First)
 	}
 	bt.mu.Lock()
 	n := bt.mu.notices[r.Tasks.First]

@@ -145,6 +145,10 @@ type Service struct {
 	// ownership checks and its engine submit: the race window between a
 	// region checked by name and the engine's own lookup by address.
 	afterResolve func()
+	// beforeAttach and groupDoneSeen, when set (tests), run in attach
+	// before it records a notice, and as a finished group's hook begins
+	// (notify.go).
+	beforeAttach, groupDoneSeen func(first int)
 	// pathChecks counts OwnMount walks still running (stuck ones included).
 	pathChecks atomic.Int64
 	// notes is what the notifications not yet decided hold of their

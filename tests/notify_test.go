@@ -278,9 +278,10 @@ func TestNotifyRetriesUntilReceiverListens(t *testing.T) {
 	seg := uniq("outseg")
 	a.ok(t, fmt.Sprintf(`echo '{"name":"%s","uri":"mem://%s","permission":"read_write"}' > "$M/segments/open"`, seg, out))
 	t.Cleanup(func() { a.sh(t, `rmdir "$M/segments/`+seg+`" 2>/dev/null`) })
-	doc := func(msg string) string {
-		return fmt.Sprintf(`{"op":"write","target":"%s","requests":[{"memory":"%s","length":4096}],"notify":[{"peer":"tcp://%s","message":"%s"}]}`, seg, out, addrC, msg)
+	docTo := func(addr, msg string) string {
+		return fmt.Sprintf(`{"op":"write","target":"%s","requests":[{"memory":"%s","length":4096}],"notify":[{"peer":"tcp://%s","message":"%s"}]}`, seg, out, addr, msg)
 	}
+	doc := func(msg string) string { return docTo(addrC, msg) }
 
 	early, st := a.run1(t, doc("early"))
 	if st != "completed" {
@@ -322,5 +323,27 @@ func TestNotifyRetriesUntilReceiverListens(t *testing.T) {
 	d := a.waitNotify(t, big, 0)
 	if d["state"] != "not_sent" || !strings.Contains(fmt.Sprint(d["reason"]), "over the receiver's 8") || d["attempts"] != 1.0 {
 		t.Fatalf("a message C refuses: %v, want not_sent after 1 attempt", d)
+	}
+
+	// Freeing the batch ends the attempts and gives the budget back.
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	orphan, _ := a.run1(t, docTo(dead, "orphan"))
+	eventually(t, mountWait, "orphan is sent again while nothing listens", func() bool {
+		d := a.notifyOf(t, orphan, 0, 0)
+		n, _ := d["attempts"].(float64)
+		return d["state"] == "pending" && n >= 2
+	})
+	a.ok(t, `rmdir "$M/ctl/batches/`+orphan+`"`)
+	n = a.clone(t)
+	eventually(t, mountWait, "a notify is accepted once the freed batch's attempts end", func() bool {
+		return a.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(doc("after")), n)).code == 0
+	})
+	if !strings.Contains(a.logText(), "not sent again: the batch was freed") {
+		t.Fatalf("the log does not say why orphan's attempts ended")
 	}
 }
