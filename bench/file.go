@@ -350,6 +350,9 @@ func (d *driver) slotLoop(i int) {
 		s.start = time.Now()
 		d.mu.Unlock()
 
+		if h := d.o.submitting; h != nil {
+			h()
+		}
 		tr, err := lv.b.Submit(d.o.Op, d.seg, s.req[:], nil, 0)
 
 		d.mu.Lock()

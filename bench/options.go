@@ -115,6 +115,10 @@ type Options struct {
 	// (fio's numjobs): each engine job its own batches and QueueDepth
 	// requests, the pread baseline QueueDepth goroutines per job. 0 is 1.
 	Jobs int
+
+	// submitting, nil outside tests, runs on a slot's goroutine just
+	// before each engine Submit (file.go): a test holds slots there.
+	submitting func()
 }
 
 // MaxJobs bounds --jobs.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,4 +260,53 @@ func TestRunPread(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRunQueueDepthInFlight: the driver's slots submit at once, holding
+// no lock across Submit: every one of QueueDepth slots reaches its Submit
+// while the others are held just before theirs. A driver that submitted
+// one request at a time (under a lock across Submit, or from one
+// goroutine) never has more than one slot there.
+func TestRunQueueDepthInFlight(t *testing.T) {
+	needIOUring(t)
+	const qd = 8
+	dir := ""
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		dir = t.TempDir()
+		if d, err := os.MkdirTemp("/dev/shm", "orbitefs-bench-qd"); err == nil {
+			dir = d
+			t.Cleanup(func() { os.RemoveAll(d) })
+		}
+	}
+	var mu sync.Mutex
+	waiting, most, released := 0, 0, false
+	all := make(chan struct{})
+	o := Options{File: tempFile(t, dir, 1<<20), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096, QueueDepth: qd,
+		Size: 1 << 20, Runtime: 200 * time.Millisecond, Seed: 3}
+	o.submitting = func() {
+		mu.Lock()
+		waiting++
+		most = max(most, waiting)
+		if waiting == qd && most == qd && !released {
+			released = true
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Second): // a serializing driver: report, do not hang
+		}
+		mu.Lock()
+		waiting--
+		mu.Unlock()
+	}
+	e := newEngine(t, &o, config.DefaultEngine())
+	r, err := Run(context.Background(), e, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most != qd {
+		t.Fatalf("at most %d slots were about to submit at once, want all %d", most, qd)
+	}
+	checkResult(t, r, o, "engine")
 }

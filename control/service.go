@@ -106,6 +106,9 @@ type Options struct {
 	// Cluster, when set, is shown under /cluster and in /stats
 	// (cluster.go); nil: the daemon is no cluster member.
 	Cluster Cluster
+	// Peers, when set, lists the daemon's peer connections for /peers,
+	// /stats and /metrics (peers.go); nil: none are shown.
+	Peers func() []PeerConn
 	// ExportsChanged, when set, is called after a registration with an
 	// export is added or removed. It must not block.
 	ExportsChanged func()
@@ -395,11 +398,30 @@ func (s *Service) Stats() []byte {
 		engine.Stats
 		Cluster *ClusterStats `json:"cluster,omitempty"`
 		Issuer  any           `json:"receiver_credit_issuer,omitempty"`
-	}{st, cs, issuer})
+		Peers   *[]PeerConn   `json:"peers,omitempty"` // peers.go
+	}{st, cs, issuer, s.peerList()})
+}
+
+// peerList is the peer connections, or nil without peer figures.
+func (s *Service) peerList() *[]PeerConn {
+	if s.opts.Peers == nil {
+		return nil
+	}
+	ps := s.PeerConns()
+	if ps == nil {
+		ps = []PeerConn{}
+	}
+	return &ps
 }
 
 // Metrics is /metrics.
-func (s *Service) Metrics() []byte { return RenderMetrics(s.e.Stats(), s.opts.Version) }
+func (s *Service) Metrics() []byte {
+	b := RenderMetrics(s.e.Stats(), s.opts.Version)
+	if ps := s.peerList(); ps != nil {
+		b = appendPeerMetrics(b, *ps) // peers.go
+	}
+	return b
+}
 
 // Readme is /README.
 func (s *Service) Readme() []byte { return []byte(Reference()) }

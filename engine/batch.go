@@ -123,15 +123,17 @@ type Batch struct {
 		active   int      // groups accepted and not finished
 		// laneCopies: caller copies queued or running on the host copy
 		// lanes; callerRun: caller copies since the last lane copy
-		// (lanecopy.go).
-		laneCopies int
-		callerRun  int
-		worker     bool
-		w          *worker // the running worker, for submit-through
-		onDone     func(Report)
-		notify     []Report // finished groups not yet handed to onDone
-		changed    chan struct{}
-		state      State
+		// (lanecopy.go); callerCopying: caller copies running on their
+		// submitters now.
+		laneCopies    int
+		callerRun     int
+		callerCopying int
+		worker        bool
+		w             *worker // the running worker, for submit-through
+		onDone        func(Report)
+		notify        []Report // finished groups not yet handed to onDone
+		changed       chan struct{}
+		state         State
 		// parked are failed attempts awaiting a failover decision, in
 		// the order they failed (failover.go).
 		parked []parked

@@ -94,6 +94,9 @@ func (b *Batch) startCallerCopyLocked(g *group) bool {
 // callerCopy moves g's bytes on the calling goroutine and publishes each
 // op's outcome. REQUIRES: startCallerCopyLocked(g) returned true; not b.mu.
 func (b *Batch) callerCopy(g *group) {
+	if h := b.e.callerCopyHeld; h != nil && !g.lane {
+		h() // tests: the submitter holds its copy here
+	}
 	var one [1]int32
 	res := one[:0]
 	for i := range g.ops {
@@ -102,6 +105,8 @@ func (b *Batch) callerCopy(g *group) {
 	b.mu.Lock()
 	if g.lane {
 		b.mu.laneCopies--
+	} else {
+		b.mu.callerCopying--
 	}
 	for i := range g.ops {
 		b.completeLocked(Completion{Token: g.ops[i].Token, Res: res[i]})

@@ -60,6 +60,9 @@ type Engine struct {
 	// laneCopyHeld, nil outside tests, runs on the lane before a lane
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
+	// callerCopyHeld, nil outside tests, runs on a submitter before its
+	// caller copy (callercopy.go): a test holds one copy running there.
+	callerCopyHeld func()
 	// peerHandoff, nil outside tests, runs on a peer lane before a unit's
 	// context check and its handoff to the Remote (peerexec.go).
 	peerHandoff func(g *group, task int)

@@ -20,3 +20,6 @@ func (e *Engine) HoldCloses(f func()) { e.closeDrained = f }
 // lane copy's deadline check (lanecopy.go). Set before the engine is
 // used concurrently.
 func (e *Engine) HoldLaneCopies(f func()) { e.laneCopyHeld = f }
+
+// HoldCallerCopies runs f on the submitter before each caller copy.
+func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }

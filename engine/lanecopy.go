@@ -14,7 +14,10 @@
 // submitted while one of its batch's groups is on the lanes follows it
 // there. A client that waits for each group (queue depth 1) never finds
 // one on the lanes and keeps copying on its own goroutine, where a copy
-// costs no wake-up at all.
+// costs no wake-up at all. Nor does a group submitted while another
+// submitter of the batch is copying: that client submits from several
+// goroutines (bench file's slots) and already spreads its copies over
+// the cores.
 //
 // A group's hook (Batch.OnGroupDone) runs on the lane that finished it
 // and may submit: a client that resubmits from its hook (bench file)
@@ -29,6 +32,9 @@
 //     each op's outcome goes through Batch.completeLocked.
 //   - A lane copy that reaches its lane past its deadline is not copied:
 //     its tasks fail KindTimeout with nothing moved.
+//   - b.mu.callerCopying counts the batch's caller copies running on
+//     their submitters: it rises under b.mu when one stays on its caller
+//     and falls with its outcomes.
 //   - b.mu.laneCopies counts the batch's lane copies queued or running;
 //     it rises under b.mu at dispatch and falls under b.mu with the
 //     group's outcomes, so a Submit that sees it zero saw every earlier
@@ -44,11 +50,16 @@ import "time"
 // which startCallerCopyLocked just dispatched. REQUIRES: b.mu.
 func (b *Batch) laneCopyLocked(g *group) bool {
 	probe := b.e.cfg.LaneCopyProbe
-	if probe == 0 {
+	// Another submitter copying right now: the client submits from
+	// several goroutines and already spreads its copies over the cores,
+	// so a hand-off to a lane would only add a wake-up.
+	if probe == 0 || b.mu.callerCopying > 0 {
+		b.mu.callerCopying++
 		return false
 	}
 	if b.mu.laneCopies == 0 && b.mu.callerRun+1 < probe {
 		b.mu.callerRun++
+		b.mu.callerCopying++
 		return false
 	}
 	b.mu.callerRun = 0

@@ -7,6 +7,7 @@ package engine_test
 import (
 	"bytes"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,5 +130,46 @@ func TestLaneCopyDeadline(t *testing.T) {
 	}
 	if !bytes.Equal(regionBytes(t, f.mem), make([]byte, 4096)) {
 		t.Fatal("a lane copy past its deadline changed its memory")
+	}
+}
+
+// TestLaneCopyConcurrentSubmitters: while one submitter of a batch is in
+// its caller copy, a group another goroutine submits is copied by its
+// own submitter too, even where the probe would send it to the lanes: the
+// client already copies on several cores.
+func TestLaneCopyConcurrentSubmitters(t *testing.T) {
+	const probe = 2 // the second caller copy in a row is a probe
+	f := newLaneFixture(t, probe, 2)
+	f.release() // the lanes run freely
+	copying, resume := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	f.e.HoldCallerCopies(func() {
+		if held.CompareAndSwap(false, true) { // the first copy only
+			close(copying)
+			<-resume
+		}
+	})
+	b, err := f.e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	done := make(chan int)
+	go func() { done <- f.submit(t, b, 0, ioTimeout) }() // held in its copy
+	<-copying
+	before := f.e.Stats().LaneCopies
+	task := f.submit(t, b, 1, ioTimeout)
+	if ts, _ := b.TaskStatus(task); ts.State != engine.TaskCompleted || ts.Transport != engine.TransportCopy {
+		t.Fatalf("second submitter's group: %v over %v when Submit returned, want completed by its own copy", ts.State, ts.Transport)
+	}
+	if n := f.e.Stats().LaneCopies - before; n != 0 {
+		t.Fatalf("%d lane copies while another submitter was copying, want 0", n)
+	}
+	close(resume)
+	if ts, _ := b.TaskStatus(<-done); ts.State != engine.TaskCompleted {
+		t.Fatalf("first submitter's group is %v", ts.State)
+	}
+	if got := regionBytes(t, f.mem); !bytes.Equal(got, f.orig) {
+		t.Fatal("memory differs from the file")
 	}
 }

@@ -1,5 +1,7 @@
 // peers.go owns the /peers directory: notifications, the completion
-// notifications other daemons sent this one, read one per read(2).
+// notifications other daemons sent this one, read one per read(2); and
+// one read-only file per peer connection (out-ID, in-ID) holding its
+// figures as JSON.
 //
 // Invariants:
 //   - Each read returns bytes of one notification line only; a line
@@ -9,6 +11,8 @@
 //   - A read with nothing left of its line blocks until a notification
 //     arrives; a signal ends it (EINTR) without taking one. Offsets are
 //     ignored: the file is a stream.
+//   - Connection entries are looked up again on every walk (never
+//     cached): a closed connection is gone from ls and lookups at once.
 
 package fusefs
 
@@ -18,6 +22,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/orbitefs/orbitefs/control"
 )
 
 func (f *fsys) peersDir() child {
@@ -29,7 +35,52 @@ func (f *fsys) peersDir() child {
 		}},
 		f.creditDir(), // credit.go
 	}
-	return child{name: "peers", ino: inoPeers, dir: true, node: f.staticDir(kids)}
+	return child{name: "peers", ino: inoPeers, dir: true, node: f.staticDir(peersKids{f, kids})}
+}
+
+// peerSeqBase keeps connection inode numbers clear of the Service's
+// object sequence numbers and of /cluster's; in-ID entries sit above
+// out-ID ones. An ID is taken modulo 2^39 (session IDs start at a random
+// number and count up, so live ones stay distinct).
+const (
+	peerSeqBase   = 1 << 41
+	peerInSeqBase = peerSeqBase + 1<<39
+	peerIDMask    = 1<<39 - 1
+)
+
+// peersKids is /peers: the fixed files, then one file per connection.
+type peersKids struct {
+	f     *fsys
+	fixed fixedKids
+}
+
+func (k peersKids) connFile(p control.PeerConn) child {
+	f, entry := k.f, p.Entry
+	base := uint64(peerSeqBase)
+	if p.Direction == "in" {
+		base = peerInSeqBase
+	}
+	return child{name: entry, ino: objIno(base+p.ID&peerIDMask, slotInfo), node: func() fs.InodeEmbedder {
+		return newReadFile(f, who{}, p.Since, func(context.Context) ([]byte, error) { return f.svc.PeerInfo(entry) })
+	}}
+}
+
+func (k peersKids) list() []child {
+	out := append([]child(nil), k.fixed...)
+	for _, p := range k.f.svc.PeerConns() {
+		out = append(out, k.connFile(p))
+	}
+	return out
+}
+
+func (k peersKids) find(name string) (child, bool) {
+	if c, ok := k.fixed.find(name); ok {
+		return c, true
+	}
+	if p, ok := k.f.svc.PeerConn(name); ok {
+		return k.connFile(p), true
+	}
+	return child{}, false
 }
 
 // notificationsFile is /peers/notifications.

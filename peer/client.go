@@ -3,10 +3,11 @@
 // regions, striped over the lanes.
 //
 // Invariants:
-//   - At most Config.Lanes lanes are open, each carrying one request at
-//     a time; a lane goes back to the idle set only if its last round
-//     trip left it in step, and an idle lane is checked (stillOpen, and a
-//     ping after KeepAlive of idleness) before it carries a request.
+//   - At most Config.Lanes bulk lanes are open, plus one for small
+//     requests (pool.go), each with a few requests in flight (lane.go);
+//     a lane that failed is never used again, and an idle lane is
+//     checked (stillOpen, and a ping after KeepAlive of idleness) before
+//     it carries a request.
 //   - A lane or a keep-alive that finds the peer with another epoch than
 //     at Dial fails the whole Conn (errRestarted): its lanes and
 //     descriptors are dropped, and every later request fails with
@@ -37,6 +38,12 @@ const (
 	StripeMin = 2 << 20
 	// MinSlice is the smallest slice of a striped request.
 	MinSlice = 1 << 20
+	// SliceTarget bounds the slices of a large request even where the
+	// peer accepts larger frames: a lane pipelines several, so throughput
+	// does not need more, and a frame is also the unit that each side
+	// copies without yielding its CPU (a memmove is not preempted), which
+	// smaller requests on the same peer wait behind.
+	SliceTarget = 4 << 20
 	// DefaultMaxSlice bounds one frame's payload unless configured.
 	DefaultMaxSlice = 64 << 20
 )
@@ -57,6 +64,8 @@ type Config struct {
 	// KeepAlive is the control connection's ping interval, and how long
 	// a lane may sit idle before it is pinged before use; 0 disables both.
 	KeepAlive time.Duration
+	// Tracker, when set, lists the Conn from Dial until Close (stats.go).
+	Tracker *Tracker
 	// PayloadChecksum adds a CRC32C of every payload (both directions).
 	PayloadChecksum bool
 	// MaxSlice bounds one frame's payload; 0 is DefaultMaxSlice. A
@@ -77,12 +86,14 @@ type Conn struct {
 	peerEpoch uint64
 	session   uint64
 
-	ctrlMu sync.Mutex
-	ctrl   *lane
+	ctrl *lane // pipelined: control requests and notifications share it
 
-	slots  chan struct{} // one token per open lane
-	idle   chan *lane
+	lanes  *pool
 	nextID atomic.Uint64
+
+	cnt     counters // shared by the control connection and the lanes
+	since   time.Time
+	trackID uint64
 
 	mu struct {
 		sync.Mutex
@@ -118,8 +129,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	if cfg.Host == "" {
 		cfg.Host = HostID()
 	}
-	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, slots: make(chan struct{}, cfg.Lanes),
-		idle: make(chan *lane, cfg.Lanes), stop: make(chan struct{})}
+	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{}), since: time.Now()}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
@@ -135,6 +145,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	// Slices fit the smaller of both limits, so a request is never cut
 	// into frames the peer would refuse.
 	c.cfg.MaxSlice = min(c.cfg.MaxSlice, w.MaxPayload)
+	l.cnt = &c.cnt
 	c.ctrl, c.peerName, c.peerEpoch, c.session = l, ch.Name, ch.Epoch, w.Session
 	if err := c.Refresh(ctx); err != nil {
 		l.close()
@@ -144,6 +155,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		c.wg.Add(1)
 		go c.keepAlive()
 	}
+	cfg.Tracker.add(c)
 	return c, nil
 }
 
@@ -183,20 +195,14 @@ func (c *Conn) fail(reason error) {
 		c.log.Warn("peer connection failed", "op", "peer", "peer", c.addr, "name", c.peerName, "err", reason)
 	}
 	close(c.stop)
-	c.ctrl.c.Close() // unblocks a ping in flight; the lane is marked dead by its caller
-	for {
-		select {
-		case l := <-c.idle:
-			l.close()
-		default:
-			return
-		}
-	}
+	c.ctrl.kill(reason) // fails a ping or notification in flight
+	c.lanes.closeAll()
 }
 
 // Close closes every connection to the peer. Requests in flight fail;
 // a WRITE among them has an unknown effect.
 func (c *Conn) Close() error {
+	c.cfg.Tracker.remove(c)
 	c.fail(errClosed)
 	c.wg.Wait()
 	return nil
@@ -246,10 +252,8 @@ func (c *Conn) controlFrame(ctx context.Context, op string, f *wire.Frame, want 
 	if err := c.Err(); err != nil {
 		return &Error{Op: op, Peer: c.addr, Kind: kindOf(err), Err: err}
 	}
-	c.ctrlMu.Lock()
 	f.ID = c.nextID.Add(1)
 	_, meta, err := c.ctrl.roundTrip(ctx, f, want, nil)
-	c.ctrlMu.Unlock()
 	if err == nil {
 		err = m.Unmarshal(meta)
 	}
@@ -286,54 +290,70 @@ func (c *Conn) keepAlive() {
 	}
 }
 
-// getLane takes a lane for one request: an idle one that is still in
-// step, or a new one. It fails only before anything was posted.
-func (c *Conn) getLane(ctx context.Context) (*lane, error) {
-	select {
-	case c.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	l, err := c.takeLane(ctx)
-	if err != nil {
-		<-c.slots
-	}
-	return l, err
-}
-
-func (c *Conn) takeLane(ctx context.Context) (*lane, error) {
+// getLane takes a lane for one request of n bytes (small ones on the
+// small lane): an idle one that is still in step, one with room in its
+// pipeline, or a new one. It fails only before anything was posted.
+func (c *Conn) getLane(ctx context.Context, n uint64) (*lane, error) {
+	small := n <= SmallFrame
 	for {
 		if err := c.Err(); err != nil {
 			return nil, err
 		}
-		var l *lane
-		select {
-		case l = <-c.idle:
-		default:
-			return c.dialLane(ctx)
+		c.lanes.mu.Lock()
+		ch := c.lanes.pick(small, n)
+		c.lanes.mu.Unlock()
+		switch {
+		case ch.wait != nil:
+			if err := wait(ctx, ch.wait); err != nil {
+				return nil, err
+			}
+			continue
+		case ch.dial:
+			l, err := c.dialLane(ctx)
+			c.lanes.add(small, l, n)
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
 		}
-		if !stillOpen(l.c) {
+		if l := ch.l; !c.checkIdle(ctx, l) {
 			l.close()
+			c.lanes.done(l, n)
 			continue
 		}
-		if c.cfg.KeepAlive > 0 && time.Since(l.used) > c.cfg.KeepAlive {
-			var p wire.Pong
-			_, meta, err := l.roundTrip(ctx, &wire.Frame{Type: wire.TypePing, ID: c.nextID.Add(1)}, wire.TypePong, nil)
-			if err == nil {
-				err = p.Unmarshal(meta)
-			}
-			if err != nil {
-				l.close()
-				continue
-			}
-			if p.Epoch != c.peerEpoch {
-				l.close()
-				c.fail(errRestarted)
-				continue
-			}
-		}
-		return l, nil
+		return ch.l, nil
 	}
+}
+
+// checkIdle says whether l may carry a request: a lane with others in
+// flight is (its reader watches it); an idle one must still be open and,
+// idle longer than KeepAlive, answer a ping from the same engine.
+func (c *Conn) checkIdle(ctx context.Context, l *lane) bool {
+	c.lanes.mu.Lock()
+	shared := l.inflight > 1
+	c.lanes.mu.Unlock()
+	if shared {
+		return !l.isDead()
+	}
+	if !l.idleOpen() {
+		return false
+	}
+	if c.cfg.KeepAlive <= 0 || time.Since(l.idleSince()) <= c.cfg.KeepAlive {
+		return true
+	}
+	var p wire.Pong
+	_, meta, err := l.roundTrip(ctx, &wire.Frame{Type: wire.TypePing, ID: c.nextID.Add(1)}, wire.TypePong, nil)
+	if err == nil {
+		err = p.Unmarshal(meta)
+	}
+	if err != nil {
+		return false
+	}
+	if p.Epoch != c.peerEpoch {
+		c.fail(errRestarted)
+		return false
+	}
+	return true
 }
 
 func (c *Conn) dialLane(ctx context.Context) (*lane, error) {
@@ -343,20 +363,20 @@ func (c *Conn) dialLane(ctx context.Context) (*lane, error) {
 		return nil, errRestarted
 	}
 	if err != nil {
+		c.cnt.errors.Add(1)
 		return nil, fmt.Errorf("opening a lane: %w", err)
 	}
+	l.cnt = &c.cnt
 	return l, nil
 }
 
-// putLane returns a lane after a request: to the idle set if it is in
-// step and the Conn usable, closed otherwise.
-func (c *Conn) putLane(l *lane) {
-	if l.dead || c.Err() != nil {
+// putLane releases a lane after a request of n bytes; a dead lane, or
+// any lane of a failed Conn, is closed.
+func (c *Conn) putLane(l *lane, n uint64) {
+	if c.Err() != nil {
 		l.close()
-	} else {
-		c.idle <- l // never blocks: at most Lanes lanes exist
 	}
-	<-c.slots
+	c.lanes.done(l, n)
 }
 
 // descriptor finds region name, refreshing once if it is not known.
@@ -384,7 +404,8 @@ func (c *Conn) descriptor(ctx context.Context, op, name string) (wire.Descriptor
 type piece struct{ off, n uint64 }
 
 // plan cuts n bytes into slices: one below StripeMin, else slices of at
-// least MinSlice, about one per lane, at most MaxSlice each.
+// least MinSlice, about one per lane, at most SliceTarget and MaxSlice
+// each.
 func (c *Conn) plan(n uint64) []piece {
 	if n == 0 {
 		return nil
@@ -393,7 +414,7 @@ func (c *Conn) plan(n uint64) []piece {
 	if n >= StripeMin {
 		size = max(MinSlice, (n+uint64(c.cfg.Lanes)-1)/uint64(c.cfg.Lanes))
 	}
-	size = min(size, c.cfg.MaxSlice)
+	size = min(size, c.cfg.MaxSlice, SliceTarget)
 	ps := make([]piece, 0, (n+size-1)/size)
 	for off := uint64(0); off < n; off += size {
 		ps = append(ps, piece{off, min(size, n-off)})
@@ -430,7 +451,9 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
-	for range min(c.cfg.Lanes, len(ps)) {
+	// As many slices in flight as the lanes pipeline: a request cut into
+	// more slices than lanes keeps every lane busy across its round trips.
+	for range min(c.cfg.Lanes*laneDepth, len(ps)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
@@ -467,7 +490,7 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 
 // slice runs one slice on a lane and returns its effect.
 func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uint64, idx uint32, p piece, buf []byte) (Effect, error) {
-	l, err := c.getLane(ctx)
+	l, err := c.getLane(ctx, p.n)
 	if err != nil {
 		return EffectNone, err
 	}
@@ -483,7 +506,7 @@ func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uin
 		f.Meta = (&wire.Read{Region: d.ID, Offset: base + p.off, Length: p.n}).Marshal()
 	}
 	posted, _, err := l.roundTrip(ctx, &f, want, dst)
-	c.putLane(l)
+	c.putLane(l, p.n)
 	var r *remoteError
 	switch {
 	case err == nil:

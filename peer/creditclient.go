@@ -57,9 +57,7 @@ func (c *Conn) request(ctx context.Context, op string, t wire.Type, meta []byte,
 	if err := c.Err(); err != nil {
 		return &Error{Op: op, Peer: c.addr, Kind: kindOf(err), Err: err}
 	}
-	c.ctrlMu.Lock()
 	_, reply, err := c.ctrl.roundTrip(ctx, &wire.Frame{Type: t, ID: c.nextID.Add(1), Meta: meta}, want, nil)
-	c.ctrlMu.Unlock()
 	if err == nil {
 		err = m.Unmarshal(reply)
 	}

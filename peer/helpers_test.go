@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -158,3 +159,12 @@ func closeServerLanes(s *Server) int {
 }
 
 func addrOf(s *Server) string { return s.Addr().String() }
+
+// setHook installs a server hook under the server's lock: the accept
+// loop takes that lock before it starts a connection's goroutine, so the
+// hook is seen by every connection accepted after.
+func setHook(s *Server, fn func(hookPoint, *wire.Header, net.Conn)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hook = fn
+}

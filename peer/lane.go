@@ -1,17 +1,32 @@
 // lane.go owns one client connection (the control connection or a data
-// lane): dialing it with the handshake, and one request/reply round trip
-// at a time.
+// lane): dialing it with the handshake, and its requests, several of
+// which may be in flight at once (pipelined): each caller writes its
+// frame whole under the write lock, and one reader matches the replies
+// to their requests by id.
 //
 // Invariants:
-//   - A lane carries one request at a time, and its reply must name that
-//     request's id and slice.
+//   - A request is registered before its first byte is written, so its
+//     reply always finds it; a reply that names no request in flight (or
+//     another slice) fails the lane.
+//   - Frames never interleave on the stream: a frame is written whole
+//     (header, metadata and payload in one writev) under wmu.
+//   - At most one reader runs, and only while requests are in flight: an
+//     idle lane has no reader, so a peek (stillOpen) can tell whether the
+//     peer closed it.
 //   - Any failure that leaves the stream in doubt (an I/O error, a
-//     timeout, a cancel, a reply that fails a check) marks the lane dead
-//     and closes it; a dead lane is never used again.
+//     timeout, a cancel of any of its requests, a reply that fails a
+//     check) kills the lane: it is closed and every request in flight on
+//     it fails; a dead lane is never used again.
+//   - roundTrip returns only once the lane is done with the caller's
+//     buffer: the reader has finished filling it, or the lane is dead and
+//     its reader gone.
 //   - posted reports whether any byte of the request reached the socket:
 //     until then a WRITE has no remote effect.
 //   - A round trip fails when its bytes stop moving for the timeout
-//     (progress.go), not when it merely takes long.
+//     (progress.go), not when it merely takes long: writes carry no
+//     deadline (the kernel's TCP user timeout bounds a stalled send), and
+//     the reader's every read call waits at most the timeout unless this
+//     side's bytes are still draining.
 
 package peer
 
@@ -22,18 +37,45 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/peer/wire"
 )
 
 type lane struct {
-	c    net.Conn
-	br   *bufio.Reader
-	hb   []byte
-	lim  wire.Limits
-	dead bool
-	used time.Time // end of the last round trip
+	c   net.Conn
+	br  *bufio.Reader
+	lim wire.Limits
+
+	wmu  sync.Mutex // one frame written at a time
+	head []byte     // header and metadata of the frame being written; under wmu
+
+	mu      sync.Mutex
+	dead    bool
+	reading bool             // a reader runs
+	pending map[uint64]*call // by request id
+	used    time.Time        // end of the last request
+	err     error            // why the lane died
+
+	// inflight and queued (bytes) are the pool's accounting of what
+	// callers hold on this lane; see pool.go.
+	inflight int
+	queued   uint64
+
+	frames atomic.Uint64 // frames sent on this lane
+	cnt    *counters     // its Conn's figures (stats.go)
+}
+
+// call is one request waiting for its reply.
+type call struct {
+	slice uint32
+	want  wire.Type
+	dst   []byte // a READ's destination, or nil
+	meta  []byte
+	err   error
+	done  chan struct{}
 }
 
 // dialLane connects to addr and runs the handshake as h.Role, expecting
@@ -57,83 +99,236 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		return nil, nil, nil, err
 	}
 	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout}, 64<<10)
-	l := &lane{c: c, br: br, hb: make([]byte, wire.HeaderLen), lim: wire.Limits{MaxPayload: cfg.MaxSlice}, used: time.Now()}
+	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice},
+		used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
 	return l, ch, w, nil
 }
 
-func (l *lane) close() {
-	l.dead = true
+// close kills the lane (if it lives) with errClosed.
+func (l *lane) close() { l.kill(errClosed) }
+
+// kill marks the lane dead for reason and closes its socket, which ends
+// any write or read under way; the reader fails the requests in flight.
+func (l *lane) kill(reason error) {
+	l.mu.Lock()
+	if !l.dead {
+		l.dead, l.err = true, reason
+		if !errors.Is(reason, errClosed) {
+			l.cnt.errors.Add(1)
+		}
+	}
+	reading := l.reading
+	l.mu.Unlock()
 	l.c.Close()
+	if !reading {
+		l.failPending()
+	}
 }
 
-// roundTrip sends req and reads its reply; a reply's payload is read
-// into dst (a READ's destination, or nil). It returns whether anything
-// was posted, the reply's header and metadata. A TypeError reply comes
-// back as *remoteError (the lane stays usable); any other failure kills
-// the lane.
-func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, dst []byte) (posted bool, meta []byte, err error) {
+// isDead says whether the lane was killed.
+func (l *lane) isDead() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dead
+}
+
+// idleOpen says whether a lane with nothing in flight is still open: the
+// peer has neither closed it nor sent anything unasked. A lane with
+// requests in flight is open while it is not dead (its reader watches).
+func (l *lane) idleOpen() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.dead {
+		return false
+	}
+	if l.reading {
+		return true
+	}
+	return stillOpen(l.c)
+}
+
+// idleSince is when the lane last finished a request.
+func (l *lane) idleSince() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.used
+}
+
+// roundTrip sends req and waits for its reply; a reply's payload is read
+// into dst (a READ's destination, or nil). It returns whether anything
+// was posted, and the reply's metadata. A TypeError reply comes back as
+// *remoteError (the lane stays usable); any other failure kills the lane
+// and every request in flight on it.
+func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, dst []byte) (posted bool, meta []byte, err error) {
+	cl := &call{slice: req.Slice, want: want, dst: dst, done: make(chan struct{})}
+	l.mu.Lock()
+	if l.dead {
+		l.mu.Unlock()
 		return false, nil, errClosed
 	}
+	if _, dup := l.pending[req.ID]; dup {
+		l.mu.Unlock()
+		return false, nil, fmt.Errorf("request id %d already in flight on this lane", req.ID)
+	}
+	l.pending[req.ID] = cl
+	if !l.reading {
+		l.reading = true
+		go l.read()
+	}
+	l.mu.Unlock()
+
 	// The progress timeout (progress.go) bounds a stall; a cancel or the
 	// context's deadline cuts the frame by closing the lane: the only way
 	// to stop a socket write or read already under way.
-	stop := context.AfterFunc(ctx, func() { l.c.Close() })
-	defer func() {
-		if !stop() {
-			// The cancel closed the socket, perhaps after the reply
-			// arrived: the result stands, the lane is gone.
-			l.dead = true
-		}
-		if err != nil {
-			var r *remoteError
-			if !errors.As(err, &r) {
-				l.close()
-			}
-			if ctx.Err() != nil && !errors.As(err, &r) {
-				err = fmt.Errorf("%w (%v)", ctx.Err(), err)
-			}
-		}
-		l.used = time.Now()
-		l.c.SetReadDeadline(time.Time{}) // an idle lane's peek (stillOpen) must not time out
-	}()
-	n, err := req.Write(l.c)
-	if n > 0 {
-		posted = true
-	}
+	stop := context.AfterFunc(ctx, func() { l.kill(fmt.Errorf("request %d: %w", req.ID, ctx.Err())) })
+	t0 := time.Now()
+	posted, err = l.send(req)
 	if err != nil {
-		return posted, nil, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)
+		l.kill(err)
 	}
-	h, err := wire.ReadHeader(l.br, l.hb, l.lim)
-	if err != nil {
-		return true, nil, fmt.Errorf("waiting for the reply to %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)
+	<-cl.done
+	if err == nil && cl.err == nil && len(req.Payload) <= SmallFrame && len(dst) <= SmallFrame {
+		l.cnt.sample(time.Since(t0))
 	}
-	if h.ID != req.ID || h.Slice != req.Slice {
-		return true, nil, fmt.Errorf("%w: reply for request %d slice %d, want %d slice %d", wire.ErrCorrupt, h.ID, h.Slice, req.ID, req.Slice)
+	cancelled := !stop()
+	if cl.err != nil && err == nil {
+		err = cl.err
 	}
-	if meta, err = wire.ReadMeta(l.br, &h); err != nil {
+	if err == nil {
+		return posted, cl.meta, nil
+	}
+	var r *remoteError
+	if errors.As(err, &r) {
+		if cancelled {
+			// The reply arrived, but the cancel closed the lane.
+			l.kill(errClosed)
+		}
 		return true, nil, err
 	}
-	if h.Type == wire.TypeError {
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+	}
+	return posted, nil, err
+}
+
+// send writes req whole under the write lock. It sets no deadline:
+// the kernel's user timeout fails a send that stops moving, and the
+// caller's context closes the lane.
+func (l *lane) send(req *wire.Frame) (posted bool, err error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.isDead() {
+		return false, errClosed
+	}
+	l.head = req.Append(l.head[:0])
+	bufs := net.Buffers{l.head}
+	if len(req.Payload) > 0 {
+		bufs = append(bufs, req.Payload)
+	}
+	n, err := bufs.WriteTo(l.c)
+	l.cnt.sent.Add(uint64(n))
+	if err != nil {
+		return n > 0, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)
+	}
+	l.frames.Add(1)
+	l.cnt.frames.Add(1)
+	return true, nil
+}
+
+// read is the lane's reader: it reads replies and hands each to its
+// request until none is in flight, or the lane fails.
+func (l *lane) read() {
+	hb := make([]byte, wire.HeaderLen)
+	for {
+		err := l.readOne(hb)
+		l.mu.Lock()
+		if err == nil && len(l.pending) > 0 {
+			l.mu.Unlock()
+			continue
+		}
+		if err == nil {
+			l.reading = false
+			l.used = time.Now()
+			l.c.SetReadDeadline(time.Time{}) // an idle lane's peek (stillOpen) must not time out
+			l.mu.Unlock()
+			return
+		}
+		if !l.dead {
+			l.dead, l.err = true, err
+			l.cnt.errors.Add(1)
+		}
+		l.reading = false
+		l.mu.Unlock()
+		l.c.Close()
+		l.failPending()
+		return
+	}
+}
+
+// readOne reads one reply and completes its request. An error kills the
+// lane (the caller does it).
+func (l *lane) readOne(hb []byte) error {
+	h, err := wire.ReadHeader(l.br, hb, l.lim)
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("waiting for a reply: %w", err)
+	}
+	l.mu.Lock()
+	cl := l.pending[h.ID]
+	l.mu.Unlock()
+	if cl == nil || cl.slice != h.Slice {
+		return fmt.Errorf("%w: reply %s for request %d slice %d, which is not in flight on this lane", wire.ErrCorrupt, h.Type, h.ID, h.Slice)
+	}
+	meta, err := wire.ReadMeta(l.br, &h)
+	if err != nil {
+		return err
+	}
+	switch {
+	case h.Type == wire.TypeError:
 		var e wire.Error
 		if err := e.Unmarshal(meta); err != nil {
-			return true, nil, err
+			return err
 		}
 		if h.PayloadLen != 0 {
-			return true, nil, fmt.Errorf("%w: an error reply with a payload", wire.ErrCorrupt)
+			return fmt.Errorf("%w: an error reply with a payload", wire.ErrCorrupt)
 		}
-		return true, nil, &remoteError{e}
-	}
-	if h.Type != want {
-		return true, nil, fmt.Errorf("%w: a %s reply to %s, want %s", wire.ErrCorrupt, h.Type, req.Type, want)
-	}
-	if h.PayloadLen != 0 || dst != nil {
-		if err := wire.ReadPayload(l.br, &h, dst); err != nil {
+		cl.err = &remoteError{e}
+	case h.Type != cl.want:
+		return fmt.Errorf("%w: a %s reply to request %d, want %s", wire.ErrCorrupt, h.Type, h.ID, cl.want)
+	case h.PayloadLen != 0 || cl.dst != nil:
+		if err := wire.ReadPayload(l.br, &h, cl.dst); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return true, nil, err
+			return fmt.Errorf("reply to request %d: %w", h.ID, err)
 		}
 	}
-	return true, meta, nil
+	l.cnt.recv.Add(wire.HeaderLen + uint64(h.MetaLen) + h.PayloadLen)
+	if h.Type == wire.TypeError {
+		l.cnt.errors.Add(1)
+	}
+	cl.meta = meta
+	l.mu.Lock()
+	delete(l.pending, h.ID)
+	l.mu.Unlock()
+	close(cl.done)
+	return nil
+}
+
+// failPending fails every request in flight on a dead lane with its
+// reason; only the reader (or kill, when none runs) calls it, so no
+// buffer is still being filled.
+func (l *lane) failPending() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, cl := range l.pending {
+		cl.err = l.err
+		if cl.err == nil {
+			cl.err = errClosed
+		}
+		delete(l.pending, id)
+		close(cl.done)
+	}
 }

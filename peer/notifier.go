@@ -74,7 +74,7 @@ func (n *Notifier) conn(ctx context.Context, addr string) (*Conn, error) {
 	if closed {
 		return nil, &Error{Op: "notify", Peer: addr, Kind: kindOf(errClosed), Err: errClosed}
 	}
-	if c != nil && c.Err() == nil && stillOpen(c.ctrl.c) {
+	if c != nil && c.Err() == nil && c.ctrl.idleOpen() {
 		return c, nil
 	}
 	if c != nil {

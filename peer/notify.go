@@ -69,9 +69,7 @@ func (c *Conn) Notify(ctx context.Context, submission, message string) (Delivery
 	id := c.nextID.Add(1)
 	f := wire.Frame{Type: wire.TypeNotify, ID: id, PayloadCRC: c.cfg.PayloadChecksum,
 		Meta: (&wire.Notify{ID: id, Submission: submission}).Marshal(), Payload: []byte(message)}
-	c.ctrlMu.Lock()
 	posted, _, err := c.ctrl.roundTrip(ctx, &f, wire.TypeNotified, nil)
-	c.ctrlMu.Unlock()
 	if err == nil {
 		return Delivered, nil
 	}

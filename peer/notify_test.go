@@ -19,7 +19,7 @@ func notifyServer(t *testing.T, lim InboxLimits, hook func(hookPoint, *wire.Head
 	t.Helper()
 	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice,
 		Inbox: NewInbox(lim), MaxNotifyBytes: 16, Logger: slog.New(slog.DiscardHandler)}, &memExports{})
-	s.hook = hook
+	setHook(s, hook)
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

@@ -70,7 +70,7 @@ func TestStriping(t *testing.T) {
 	// in flight together, so on four lanes.
 	all := make(chan struct{})
 	total := 0
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p != hookWriteBody {
 			return
 		}
@@ -89,7 +89,7 @@ func TestStriping(t *testing.T) {
 				t.Errorf("slice %d: the four slices were not in flight together", h.Slice)
 			}
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 4)
 	src := pattern(8<<20, 3)
 	if err := c.Write(context.Background(), "kv", 4096, src); err != nil {
@@ -134,7 +134,7 @@ func TestStriping(t *testing.T) {
 }
 
 // The plan: slices of at least MinSlice, about one per lane, at most
-// MaxSlice, covering every byte once.
+// SliceTarget and MaxSlice, covering every byte once.
 func TestPlan(t *testing.T) {
 	for _, tc := range []struct {
 		lanes    int
@@ -147,8 +147,9 @@ func TestPlan(t *testing.T) {
 		{4, DefaultMaxSlice, StripeMin, 2, MinSlice},
 		{4, DefaultMaxSlice, 3 << 20, 3, MinSlice},
 		{4, DefaultMaxSlice, 8 << 20, 4, 2 << 20},
-		{4, DefaultMaxSlice, 1 << 30, 16, 64 << 20},
-		{1, DefaultMaxSlice, 1 << 30, 16, 64 << 20},
+		{4, DefaultMaxSlice, 1 << 30, 256, SliceTarget},
+		{1, DefaultMaxSlice, 1 << 30, 256, SliceTarget},
+		{4, 2 << 20, 64 << 20, 32, 2 << 20},
 		{8, 4 << 20, 10<<20 + 1, 8, MinSlice + MinSlice/4 + 1},
 	} {
 		c := &Conn{cfg: Config{Lanes: tc.lanes, MaxSlice: tc.max}}
@@ -246,7 +247,7 @@ func TestCorruptFramesRefused(t *testing.T) {
 	b := f.Append(nil)
 	b[9] ^= 0x40 // inside the request id: only the header checksum catches it
 	l.c.Write(b)
-	h, err := wire.ReadHeader(l.br, l.hb, l.lim)
+	h, err := wire.ReadHeader(l.br, make([]byte, wire.HeaderLen), l.lim)
 	if err != nil || h.Type != wire.TypeError {
 		t.Fatalf("reply to a corrupt header: %+v %v", h, err)
 	}
@@ -341,7 +342,7 @@ func TestKilledMidWriteIsUnknown(t *testing.T) {
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
 	var conns []net.Conn
 	var mu sync.Mutex
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p != hookWriteBody {
 			return
 		}
@@ -356,7 +357,7 @@ func TestKilledMidWriteIsUnknown(t *testing.T) {
 			}
 			c.Close()
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	err := c.Write(context.Background(), "kv", 0, pattern(256<<10, 1))
 	if e := asError(t, err); e.Effect != EffectUnknown {
@@ -388,11 +389,11 @@ func TestLostAckIsUnknown(t *testing.T) {
 	var exp memExports
 	r := exp.add(1, "kv", 1<<20, wire.PermReadWrite)
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteApplied {
 			c.Close()
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	src := pattern(64<<10, 4)
 	err := c.Write(context.Background(), "kv", 0, src)
@@ -415,7 +416,7 @@ func TestStripedSliceCut(t *testing.T) {
 	exp.add(1, "kv", 16<<20, wire.PermReadWrite)
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
 	release := make(chan struct{})
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		switch {
 		case p == hookWriteBody && h.Slice == 1:
 			c.Close()
@@ -423,7 +424,7 @@ func TestStripedSliceCut(t *testing.T) {
 		case p == hookWriteBody && h.Slice == 0:
 			<-release // slice 0 applies only after slice 1 was cut
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 2)
 	err := c.Write(context.Background(), "kv", 0, pattern(8<<20, 5))
 	e := asError(t, err)
@@ -558,7 +559,7 @@ func TestCancelCutsFrame(t *testing.T) {
 	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
 	ctx, cancel := context.WithCancel(context.Background())
 	hold := make(chan struct{})
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteBody {
 			cancel()
 			select {
@@ -567,7 +568,7 @@ func TestCancelCutsFrame(t *testing.T) {
 				t.Error("the cancel did not cut the frame: Write still waits")
 			}
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	err := c.Write(ctx, "kv", 0, pattern(4096, 1))
 	close(hold)
@@ -622,13 +623,13 @@ func TestServerFrameLimitHonoured(t *testing.T) {
 	defer s.Close()
 	var mu sync.Mutex
 	var sizes []uint64
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteBody {
 			mu.Lock()
 			sizes = append(sizes, h.PayloadLen)
 			mu.Unlock()
 		}
-	}
+	})
 	c := dial(t, addrOf(s), testKey, 1)
 	src := pattern(8<<20, 6)
 	if err := c.Write(context.Background(), "kv", 0, src); err != nil {

@@ -107,12 +107,12 @@ func TestRemoteNeverReplaysToNewEpoch(t *testing.T) {
 	exp1.add(1, "kv", 1<<20, wire.PermReadWrite)
 	s1, _ := startServer(t, &exp1, "127.0.0.1:0", testKey)
 	addr := addrOf(s1)
-	s1.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s1, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteBody {
 			go s1.Close() // the peer dies with the payload on the wire
 			c.Close()
 		}
-	}
+	})
 	r, err := OpenRemote(ctx, dial(t, addr, testKey, 1), "kv")
 	if err != nil {
 		t.Fatal(err)
@@ -295,11 +295,11 @@ func TestStallEndsWithinTimeout(t *testing.T) {
 		t.Fatal(err)
 	}
 	release := make(chan struct{})
-	s.hook = func(p hookPoint, h *wire.Header, c net.Conn) {
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
 		if p == hookWriteApplied {
 			<-release
 		}
-	}
+	})
 	defer s.Close()
 	defer close(release)
 	c, err := Dial(ctx, addrOf(s), Config{Name: "cli", Key: testKey, IOTimeout: 200 * time.Millisecond})

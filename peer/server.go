@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/netip"
 	"sync"
@@ -149,6 +150,8 @@ type session struct {
 	epoch uint64
 	ctrl  net.Conn
 	lanes map[net.Conn]struct{}
+	since time.Time
+	cnt   counters // payload bytes and requests of the session's connections (stats.go)
 }
 
 // NewServer makes a server for exp with a fresh random epoch.
@@ -322,7 +325,7 @@ func (s *Server) handle(c net.Conn) {
 		s.log.Info("peer connected", "op", "peer", "remote", remote, "name", h.Name,
 			"epoch", fmt.Sprintf("%016x", h.Epoch), "session", ss.id)
 	}
-	if err := s.serve(c, h); err != nil {
+	if err := s.serve(c, h, &ss.cnt); err != nil {
 		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
 	}
 }
@@ -351,7 +354,7 @@ func (s *Server) join(c net.Conn, h *wire.Hello) (*session, error) {
 	defer s.mu.Unlock()
 	if h.Role == wire.RoleControl {
 		s.mu.next++
-		ss := &session{id: s.mu.next, name: h.Name, epoch: h.Epoch, ctrl: c, lanes: map[net.Conn]struct{}{}}
+		ss := &session{id: s.mu.next, name: h.Name, epoch: h.Epoch, ctrl: c, lanes: map[net.Conn]struct{}{}, since: time.Now()}
 		s.mu.sessions[ss.id] = ss
 		return ss, nil
 	}
@@ -380,21 +383,31 @@ func (s *Server) leave(c net.Conn, ss *session) {
 	}
 }
 
-// bufs recycles payload buffers of up to MaxSlice bytes.
-var bufs sync.Pool
+// bufs recycles payload buffers, one pool per power of two: a pool of
+// mixed sizes would hand a 4 KiB buffer to a 4 MiB frame, which then
+// allocates (and the garbage collector's pauses land on every request).
+var bufs [64]sync.Pool
 
 func getBuf(n uint64) []byte {
-	if p, ok := bufs.Get().(*[]byte); ok && uint64(cap(*p)) >= n {
+	if n == 0 {
+		return nil
+	}
+	k := bits.Len64(n - 1)
+	if p, ok := bufs[k].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
-	return make([]byte, n)
+	return make([]byte, n, 1<<k)
 }
 
-func putBuf(b []byte) { bufs.Put(&b) }
+func putBuf(b []byte) {
+	if c := uint64(cap(b)); c > 0 && c&(c-1) == 0 {
+		bufs[bits.Len64(c-1)].Put(&b)
+	}
+}
 
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
-func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
+func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 	role := hello.Role
 	pr := &progressReader{c: c}
 	br := bufio.NewReaderSize(pr, 64<<10)
@@ -462,6 +475,16 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello) error {
 		default:
 			return s.refuseFrame(c, &h, fmt.Errorf("%w: a %s frame with %d payload bytes is not a request on a %s connection",
 				wire.ErrCorrupt, h.Type, h.PayloadLen, roleName(role)))
+		}
+		// Counted before the reply goes out: a client that has its reply
+		// sees its request in the figures.
+		cnt.frames.Add(1)
+		cnt.sent.Add(uint64(len(reply.Payload)))
+		switch reply.Type {
+		case wire.TypeWriteAck:
+			cnt.recv.Add(h.PayloadLen)
+		case wire.TypeError:
+			cnt.errors.Add(1)
 		}
 		_, err = reply.Write(c)
 		if buf != nil {

@@ -34,6 +34,7 @@ func benchCommands() []command {
 		{"bench load", "--file PATH [flags]", "load a whole file into cpu, pinned or cuda:N memory, or store it (--op write)", loadMain},
 		{"bench kvswap", "--dir DIR [flags]", "swap KV-cache groups between per-layer files and memory, by N clients", kvswapMain},
 		{"bench ctl", "[flags]", "batch round trips through a FUSE mount against the Go API", ctlMain},
+		{"bench peer", "--addr HOST:PORT [flags]", "READ or WRITE against a peer's exported region (or notifications), with CPU per GB", benchPeerMain},
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/orbitefs/orbitefs/discovery"
 	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/fusefs"
+	"github.com/orbitefs/orbitefs/peer"
 )
 
 // unmountGrace is how long a detached mount may keep serving a client
@@ -112,7 +113,10 @@ func runMount(args []string) int {
 		}
 		return ""
 	}
-	notes, err := newNotifications(cfg.Peer, &sopts, lg)
+	tracker := peer.NewTracker()
+	var psrvAt atomic.Pointer[peer.Server] // set once listening
+	sopts.Peers = peerFigures(tracker, psrvAt.Load)
+	notes, err := newNotifications(cfg.Peer, &sopts, tracker, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
@@ -121,7 +125,7 @@ func runMount(args []string) int {
 	defer notes.close()
 	issuer := newIssuer(cfg.Peer.ReceiverCredit, &sopts)
 	sopts.DialCredit = creditDialer(cfg.Peer, notes, lg)
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, lg); err != nil {
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, tracker, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
@@ -141,6 +145,7 @@ func runMount(args []string) int {
 		return 1
 	}
 	if psrv != nil {
+		psrvAt.Store(psrv)
 		defer psrv.Close()
 	}
 	if mem != nil {

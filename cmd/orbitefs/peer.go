@@ -81,7 +81,7 @@ type notifications struct {
 
 // newNotifications prepares both sides from [peer] and plugs them into
 // the control Service's options.
-func newNotifications(c config.Peer, opts *control.Options, lg *slog.Logger) (*notifications, error) {
+func newNotifications(c config.Peer, opts *control.Options, tr *peer.Tracker, lg *slog.Logger) (*notifications, error) {
 	n := &notifications{epoch: peer.NewEpoch()}
 	opts.MaxNotificationBytes = int(c.MaxNotificationBytes)
 	opts.MaxPendingNotifications = c.MaxPendingNotifications
@@ -97,7 +97,7 @@ func newNotifications(c config.Peer, opts *control.Options, lg *slog.Logger) (*n
 	n.key = key
 	n.notifier = peer.NewNotifier(peer.Config{Name: peerName(c), Epoch: n.epoch, Key: key,
 		DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), PayloadChecksum: c.PayloadChecksum,
-		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
+		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr})
 	opts.Notify = func(ctx context.Context, to control.NotifyDest, submission, message string) (string, error) {
 		var d peer.Delivery
 		var err error
@@ -157,6 +157,28 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issu
 	return s, nil
 }
 
+// peerFigures lists the daemon's peer connections for the mount: the
+// Conns it dialed (tracked) and the sessions peers opened to its
+// listener (srv returns nil until it listens, or without one).
+func peerFigures(tr *peer.Tracker, srv func() *peer.Server) func() []control.PeerConn {
+	return func() []control.PeerConn {
+		var out []control.PeerConn
+		for _, c := range tr.Conns() {
+			out = append(out, control.PeerConn{ID: c.ID, Direction: "out", Addr: c.Addr, Name: c.Name, Epoch: c.Epoch,
+				Lanes: c.Lanes, OpenLanes: c.OpenLanes, State: c.State, BytesSent: c.BytesSent, BytesReceived: c.BytesReceived,
+				Frames: c.Frames, Errors: c.Errors, RTTMicros: c.RTTMicros, Since: c.Since})
+		}
+		if s := srv(); s != nil {
+			for _, ss := range s.Sessions() {
+				out = append(out, control.PeerConn{ID: ss.ID, Direction: "in", Addr: ss.Remote, Name: ss.Name, Epoch: ss.Epoch,
+					Lanes: ss.Lanes, State: "connected", BytesSent: ss.BytesSent, BytesReceived: ss.BytesReceived,
+					Frames: ss.Frames, Errors: ss.Errors, Since: ss.Since})
+			}
+		}
+		return out
+	}
+}
+
 // remoteDialer returns how the daemon opens a peer's region as a segment
 // (tcp:// with one lane, hp_tcp:// and peer://NAME with [peer] lanes),
 // with [peer]'s key and timeouts, under the daemon's epoch (a receiver
@@ -164,7 +186,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issu
 // without a key_file (such segments are refused). For peer://NAME it
 // sends nothing unless the engine that answers is NAME with the epoch
 // the cluster lists.
-func remoteDialer(c config.Peer, epoch uint64, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+func remoteDialer(c config.Peer, epoch uint64, tr *peer.Tracker, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
 	}
@@ -179,7 +201,7 @@ func remoteDialer(c config.Peer, epoch uint64, lg *slog.Logger) (func(context.Co
 		}
 		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Epoch: epoch, Key: key, Lanes: lanes,
 			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
-			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg})
+			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr})
 		if err != nil {
 			return nil, err
 		}

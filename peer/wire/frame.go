@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"net"
 )
 
 // Magic opens every frame: "ORBP" read as a little-endian uint32.
@@ -257,15 +258,13 @@ func (f *Frame) Append(b []byte) []byte {
 	return append(b, f.Meta...)
 }
 
-// Write sends f on w: header and metadata in one write, then the payload
-// from the caller's memory (no copy). It returns how many bytes went out,
-// so a caller knows whether anything was posted.
+// Write sends f on w: header, metadata and the payload from the caller's
+// memory (no copy) in one writev where w is a socket. It returns how many
+// bytes went out, so a caller knows whether anything was posted.
 func (f *Frame) Write(w io.Writer) (int64, error) {
-	head := f.Append(make([]byte, 0, HeaderLen+len(f.Meta)))
-	n, err := w.Write(head)
-	if err != nil || len(f.Payload) == 0 {
-		return int64(n), err
+	bufs := net.Buffers{f.Append(make([]byte, 0, HeaderLen+len(f.Meta)))}
+	if len(f.Payload) > 0 {
+		bufs = append(bufs, f.Payload)
 	}
-	m, err := w.Write(f.Payload)
-	return int64(n + m), err
+	return bufs.WriteTo(w)
 }

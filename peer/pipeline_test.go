@@ -1,0 +1,176 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/orbitefs/orbitefs/peer/wire"
+)
+
+// bulkLane is the Conn's one bulk lane (Lanes: 1), once open.
+func bulkLane(c *Conn) *lane {
+	ls := c.lanes.lanes()
+	for _, l := range ls {
+		if l != c.lanes.small {
+			return l
+		}
+	}
+	return nil
+}
+
+// holdFirstWrite makes the server hold the first WRITE of at least n
+// bytes at point until release is closed.
+func holdFirstWrite(s *Server, point hookPoint, n uint64) (held chan struct{}, release chan struct{}) {
+	held, release = make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == point && h.PayloadLen >= n && first.CompareAndSwap(false, true) {
+			close(held)
+			<-release
+		}
+	})
+	return held, release
+}
+
+// A lane carries a second request while the first waits for its ack:
+// with one lane, two WRITEs are both on the wire before either is acked.
+func TestLanePipelines(t *testing.T) {
+	var exp memExports
+	r := exp.add(1, "kv", 2<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	held, release := holdFirstWrite(s, hookWriteApplied, 1<<20)
+	c := dial(t, addrOf(s), testKey, 1)
+	a, b := pattern(1<<20, 1), pattern(1<<20, 2)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = c.Write(context.Background(), "kv", 0, a) })
+	<-held
+	wg.Go(func() { errs[1] = c.Write(context.Background(), "kv", 1<<20, b) })
+	sent := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if l := bulkLane(c); l != nil && l.frames.Load() == 2 {
+			sent = true
+			break
+		}
+	}
+	close(release)
+	wg.Wait()
+	if !sent {
+		t.Fatal("the second WRITE was not sent while the first waited for its ack on the only lane")
+	}
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("writes: %v, %v", errs[0], errs[1])
+	}
+	if got := r.bytes(); !bytes.Equal(got[:1<<20], a) || !bytes.Equal(got[1<<20:], b) {
+		t.Fatal("pipelined writes landed wrongly")
+	}
+	if n := serverLanes(s); n != 1 {
+		t.Fatalf("%d lanes on the server, want 1", n)
+	}
+}
+
+// A small request does not wait behind a large one: while a 1 MiB WRITE
+// is held at the server before its payload is read, a 4 KiB WRITE on the
+// same Conn completes (on the lane for small frames).
+func TestSmallNotBehindLarge(t *testing.T) {
+	var exp memExports
+	r := exp.add(1, "kv", 2<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	held, release := holdFirstWrite(s, hookWriteBody, 1<<20)
+	c := dial(t, addrOf(s), testKey, 1)
+	var wg sync.WaitGroup
+	var bigErr error
+	wg.Go(func() { bigErr = c.Write(context.Background(), "kv", 0, pattern(1<<20, 1)) })
+	<-held
+	small := pattern(4096, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := c.Write(ctx, "kv", 1<<20, small)
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("a 4 KiB write while a 1 MiB write is held: %v", err)
+	}
+	if bigErr != nil {
+		t.Fatalf("the 1 MiB write: %v", bigErr)
+	}
+	if !bytes.Equal(r.bytes()[1<<20:1<<20+4096], small) {
+		t.Fatal("small write bytes differ")
+	}
+}
+
+// A cancel cuts the lane with every request on it: the cancelled WRITE
+// and the one pipelined beside it (both posted, neither acked) are
+// unknown, never applied or none; the lane is not used again and the
+// next request succeeds on a new one.
+func TestCancelPipelinedLane(t *testing.T) {
+	var exp memExports
+	exp.add(1, "kv", 2<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	held, release := holdFirstWrite(s, hookWriteApplied, 1<<20)
+	defer close(release)
+	c := dial(t, addrOf(s), testKey, 1)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = c.Write(context.Background(), "kv", 0, pattern(1<<20, 1)) })
+	<-held
+	ctx, cancel := context.WithCancel(context.Background())
+	wg.Go(func() { errs[1] = c.Write(ctx, "kv", 1<<20, pattern(1<<20, 2)) })
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if l := bulkLane(c); l != nil && l.frames.Load() == 2 {
+			break
+		}
+	}
+	first := bulkLane(c)
+	cancel()
+	wg.Wait()
+	for i, err := range errs {
+		if e := asError(t, err); e.Effect != EffectUnknown {
+			t.Fatalf("write %d: effect %s (%v), want unknown", i, e.Effect, err)
+		}
+	}
+	if !first.isDead() {
+		t.Fatal("the cut lane is still alive")
+	}
+	if err := c.Write(context.Background(), "kv", 0, pattern(1<<20, 4)); err != nil {
+		t.Fatalf("a write after the cut: %v", err)
+	}
+	if bulkLane(c) == first {
+		t.Fatal("the cut lane was used again")
+	}
+}
+
+// The slices of one large request pipeline on one lane: while the first
+// 4 MiB slice of an 8 MiB WRITE waits for its ack, the second is sent.
+func TestSlicesPipelineOnOneLane(t *testing.T) {
+	var exp memExports
+	r := exp.add(1, "kv", 8<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	held, release := holdFirstWrite(s, hookWriteApplied, SliceTarget)
+	c := dial(t, addrOf(s), testKey, 1)
+	src := pattern(8<<20, 5)
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { err = c.Write(context.Background(), "kv", 0, src) })
+	<-held
+	sent := false
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if l := bulkLane(c); l != nil && l.frames.Load() == 2 {
+			sent = true
+			break
+		}
+	}
+	close(release)
+	wg.Wait()
+	if !sent {
+		t.Fatal("the second slice was not sent while the first waited for its ack")
+	}
+	if err != nil || !bytes.Equal(r.bytes(), src) {
+		t.Fatalf("the write: %v (bytes equal: %v)", err, bytes.Equal(r.bytes(), src))
+	}
+}
