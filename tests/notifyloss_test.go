@@ -1,15 +1,18 @@
 // notifyloss_test.go: completion notifications exactly once under loss.
 // A (here) writes 4 KiB slices of random data into B's region kv (B in a
-// network namespace, nftables dropping packets both ways on its peer
-// port) through a tcp:// segment, each submission carrying a
+// network namespace, nftables dropping 3 % of packets both ways on its
+// peer port) through a tcp:// segment, each submission carrying a
 // notification for B that names its slice and the slice's CRC. A's
-// io_timeout is below TCP's smallest retransmission timeout, so a lost
-// segment ends a frame: WRITEs fail (and send nothing), notifications
-// end unknown (the receiver may hold them), handshakes fail (nothing
-// posted: sent again), and a small inbox answers busy (sent again).
-// The receiver checks each notification's slice as it reads it: the data
-// is there before its notification. Every delivered one arrives exactly
-// once, an unknown one at most once, and a busy or not_sent one never.
+// io_timeout (30ms) is below the time TCP takes to recover most losses,
+// so a lost segment cuts a connection: WRITEs fail (and send nothing),
+// notifications in flight end unknown (the receiver may hold them),
+// handshakes fail (nothing posted: sent again), and a small inbox
+// answers busy (sent again). Rounds of 600 on fresh slices run until
+// one left a notification unknown. The receiver checks each
+// notification's slice as it reads it: the data is there before its
+// notification. Every delivered one arrives exactly once, an unknown one
+// at most once, a busy or not_sent one never; and at least one unknown
+// one did reach B (else the run proved nothing about never resending).
 
 package tests
 
@@ -25,13 +28,14 @@ import (
 )
 
 func TestNotifyExactlyOnceUnderLoss(t *testing.T) {
-	const slices, slice = 600, 4096
+	const round, rounds, slice = 600, 6, 4096
+	const slices = round * rounds
 	f := newFaultNet(t)
 	b := startDaemon(t, daemonOpts{netns: f.ns, config: fmt.Sprintf("[peer]\nlisten = %q\nname = \"beta\"\nkey_file = %q\n"+
 		"max_pending_notifications = 8\nmax_pending_notifications_per_peer = 8\n", f.addrB, f.key)})
 	b.ok(t, fmt.Sprintf(`echo '{"name":"kv","location":"cpu","bytes":%d,"export":"read_write"}' > $M/memory/register`, (slices+1)*slice))
 	a := f.startA(t, fmt.Sprintf("%dKiB", (slices+1)*slice>>10),
-		"io_timeout = \"150ms\"\ndial_timeout = \"1s\"\nnotify_retry_interval = \"5ms\"\nnotify_retry_max_interval = \"100ms\"\n[mount]\ndefault_batch_capacity = 4096\n", f.addrB)
+		"io_timeout = \"30ms\"\ndial_timeout = \"1s\"\nnotify_retry_interval = \"5ms\"\nnotify_retry_max_interval = \"100ms\"\n[mount]\ndefault_batch_capacity = 4096\n", f.addrB)
 	src, err := os.ReadFile(filepath.Join(a.dir, "memory/buf/data"))
 	if err != nil || len(src) != (slices+1)*slice {
 		t.Fatalf("A's buf: %d bytes, %v", len(src), err)
@@ -93,41 +97,46 @@ func TestNotifyExactlyOnceUnderLoss(t *testing.T) {
 		}
 	}()
 
-	f.nft(t, "numgen random mod 100 < 2 counter drop", "numgen random mod 100 < 2 counter drop")
-	var docs strings.Builder
-	for i := range slices {
-		docs.WriteString(doc(i, "120s") + "\n")
-	}
-	docsFile := filepath.Join(t.TempDir(), "docs")
-	os.WriteFile(docsFile, []byte(docs.String()), 0o644)
-	n := a.clone(t)
+	// Rounds of submissions on fresh slices until one left a notification
+	// unknown (a cut connection fails every one in flight on it).
+	f.nft(t, "numgen random mod 100 < 3 counter drop", "numgen random mod 100 < 3 counter drop")
+	states := make([]string, 0, slices)
 	start := time.Now()
-	a.ok(t, fmt.Sprintf(`while IFS= read -r d; do printf '%%s\n' "$d" > "$M/ctl/batches/%s/submit"; done < %s
+	for r := 0; r < rounds && (r == 0 || !slicesContain(states, "unknown")); r++ {
+		var docs strings.Builder
+		for i := r * round; i < (r+1)*round; i++ {
+			docs.WriteString(doc(i, "120s") + "\n")
+		}
+		docsFile := filepath.Join(t.TempDir(), "docs")
+		os.WriteFile(docsFile, []byte(docs.String()), 0o644)
+		n := a.clone(t)
+		a.ok(t, fmt.Sprintf(`while IFS= read -r d; do printf '%%s\n' "$d" > "$M/ctl/batches/%s/submit"; done < %s
 echo seal > "$M/ctl/batches/%s/ctl"
 timeout 120 cat "$M/ctl/batches/%s/wait"`, n, docsFile, n, n))
-	var states []string
-	eventually(t, 120*time.Second, "every notification leaves pending", func() bool {
-		var s struct {
-			Submissions []struct {
-				Notify []struct{ State, Reason string }
-				Error  string
+		var got []string
+		eventually(t, 120*time.Second, "every notification leaves pending", func() bool {
+			var s struct {
+				Submissions []struct {
+					Notify []struct{ State, Reason string }
+				}
 			}
-		}
-		if err := json.Unmarshal([]byte(a.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/status"`, n))), &s); err != nil {
-			t.Fatal(err)
-		}
-		if len(s.Submissions) != slices {
-			t.Fatalf("%d submissions, want %d", len(s.Submissions), slices)
-		}
-		states = states[:0]
-		for _, sub := range s.Submissions {
-			if sub.Notify[0].State == "pending" {
-				return false
+			if err := json.Unmarshal([]byte(a.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/status"`, n))), &s); err != nil {
+				t.Fatal(err)
 			}
-			states = append(states, sub.Notify[0].State)
-		}
-		return true
-	})
+			if len(s.Submissions) != round {
+				t.Fatalf("%d submissions, want %d", len(s.Submissions), round)
+			}
+			got = got[:0]
+			for _, sub := range s.Submissions {
+				if sub.Notify[0].State == "pending" {
+					return false
+				}
+				got = append(got, sub.Notify[0].State)
+			}
+			return true
+		})
+		states = append(states, got...)
+	}
 	took := time.Since(start)
 	dropped := f.nftDropped(t)
 	f.nftClear(t)
@@ -172,12 +181,24 @@ timeout 120 cat "$M/ctl/batches/%s/wait"`, n, docsFile, n, n))
 			unknownHeld++
 		}
 	}
-	t.Logf("%d submissions at 2 %% loss (%d packets dropped) in %s: %v; %d of the unknown ones were in B's inbox",
-		slices, dropped, took.Round(time.Millisecond), count, unknownHeld)
+	t.Logf("%d submissions at 3 %% loss (%d packets dropped) in %s: %v; %d of the unknown ones were in B's inbox",
+		len(states), dropped, took.Round(time.Millisecond), count, unknownHeld)
 	if dropped == 0 {
 		t.Fatal("no packet was dropped: the loss rule did not apply")
 	}
 	if count["delivered"] == 0 {
 		t.Fatal("nothing was delivered")
 	}
+	if unknownHeld == 0 {
+		t.Fatalf("no notification left unknown reached B in %d rounds: the loss did not test that an unknown one is never sent again", rounds)
+	}
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
 }
