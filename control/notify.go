@@ -310,7 +310,8 @@ func (s *Service) groupDone(bt *Batch, r engine.Report) {
 
 // send delivers one destination, sending it again while it is
 // definitely not delivered and the submission's deadline allows, and
-// records its outcome.
+// records its outcome. Once the batch is freed or the daemon stops, no
+// further attempt begins.
 func (s *Service) send(bt *Batch, n *notice, i int) {
 	bt.mu.Lock()
 	d := n.dests[i]
@@ -318,30 +319,36 @@ func (s *Service) send(bt *Batch, n *notice, i int) {
 	ctx, cancel := context.WithDeadline(s.stopCtx, n.deadline)
 	defer cancel()
 	wait := s.opts.NotifyRetryInterval
+	// ended says why no attempt may follow now, if none may.
+	// REQUIRES: bt.mu.
+	ended := func(attempts int, next time.Duration) string {
+		switch {
+		case bt.mu.freed:
+			return "; not sent again: the batch was freed"
+		case s.stopCtx.Err() != nil:
+			return "; not sent again: the daemon is shutting down"
+		case !time.Now().Add(next).Before(n.deadline):
+			return fmt.Sprintf("; not sent again: the submission's deadline comes first (after %d attempts)", attempts)
+		}
+		return ""
+	}
 	var state, reason string
-	var err error
 	for attempt := 1; ; attempt++ {
+		var err error
 		state, err = s.notifyOne(ctx, d, n.submission)
 		reason = ""
 		if err != nil {
 			reason = err.Error()
 		}
-		again := retryable(state, err)
 		bt.mu.Lock()
 		dd := &n.dests[i]
 		dd.attempts = attempt
-		switch {
-		case again && bt.mu.freed:
-			reason += "; not sent again: the batch was freed"
-			again = false
-		case again && s.stopCtx.Err() != nil:
-			reason = "not sent: the daemon is shutting down"
-			again = false
-		case again && !time.Now().Add(wait).Before(n.deadline):
-			reason += fmt.Sprintf("; not sent again: the submission's deadline passed (after %d attempts)", attempt)
-			again = false
+		why := ""
+		if retryable(state, err) {
+			why = ended(attempt, wait)
 		}
-		if !again {
+		if !retryable(state, err) || why != "" {
+			reason += why
 			dd.state, dd.reason = state, reason
 			s.releaseDest(dd)
 			bt.mu.Unlock()
@@ -359,6 +366,15 @@ func (s *Service) send(bt *Batch, n *notice, i int) {
 			t.Stop()
 		}
 		wait = min(2*wait, s.opts.NotifyRetryMaxInterval)
+		bt.mu.Lock()
+		if why = ended(attempt, 0); why != "" {
+			reason += why
+			dd.state, dd.reason = state, reason
+			s.releaseDest(dd)
+			bt.mu.Unlock()
+			break
+		}
+		bt.mu.Unlock()
 	}
 	if state != NotifyDelivered {
 		s.log.Warn("notification not delivered", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer, "state", state, "reason", reason)

@@ -88,7 +88,7 @@ echo '{"name":"m","uri":"mem://note","permission":"read_write"}' > $M/segments/o
 	soon := func(doc string) string { return strings.Replace(doc, `"notify"`, `"timeout":"1s","notify"`, 1) }
 	n, _ = b.run1(t, soon(notify("ghost", "to a ghost")))
 	if d := b.waitNotify(t, n, 0); d["state"] != "not_sent" || !strings.Contains(fmt.Sprint(d["reason"]), "nothing was sent") ||
-		!strings.Contains(fmt.Sprint(d["reason"]), "the submission's deadline passed") {
+		!strings.Contains(fmt.Sprint(d["reason"]), "not sent again: the submission's deadline comes first") {
 		t.Fatalf("notification to a stale name: %v", d)
 	}
 	if _, err := cli.Delete(ctx, clusterPrefix+"engines/ghost"); err != nil {

@@ -152,7 +152,7 @@ func TestNotifyBetweenDaemons(t *testing.T) {
 		second, _ := a.run1(t, doc)
 		d := a.waitNotify(t, second, 0)
 		if d["state"] != "busy" || !strings.Contains(fmt.Sprint(d["reason"]), "inbox full") ||
-			!strings.Contains(fmt.Sprint(d["reason"]), "the submission's deadline passed") {
+			!strings.Contains(fmt.Sprint(d["reason"]), "not sent again: the submission's deadline comes first") {
 			t.Fatalf("second, into a full inbox: %v, want busy at its deadline", d)
 		}
 		if n, _ := d["attempts"].(float64); n < 2 {
