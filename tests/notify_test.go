@@ -325,6 +325,30 @@ func TestNotifyRetriesUntilReceiverListens(t *testing.T) {
 		t.Fatalf("a message C refuses: %v, want not_sent after 1 attempt", d)
 	}
 
+	// The deadline bounds an attempt: a listener that accepts and never
+	// answers the handshake holds the dial for peer.dial_timeout (5s),
+	// but a submission with a 1s timeout ends at 1s.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mute.Close() })
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	start := time.Now()
+	muted, _ := a.run1(t, strings.Replace(docTo(mute.Addr().String(), "mute"), `"notify"`, `"timeout":"1s","notify"`, 1))
+	d = a.waitNotify(t, muted, 0)
+	if took := time.Since(start); d["state"] != "not_sent" || took > 3*time.Second {
+		t.Fatalf("a notification to a listener that never answers, in a 1s submission: %v after %s; want not_sent within about 1s", d, took)
+	}
+
 	// Freeing the batch ends the attempts and gives the budget back.
 	l, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
