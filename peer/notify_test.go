@@ -103,6 +103,9 @@ func TestNotifyBusyWhenFull(t *testing.T) {
 			if d != Busy || err == nil || !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("Notify past the bound = %s, %v; want busy naming %q", d, err, tc.why)
 			}
+			if errors.Is(err, ErrRefused) {
+				t.Fatalf("busy is %v: it matches ErrRefused, but it may be sent again", err)
+			}
 			if s.inbox.Len() != last || s.Stats().Full != 1 {
 				t.Fatalf("inbox %d (want %d), full %d (want 1)", s.inbox.Len(), last, s.Stats().Full)
 			}
@@ -132,8 +135,8 @@ func TestNotifyLostReplyIsUnknown(t *testing.T) {
 	if s.inbox.Len() != 1 {
 		t.Fatalf("inbox %d, want 1 (it was queued; only the answer was lost)", s.inbox.Len())
 	}
-	if d, _ := c.Notify(context.Background(), "s", "m2"); d != NotSent {
-		t.Fatalf("Notify on the failed Conn = %s, want not_sent", d)
+	if d, err := c.Notify(context.Background(), "s", "m2"); d != NotSent || errors.Is(err, ErrRefused) {
+		t.Fatalf("Notify on the failed Conn = %s, %v; want not_sent, not refused (nothing was posted)", d, err)
 	}
 }
 
@@ -142,6 +145,9 @@ func TestNotifyTooLargeNotSent(t *testing.T) {
 	d, err := c.Notify(context.Background(), "s", strings.Repeat("x", 17))
 	if d != NotSent || err == nil || !strings.Contains(err.Error(), "over the receiver's 16") {
 		t.Fatalf("Notify = %s, %v; want not_sent, too large", d, err)
+	}
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("a too large notification: %v, want ErrRefused (sending it again would be refused again)", err)
 	}
 	if s.inbox.Len() != 0 {
 		t.Fatalf("inbox %d, want 0", s.inbox.Len())
