@@ -151,7 +151,7 @@ const (
 type groupCredit struct {
 	l     *creditLedger
 	b     *creditBinding
-	held  bool          // the reservation was taken (guarded by ledger.mu)
+	held  bool          // the head's owner was reserved (guarded by ledger.mu)
 	state []ownerCredit // per request (guarded by ledger.mu)
 	bytes []uint64      // per request: DataBytes it spends
 }
@@ -707,6 +707,22 @@ func (b *Batch) creditFeedLocked(g *group, i int, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// creditSkipLocked refunds owner i's reservation when feedLocked skips
+// it (it ended before dispatch: dropped as deadline-infeasible at the
+// head, after its credit was reserved), so the group's later owners can
+// use that credit at once instead of after the group ends. REQUIRES: b.mu.
+func (b *Batch) creditSkipLocked(g *group, i int) {
+	if g.remote == nil || g.remote.credit == nil {
+		return
+	}
+	c := g.remote.credit
+	c.l.mu.Lock()
+	if c.state[i] == ocReserved {
+		c.refundLocked(i)
+	}
+	c.l.mu.Unlock()
 }
 
 // creditUnreserve gives back g's reservation when its head waits at a

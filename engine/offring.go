@@ -526,7 +526,8 @@ func (b *Batch) feedLocked(g *group, now time.Time) bool {
 		_, last := g.aliases(i) // an owner's tasks share their state
 		t := &b.mu.tasks[g.first+i]
 		if t.state != TaskPending {
-			g.next = last + 1 // cancelled meanwhile
+			b.creditSkipLocked(g, i) // its head reservation, if it held one
+			g.next = last + 1        // cancelled meanwhile
 			continue
 		}
 		if now.After(g.deadline) {
