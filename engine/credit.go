@@ -36,6 +36,9 @@
 //     when the group's window hands it to its executor (feed). A group
 //     whose next owner lacks credit stops there, its running owners go
 //     on, and the rest stay pending (cancellable) until credit returns.
+//     The runtime queue's dispatch window is not windowed the same way
+//     yet: an off-ring group takes its shares for every owner at its
+//     head (admissionGate), and one stopped here keeps them.
 //   - Deactivate and disconnect fence new reservations at once and
 //     succeed only with no permit live and every committed owner
 //     receipted; until then they return KindBusy and the fence stays.
