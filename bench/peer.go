@@ -48,6 +48,12 @@ type PeerOptions struct {
 	// Count is the number of notifications (op notify).
 	Count     int
 	ServerPID int // the serving daemon's pid, for its CPU; 0: unknown
+	// Verify checks every byte (peerverify.go): a WRITE carries a pattern
+	// of its offset and round and is read back; a READ is compared with
+	// what its slot holds. Total, when not 0, ends the run once that many
+	// bytes moved (Runtime still bounds it).
+	Verify bool
+	Total  uint64
 }
 
 // Validate checks the options of a read or write run.
@@ -66,6 +72,16 @@ func (o *PeerOptions) Validate() error {
 		}
 		if o.Runtime <= 0 {
 			errs = append(errs, fmt.Errorf("--runtime %s: want more than 0", o.Runtime))
+		}
+		if o.Verify && o.Stream > 0 {
+			errs = append(errs, errors.New("--verify with --stream: the stream would overwrite the checked slots"))
+		}
+		if o.Verify && o.Size > 0 && o.RegionBytes/o.Size < uint64(o.Concurrency) {
+			errs = append(errs, fmt.Errorf("--verify: the region's %d bytes hold %d requests of %d bytes, fewer than --concurrency %d (each client needs slots of its own)",
+				o.RegionBytes, o.RegionBytes/o.Size, o.Size, o.Concurrency))
+		}
+		if o.Total > 0 && !o.Verify {
+			errs = append(errs, errors.New("--total needs --verify (it counts the verified bytes moved)"))
 		}
 	case "notify":
 		if o.Count < 1 {
@@ -121,6 +137,7 @@ type PeerResult struct {
 
 	Stream *StreamResult `json:"stream,omitempty"`
 	Notify *NotifyResult `json:"notify,omitempty"`
+	Verify *VerifyResult `json:"verify,omitempty"`
 }
 
 // StreamResult is the background stream of a run.
@@ -148,6 +165,9 @@ func (r PeerResult) String() string {
 		r.CPUSecondsPerGB, r.ClientCPUSeconds, r.ServerCPUSeconds, r.Errors)
 	if r.Stream != nil {
 		s += fmt.Sprintf("; beside a %s write stream to %s at %.3f GB/s", sizeString(r.Stream.Size), r.Stream.Region, r.Stream.GBPerSec)
+	}
+	if r.Verify != nil {
+		s += "; " + r.Verify.String()
 	}
 	if n := r.Notify; n != nil {
 		s = fmt.Sprintf("notify x%d: %.0f/s, delivered %d, received %d, duplicates %d, missing %d, unknown %d, not sent %d, busy retried %d, p50 %.0f us, p99 %.0f us",
@@ -189,6 +209,15 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 		return c.Write(ctx, o.Region, off, buf)
 	}
 	span := o.RegionBytes / o.Size * o.Size
+	var (
+		v        *verifier
+		reached  = make(chan struct{})
+		reachOne sync.Once
+	)
+	if o.Verify {
+		v = newVerifier()
+	}
+	vt0 := time.Now()
 	for w := range o.Concurrency {
 		wg.Go(func() {
 			var h Histogram
@@ -197,11 +226,21 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 				buf[i] = byte(i*7 + w)
 			}
 			off := uint64(w) * o.Size % span
-			for !finished.Load() {
+			step := func() (time.Duration, error) {
 				t := time.Now()
 				err := do(buf, off)
-				d := time.Since(t)
 				off = (off + o.Size*uint64(o.Concurrency)) % span
+				return time.Since(t), err
+			}
+			if v != nil {
+				vw := newVerifyWorker(&o, c, v, w)
+				step = func() (time.Duration, error) { return vw.step(ctx) }
+			}
+			for !finished.Load() {
+				d, err := step()
+				if o.Total > 0 && v.moved.Load() >= o.Total {
+					reachOne.Do(func() { close(reached) })
+				}
 				if !measuring.Load() {
 					continue
 				}
@@ -242,6 +281,7 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 	// A short warm-up opens the lanes and lets TCP find its window.
 	select {
 	case <-time.After(min(o.Runtime/5, 500*time.Millisecond)):
+	case <-reached:
 	case <-ctx.Done():
 	}
 	cpu0, srv0 := cpuNow(), procCPU(o.ServerPID)
@@ -249,12 +289,14 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 	measuring.Store(true)
 	select {
 	case <-time.After(o.Runtime):
+	case <-reached:
 	case <-ctx.Done():
 	}
 	finished.Store(true)
 	secs := time.Since(t0).Seconds()
 	cpu1, srv1 := cpuNow(), procCPU(o.ServerPID)
 	wg.Wait()
+	vsecs := time.Since(vt0).Seconds()
 	if ops.Load() == 0 && firstErr != nil {
 		return PeerResult{}, fmt.Errorf("no request completed: %w", firstErr)
 	}
@@ -279,10 +321,18 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 	if moved > 0 {
 		r.CPUSecondsPerGB = total / (float64(moved) / 1e9)
 	}
-	if firstErr != nil && r.Errors > 0 {
-		return r, fmt.Errorf("%d requests failed, the first: %w", r.Errors, firstErr)
+	var verr error
+	if v != nil {
+		r.Verify = v.result(vsecs)
+		if n := r.Verify.MismatchedBytes; n > 0 {
+			verr = fmt.Errorf("%d bytes mismatched in %d requests, the first at region offset %d",
+				n, r.Verify.MismatchedRequests, r.Verify.FirstMismatch)
+		}
 	}
-	return r, nil
+	if firstErr != nil && r.Errors > 0 {
+		return r, errors.Join(verr, fmt.Errorf("%d requests failed, the first: %w", r.Errors, firstErr))
+	}
+	return r, verr
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }

@@ -31,6 +31,13 @@ reports GB/s, requests/s, latency percentiles and CPU seconds per GB
 SIZE adds one client writing SIZE requests back to back on the same
 connection (the foreground latencies are measured beside it).
 
+--verify checks every byte: each client owns its slots of the region; a
+WRITE carries a pattern of its offset and round and is read back, a READ
+is compared with the round its slot holds (written first when unknown).
+Bytes moved (read-backs and priming included) and mismatched bytes and
+requests are reported; any mismatch fails the run. --total SIZE ends a
+--verify run once SIZE bytes moved (--runtime still bounds it).
+
 --op notify sends --count numbered completion notifications instead, to a
 receiver this process runs at --listen (inside the network namespace file
 --listen-netns, e.g. /var/run/netns/NAME, when set), and checks that each
@@ -60,6 +67,8 @@ func benchPeerMain(args []string) int {
 	fs.IntVar(&o.Concurrency, "concurrency", 1, "requests in flight (clients)")
 	fs.DurationVar(&o.Runtime, "runtime", 5*time.Second, "how long to measure")
 	fs.IntVar(&o.Count, "count", 100000, "notifications (--op notify)")
+	fs.BoolVar(&o.Verify, "verify", false, "check every byte read and written (see above)")
+	total := fs.String("total", "0", "--verify: stop once this many bytes moved (0: run for --runtime)")
 	fs.IntVar(&o.ServerPID, "server-pid", 0, "the serving daemon's pid, to add its CPU time")
 	listen := fs.String("listen", "127.0.0.1:0", "--op notify: the receiver's listen address")
 	listenNetns := fs.String("listen-netns", "", "--op notify: network namespace file the receiver listens in")
@@ -91,11 +100,16 @@ func benchPeerMain(args []string) int {
 	} else {
 		o.Stream = uint64(n)
 	}
+	if n, err := config.ParseSize(*total); err != nil {
+		errs = append(errs, fmt.Errorf("--total: %w", err))
+	} else {
+		o.Total = uint64(n)
+	}
 	if *lanes != 0 && (*lanes < 1 || *lanes > config.MaxPeerLanes) {
 		errs = append(errs, fmt.Errorf("--lanes %d: want 1 to %d", *lanes, config.MaxPeerLanes))
 	}
 	// Checked again against the regions once dialed.
-	o.RegionBytes, o.StreamRegionBytes = max(o.Size, o.Stream), o.Stream
+	o.RegionBytes, o.StreamRegionBytes = max(o.Size, o.Stream, o.Size*uint64(max(o.Concurrency, 1))), o.Stream
 	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
