@@ -12,7 +12,7 @@
 # each way. Prints bytes moved, mismatched bytes and requests, GB/s and
 # time; exits 1 on any mismatch or failed request.
 #
-# usage: bench/peer-soak.sh [-G GB] [-l LOSS_PCT] [-L LANES] [-c CONCURRENCY] [-s SIZE] [-t SECONDS] [-o OUTDIR]
+# usage: bench/peer-soak.sh [-G GB (10^9 bytes, whole)] [-l LOSS_PCT] [-L LANES] [-c CONCURRENCY] [-s SIZE] [-t SECONDS] [-o OUTDIR]
 # Needs root, iproute2, nftables, jq and nsenter. Environment: ORBITEFS
 # (default ./bin/orbitefs). The machine may be shared: run it under nice.
 set -euo pipefail
@@ -69,7 +69,7 @@ chmod 600 "$out/key"
 printf '[peer]\nlisten = "%s:%d"\nkey_file = "%s"\nname = "soak-server"\n' $ipb $port "$out/key" >"$out/server.toml"
 printf '[peer]\nkey_file = "%s"\nname = "soak-client"\n' "$out/key" >"$out/client.toml"
 mkdir -p "$out/m"
-inB "$orbitefs" mount --config "$out/server.toml" "$out/m" 2>"$out/daemon.log" &
+nsenter --net=/var/run/netns/$B "$orbitefs" mount --config "$out/server.toml" "$out/m" 2>"$out/daemon.log" &
 daemon=$!
 for _ in $(seq 100); do [ -e "$out/m/memory/register" ] && break; sleep 0.1; done
 echo '{"name":"kv","location":"cpu","bytes":"1GiB","export":"read_write"}' >"$out/m/memory/register"
@@ -86,7 +86,7 @@ fi
 echo "peer-soak: ${gb} GB, ${loss} % loss, $lanes lanes, $conc x $size WRITE + read-back, at most ${t}s" >&2
 rc=0
 j=$(inA "$orbitefs" bench peer --config "$out/client.toml" --addr $ipb:$port --server-pid "$daemon" \
-	--op write --verify --total "${gb}GB" --runtime "${t}s" --lanes "$lanes" --size "$size" --concurrency "$conc" \
+	--op write --verify --total "$((gb * 1000000000))" --runtime "${t}s" --lanes "$lanes" --size "$size" --concurrency "$conc" \
 	--json 2>"$out/bench.err") || rc=$?
 [ -z "$j" ] || echo "$j" >"$out/run.json"
 if [ "$loss" != 0 ]; then # the TCP packets seen and dropped at B, each way
@@ -98,7 +98,7 @@ cat "$out/bench.err" >&2
 [ -n "$j" ] || { echo "peer-soak.sh: bench peer printed nothing (exit $rc)" >&2; exit 1; }
 jq -r '.verify as $v |
 	"moved \($v.moved_bytes) bytes (\($v.moved_bytes / 1e9 * 1000 | round / 1000) GB), checked \($v.checked_bytes)",
-	"mismatched bytes \($v.mismatched_bytes) in \($v.mismatched_requests) requests; failed requests \(.errors)",
-	"\($v.gb_per_sec * 1000 | round / 1000) GB/s over \($v.seconds * 10 | round / 10) s"' <<<"$j"
+	"mismatched bytes \($v.mismatched_bytes) in \($v.mismatched_requests) requests; failed requests \($v.failed_requests)",
+	"\($v.gb_per_sec * 1000 | round / 1000) GB/s over \($v.seconds * 10 | round / 10) s; CPU \(.cpu_seconds_per_gb * 100 | round / 100) s per GB of WRITE payload, read-backs not counted (client \(.client_cpu_seconds | round) s, daemon \(.server_cpu_seconds | round) s)"' <<<"$j"
 echo "run: $out/run.json" >&2
 exit $rc

@@ -238,6 +238,9 @@ func RunPeer(ctx context.Context, c *peer.Conn, o PeerOptions) (PeerResult, erro
 			}
 			for !finished.Load() {
 				d, err := step()
+				if err != nil && v != nil && ctx.Err() == nil && !finished.Load() {
+					v.failed.Add(1)
+				}
 				if o.Total > 0 && v.moved.Load() >= o.Total {
 					reachOne.Do(func() { close(reached) })
 				}

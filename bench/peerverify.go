@@ -37,12 +37,13 @@ type VerifyResult struct {
 	GBPerSec           float64 `json:"gb_per_sec"`    // MovedBytes per second
 	MismatchedBytes    uint64  `json:"mismatched_bytes"`
 	MismatchedRequests uint64  `json:"mismatched_requests"`
+	FailedRequests     uint64  `json:"failed_requests"`       // errors, warm-up included
 	FirstMismatch      int64   `json:"first_mismatch_offset"` // region offset of the first bad byte seen; -1: none
 }
 
 func (v *VerifyResult) String() string {
-	return fmt.Sprintf("verified %.3f GB moved (%.3f GB checked) in %.1f s at %.3f GB/s: %d mismatched bytes in %d requests",
-		float64(v.MovedBytes)/1e9, float64(v.CheckedBytes)/1e9, v.Seconds, v.GBPerSec, v.MismatchedBytes, v.MismatchedRequests)
+	return fmt.Sprintf("verified %.3f GB moved (%.3f GB checked) in %.1f s at %.3f GB/s: %d mismatched bytes in %d requests, %d failed requests",
+		float64(v.MovedBytes)/1e9, float64(v.CheckedBytes)/1e9, v.Seconds, v.GBPerSec, v.MismatchedBytes, v.MismatchedRequests, v.FailedRequests)
 }
 
 // mix is splitmix64's finaliser: every input bit reaches every output bit.
@@ -78,6 +79,7 @@ func fillPattern(b []byte, off, key uint64) {
 type verifier struct {
 	nonce                             uint64 // this run's: a region left by another run never matches
 	moved, checked, badBytes, badReqs atomic.Uint64
+	failed                            atomic.Uint64
 	mu                                sync.Mutex
 	first                             int64
 }
@@ -118,7 +120,7 @@ func (v *verifier) check(got, exp []byte, off, key uint64) {
 
 func (v *verifier) result(secs float64) *VerifyResult {
 	r := &VerifyResult{Seconds: secs, MovedBytes: v.moved.Load(), CheckedBytes: v.checked.Load(),
-		MismatchedBytes: v.badBytes.Load(), MismatchedRequests: v.badReqs.Load(), FirstMismatch: v.first}
+		MismatchedBytes: v.badBytes.Load(), MismatchedRequests: v.badReqs.Load(), FailedRequests: v.failed.Load(), FirstMismatch: v.first}
 	if secs > 0 {
 		r.GBPerSec = float64(r.MovedBytes) / secs / 1e9
 	}
