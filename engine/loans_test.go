@@ -67,7 +67,7 @@ func TestLoanShards(t *testing.T) {
 			for k := uint64(0); k < 8; k++ {
 				lt.drop(4<<30+k<<20, 4<<30+k<<20+128<<10, far)
 			}
-			if n, _ := lt.closeIfIdle(false); n != 0 {
+			if n, _, _ := lt.closeIfIdle(false); n != 0 {
 				t.Fatalf("%d owners still hold loans after the drops", n)
 			}
 			if closed, _, _ := lt.take(0, 1, a); !closed {
@@ -146,7 +146,7 @@ func TestLoanTableConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n, _ := lt.closeIfIdle(false); n != 0 {
+	if n, _, _ := lt.closeIfIdle(false); n != 0 {
 		t.Fatalf("%d owners hold loans after every drop", n)
 	}
 }

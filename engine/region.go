@@ -3,8 +3,12 @@
 // raw addresses, and exclusive range loans held during I/O.
 //
 // Invariants:
-//   - A region's mapping stays mapped while any loan is outstanding;
-//     Unregister fails with ErrBusy instead of unmapping under I/O.
+//   - A region's mapping stays mapped while any loan or copy pin is
+//     outstanding; Unregister fails with ErrBusy instead of unmapping
+//     under I/O, and Engine.Close waits for pins before unmapping.
+//   - ReadAt/WriteAt hold no lock across their copy, only a pin of the
+//     range (loans.go): a 4 KiB copy never waits behind a large one into
+//     the same region.
 //   - Loans of different groups never overlap; ranges of one group may
 //     overlap and share that group's loan.
 //   - The engine's region index (Engine.mu) is sorted by base address and
@@ -44,6 +48,11 @@ type Region struct {
 	unpin func() error
 
 	loans loanTable // loans.go
+
+	// copying, nil outside tests, runs in ReadAt/WriteAt with the range
+	// pinned and before any byte moves (offset and length): a test holds
+	// one copy there.
+	copying func(off int64, n int)
 
 	mu struct {
 		sync.Mutex
@@ -210,7 +219,8 @@ func (e *Engine) addRegion(r *Region) (*Region, error) {
 }
 
 // Unregister removes the region and unmaps it. It fails with ErrBusy
-// while a transfer holds a loan on it; the region then stays usable.
+// while a transfer holds a loan on it or a ReadAt/WriteAt is copying;
+// the region then stays usable.
 func (e *Engine) Unregister(r *Region) error {
 	r.mu.Lock()
 	if r.mu.closed {
@@ -221,9 +231,13 @@ func (e *Engine) Unregister(r *Region) error {
 		r.mu.Unlock()
 		return errorf(KindBusy, "unregister", r.name(), "a device copy of unknown outcome may still write it: it stays allocated for good")
 	}
-	if n, l := r.loans.closeIfIdle(false); n > 0 {
+	switch n, l, pins := r.loans.closeIfIdle(false); {
+	case n > 0:
 		r.mu.Unlock()
 		return errorf(KindBusy, "unregister", r.name(), "%d live transfer(s) hold it, first in batches/%d", n, l.owner.b.id)
+	case pins > 0:
+		r.mu.Unlock()
+		return errorf(KindBusy, "unregister", r.name(), "%d ReadAt/WriteAt copies (a peer's request or the data file) are running on it", pins)
 	}
 	r.mu.closed = true
 	r.mu.Unlock()
@@ -281,7 +295,9 @@ func (e *Engine) releaseRegistered(bytes uint64) {
 func sizeText(n uint64) string { return config.Size(n).String() }
 
 // ReadAt copies region bytes into p (io.ReaderAt semantics). It fails
-// with ErrBusy while a transfer holds an overlapping loan.
+// with ErrBusy while a transfer holds an overlapping loan. Copies of
+// overlapping ranges are not ordered with each other: a ReadAt beside a
+// WriteAt of the same bytes may see some of each.
 func (r *Region) ReadAt(p []byte, off int64) (int, error) {
 	return r.copyAt(p, off, false)
 }
@@ -307,18 +323,21 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 		}
 		end = r.Len()
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.closed {
-		return 0, errorf(KindNotFound, op, r.name(), "unregistered")
-	}
-	// The range's loan shards stay locked for the copy: no loan of these
-	// bytes can be granted while it runs.
+	// The range is pinned, not locked, for the copy: copies of one region
+	// run side by side, no group's loan of these bytes is granted while
+	// it runs, and the mapping stays until it is unpinned (Unregister
+	// answers ErrBusy meanwhile).
 	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+end
-	bigHeld := r.loans.lock(lo, hi)
-	defer r.loans.unlock(lo, hi, bigHeld)
-	if l, busy := r.loans.conflict(lo, hi, nil, bigHeld); busy {
+	closed, l, ok := r.loans.pin(lo, hi)
+	switch {
+	case closed:
+		return 0, errorf(KindNotFound, op, r.name(), "unregistered")
+	case !ok:
 		return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
+	}
+	defer r.loans.unpin(lo, hi)
+	if r.copying != nil {
+		r.copying(off, int(end-uint64(off)))
 	}
 	if r.dev != nil {
 		return r.deviceCopy(op, p[:end-uint64(off)], uint64(off), write)
@@ -397,6 +416,9 @@ func acquireLoans(g *group) error {
 		case closed:
 			releaseLoans(g, k)
 			return errorf(KindNotFound, "submit", r.name(), "unregistered before dispatch")
+		case !ok && l.owner == nil:
+			releaseLoans(g, k)
+			return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps [%#x, %#x), which a ReadAt/WriteAt (a peer's request or the data file) is copying", rr.req, rr.lo, rr.hi, l.lo, l.hi)
 		case !ok:
 			releaseLoans(g, k)
 			return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps a loan held by batches/%d", rr.req, rr.lo, rr.hi, l.owner.b.id)
