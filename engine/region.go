@@ -17,8 +17,10 @@
 //     its unmap, page-rounded, and never exceeds the engine's
 //     max_registered_bytes: a registration past it fails before any page is
 //     mapped or populated.
-//   - Go code touches region bytes only through hostmem.Copy, so a fault
-//     on a truncated shared file is an error, never a crash.
+//   - Go code touches a shared file's bytes only through hostmem.Copy, so
+//     a fault on a truncated shared file is an error, never a crash;
+//     private host memory (never truncated) may also be reached in place
+//     while pinned (InPlace).
 
 package engine
 
@@ -368,6 +370,38 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 		return int(done), nil
 	}
 	return int(done), errorf(KindIO, op, r.name(), "bytes [%d, %d) at offset %d: %w", off, end, uint64(off)+done, err)
+}
+
+// InPlace runs f on the region's bytes [off, off+n) with the range pinned
+// as for ReadAt/WriteAt (ErrBusy over a transfer's loan, ErrNotFound once
+// unregistered, ErrRange past the end; f then does not run), so a socket
+// can read into or write from them with no copy through a buffer. Only
+// private host memory (cpu or pinned) is reached in place: it is
+// populated at registration and never truncated, so no access to it
+// faults while pinned. For a shared file (a truncation would fault) or
+// device memory, ok is false, f does not run, and the caller copies with
+// ReadAt/WriteAt. f must not keep b past its return; its error is
+// returned as is.
+func (r *Region) InPlace(off int64, n int, f func(b []byte) error) (ok bool, err error) {
+	if !r.anon || r.m == nil {
+		return false, nil
+	}
+	if off < 0 || n < 0 || uint64(off) > r.Len() || uint64(n) > r.Len()-uint64(off) {
+		return true, errorf(KindRange, "access", r.name(), "[%d, %d+%d) beyond region size %d", off, off, n, r.Len())
+	}
+	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+uint64(off)+uint64(n)
+	closed, l, pinned := r.loans.pin(lo, hi)
+	switch {
+	case closed:
+		return true, errorf(KindNotFound, "access", r.name(), "unregistered")
+	case !pinned:
+		return true, errorf(KindBusy, "access", r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
+	}
+	defer r.loans.unpin(lo, hi)
+	if r.copying != nil {
+		r.copying(off, n)
+	}
+	return true, f(r.m.Bytes()[off : uint64(off)+uint64(n) : uint64(off)+uint64(n)])
 }
 
 // resolve finds the region holding [addr, addr+n). REQUIRES: nothing held.
