@@ -362,8 +362,14 @@ func (a *admission) ownerDone(g *group, i int, got uint64) {
 	a.mu.Unlock()
 }
 
+// bwKey is request i's estimate: the ring's, or the one its off-ring
+// executor names.
 func (g *group) bwKey(i int) bwKey {
-	k := bwKey{rt: g.routes[i]}
+	k := bwKey{path: ringPath}
+	if g.offRing {
+		_, ex := g.b.e.executor(g.routes[i])
+		k.path = ex.path()
+	}
 	if g.ent != nil {
 		k.dev = g.ent.dev
 	}

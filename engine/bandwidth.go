@@ -1,6 +1,7 @@
 // bandwidth.go owns the measured bandwidth estimate the runtime queue's
 // deadline prediction uses: one estimate per (path, device), where path
-// is the route (file DRAM on the ring, staged GPU, GDS) and device is the
+// names the data path (file_dram for the ring; an off-ring executor
+// names its own, executor.path: staged_gpu, gds, ...) and device is the
 // file's st_dev.
 //
 // The estimate is bytes completed divided by busy time: the wall time
@@ -34,8 +35,8 @@ const minBusy = time.Millisecond
 const decayBusy = 4 * time.Second
 
 type bwKey struct {
-	rt  route
-	dev uint64
+	path string
+	dev  uint64
 }
 
 type bwEntry struct {
@@ -103,7 +104,7 @@ type BandwidthStat struct {
 func (m bandwidth) stats() []BandwidthStat {
 	out := make([]BandwidthStat, 0, len(m))
 	for k, x := range m {
-		out = append(out, BandwidthStat{Path: k.rt.pathName(), Device: fmt.Sprintf("%d:%d", unix.Major(k.dev), unix.Minor(k.dev)),
+		out = append(out, BandwidthStat{Path: k.path, Device: fmt.Sprintf("%d:%d", unix.Major(k.dev), unix.Minor(k.dev)),
 			BytesPerSecond: m.rate(k), InflightBytes: x.inflight})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -115,13 +116,5 @@ func (m bandwidth) stats() []BandwidthStat {
 	return out
 }
 
-// pathName names a route's data path for the estimate.
-func (r route) pathName() string {
-	switch r {
-	case routeStaged:
-		return "staged_gpu"
-	case routeGDS:
-		return "gds"
-	}
-	return "file_dram"
-}
+// ringPath is the ring's data path in the estimate.
+const ringPath = "file_dram"

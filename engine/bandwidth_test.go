@@ -9,7 +9,7 @@ import (
 // wall time, idle gaps do not count, and too little busy time is unknown.
 func TestBandwidthBusyTime(t *testing.T) {
 	m := bandwidth{}
-	k := bwKey{rt: routeRing, dev: 1}
+	k := bwKey{path: ringPath, dev: 1}
 	t0 := time.Unix(1000, 0)
 	m.start(k, 100, t0)
 	if m.rate(k) != 0 {
@@ -28,7 +28,7 @@ func TestBandwidthBusyTime(t *testing.T) {
 	if x := m.entry(k); x.active != 0 || x.inflight != 0 {
 		t.Fatalf("entry after drain: %+v", x)
 	}
-	short := bwKey{rt: routeGDS, dev: 1}
+	short := bwKey{path: "gds", dev: 1}
 	m.start(short, 1, t0)
 	m.done(short, 1, 1, t0.Add(minBusy/2))
 	if m.rate(short) != 0 {

@@ -54,7 +54,9 @@
 // the ring. OnGroupDone hooks run with no lock held (Batch.deliverMu is
 // only tried, so a hook may Submit, Cancel or Free). Batch.mu is held
 // when the scheduler hands a job to an executor (executor.run never
-// blocks and takes only its own queue lock). The executors' locks are
+// blocks and takes only its own queue lock): in the worker's fill, and
+// in finishOffRing when a task's end frees its group's window, so a lane
+// resolving a unit may hand out the group's next window. The executors' locks are
 // leaves, never held while another engine lock is taken, and no unit
 // resolves under them: stagedExec.mu and lanePool.mu (the fair queues),
 // offRing.mu (resolve drops it before finishOffRing takes Batch.mu),

@@ -46,6 +46,7 @@ type Engine struct {
 	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
 	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
 	peerExec peerExec      // peer lanes (peerexec.go)
+	memExec  memExec       // memory segment lanes (memgroup.go)
 	ipcExec  *ipcExec      // CUDA IPC lanes (ipcexec.go)
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
@@ -60,6 +61,10 @@ type Engine struct {
 	// laneCopyHeld, nil outside tests, runs on the lane before a lane
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
+	// unitHeld, nil outside tests, runs on an off-ring executor's lane
+	// before each unit's start check (offRing.startable), with the
+	// unit's absolute task index.
+	unitHeld func(task int)
 	// callerCopyHeld, nil outside tests, runs on a submitter before its
 	// caller copy (callercopy.go): a test holds one copy running there.
 	callerCopyHeld func()
@@ -172,6 +177,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.hostCopy = newHostCopyExec()
 	e.gdsExec = newGDSExec(e)
 	e.peerExec = newPeerExec()
+	e.memExec = newMemExec(e)
 	e.ipcExec = newIPCExec(e)
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
@@ -302,6 +308,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	e.hostCopy.close()
 	e.gdsExec.close()
 	e.peerExec.close()
+	e.memExec.close()
 	e.ipcExec.close()
 	e.closeStaging()
 	e.closeCopyStage()

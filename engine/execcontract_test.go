@@ -8,13 +8,19 @@ package engine_test
 //     each group's hook runs once;
 //   - cancel before start: a group fenced behind a held one is cancelled;
 //     its executor never sees it and its memory is untouched;
+//   - cancel unstarted (off-ring executors): with io_uring.queue_depth 1
+//     (the memory executor: always) a dispatched group hands its
+//     executor one task at a time; while the first task's units are held
+//     on the executor's lanes the second is still pending, a cancel ends
+//     it, and it never reaches a lane nor touches its memory;
 //   - deadline: a group whose deadline passes while it waits fails
 //     Timeout with nothing moved;
 //   - short I/O: a file cut while the READ waits gives a short READ:
 //     Range, with exactly the bytes up to the new end transferred;
 //   - uncertain: where the executor can lose track of an outcome (a
 //     device copy, a cuFile call that never returns), the group ends
-//     unquiesced and its memory stays loaned;
+//     unquiesced and its memory stays loaned, also when the group's
+//     next task was still to be handed out (queue depth 1);
 //   - remote effects (the peer executor, over the fake Remote of
 //     fakeremote_test.go): a WRITE whose ack was lost is unknown and is
 //     never replayed, one that reached nothing is none, and a cancel of
@@ -59,6 +65,9 @@ type execCase struct {
 	// lanes: lane_copy_probe 1, so every caller copy runs on the host
 	// copy lanes (lanecopy.go); the bytes check counts them.
 	lanes bool
+	// offRing: the worker hands the group to an off-ring executor, whose
+	// lanes HoldUnits can hold.
+	offRing bool
 	// uncertain makes the next READ's outcome unknown and returns the
 	// READ's timeout; nil where the executor cannot lose track (a
 	// synchronous copy always returns; a real ring's lost CQE is covered
@@ -67,6 +76,10 @@ type execCase struct {
 	// peer: the target is a remote segment over a fake Remote whose
 	// units are peerUnit bytes.
 	peer bool
+	// memseg: the target is a memory segment over a region of this
+	// engine (the memory executor), with merge_requests off so that each
+	// request is its own physical owner.
+	memseg bool
 	// ipc: that Remote's region is a fake device allocation exported
 	// through CUDA IPC (its size cannot change: no short I/O).
 	ipc bool
@@ -82,23 +95,26 @@ var execCases = []execCase{
 	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
 	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
 	{name: "lane copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy, lanes: true},
-	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true},
+	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true, offRing: true},
 	// Two requests of exactly one unit each: the 4 MiB stream.
-	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true},
-	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true,
+	{name: "host copy, one unit each", fs: "tmpfs", n: 8 << 20, want: engine.TransportCopy, queued: true, offRing: true},
+	{name: "staged", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
-	{name: "staged, per-copy driver", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, perCopy: true,
+	{name: "staged, per-copy driver", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, offRing: true, perCopy: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
-	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true,
+	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
-	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true,
+	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration {
 			f.cufile.hang = make(chan struct{})
 			f.t.Cleanup(func() { close(f.cufile.hang) })
 			return 100 * time.Millisecond
 		}},
-	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, peer: true},
-	{name: "cuda ipc", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportCUDAIPC, queued: true, peer: true, ipc: true,
+	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, offRing: true, peer: true},
+	// The fence, deadline and short checks hold the group behind a write
+	// to the file, which a memory target does not overlap.
+	{name: "memory", fs: "tmpfs", n: 1 << 20, want: engine.TransportMemory, offRing: true, memseg: true},
+	{name: "cuda ipc", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportCUDAIPC, queued: true, offRing: true, peer: true, ipc: true,
 		uncertain: func(f *execFixture) time.Duration {
 			f.gpu.hang = make(chan struct{})
 			f.t.Cleanup(func() { close(f.gpu.hang) })
@@ -121,9 +137,10 @@ type execFixture struct {
 	hold   *engine.Region
 	target engine.Target // seg, or the remote segment of a peer case
 	remote *fakeRemote
+	region *engine.Region // the memory segment's region of a memory case
 }
 
-func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
+func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.Engine)) *execFixture {
 	f := &execFixture{t: t, c: c, gpu: newFakeGPU(1)}
 	f.gpu.batch.Store(!c.perCopy)
 	if c.gds {
@@ -134,6 +151,12 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 		cfg.MaxTransferBytes = 64 << 20
 		if c.lanes {
 			cfg.LaneCopyProbe = 1
+		}
+		if c.memseg {
+			cfg.MergeRequests = false
+		}
+		for _, o := range opts {
+			o(cfg)
 		}
 	})
 	f.path, f.orig = randomFile(t, dir, "f", c.n)
@@ -157,6 +180,13 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 		}
 		f.target = rs
 	}
+	if c.memseg {
+		f.region = register(t, f.e, uint64(c.n))
+		if _, err := f.region.WriteAt(f.orig, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.target = openMem(t, f.e, f.region, engine.PermReadWrite)
+	}
 	return f
 }
 
@@ -164,6 +194,13 @@ func newExecFixture(t *testing.T, c execCase, dir string) *execFixture {
 func (f *execFixture) targetBytes() []byte {
 	if f.remote != nil {
 		return f.remote.bytes()
+	}
+	if f.region != nil {
+		b := make([]byte, f.c.n)
+		if _, err := f.region.ReadAt(b, 0); err != nil {
+			f.t.Fatal(err)
+		}
+		return b
 	}
 	b, err := os.ReadFile(f.path)
 	if err != nil {
@@ -368,6 +405,9 @@ func TestExecutorContract(t *testing.T) {
 				}
 			})
 			t.Run("cancel before start", func(t *testing.T) {
+				if c.memseg {
+					t.Skip("a memory target does not overlap the holding WRITE to the file: nothing fences it")
+				}
 				if !c.queued {
 					t.Skip("the caller copy starts inside Submit: a fenced group meets the ring")
 				}
@@ -389,7 +429,76 @@ func TestExecutorContract(t *testing.T) {
 					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
 				}
 			})
+			t.Run("cancel unstarted", func(t *testing.T) {
+				if !c.offRing {
+					t.Skip("not an off-ring executor: the ring and the copies have no lane to hold")
+				}
+				depth := func(cfg *config.Engine) { cfg.IOUring.QueueDepth = 1 }
+				if c.memseg {
+					// One owner at a time whatever the queue depth: a
+					// memory group runs in submission order.
+					depth = func(*config.Engine) {}
+				}
+				f := newExecFixture(t, c, dir, depth)
+				want := f.sentinel()
+				held, release := make(chan int, 1024), make(chan struct{})
+				var late atomic.Int64 // units of task 1 that reached a lane
+				f.e.HoldUnits(func(task int) {
+					if task != 0 {
+						late.Add(1)
+					}
+					held <- task
+					<-release
+				})
+				released := false
+				defer func() {
+					if !released {
+						close(release)
+					}
+				}()
+				b, err := f.e.AllocateBatch(2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { b.Free() })
+				half := uint64(c.n / 2)
+				if _, err := b.Submit(engine.OpRead, f.target, []engine.Request{f.req(0, half), f.req(half, uint64(c.n)-half)}, nil, ioTimeout); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-held:
+				case <-time.After(ioTimeout):
+					t.Fatal("no unit of the READ reached a lane")
+				}
+				if ts, _ := b.TaskStatus(1); ts.State != engine.TaskPending {
+					t.Fatalf("task 1 is %v while task 0 is held on a lane, want pending (not handed to the executor yet)", ts.State)
+				}
+				if err := b.Cancel(1); err != nil {
+					t.Fatalf("cancel of the task not yet handed to the executor: %v", err)
+				}
+				close(release)
+				released = true
+				b.Seal()
+				if _, err := b.Wait(ioTimeout); err != nil {
+					t.Fatal(err)
+				}
+				ts := b.TaskStatuses()
+				if ts[0].State != engine.TaskCompleted || ts[1].State != engine.TaskCancelled || ts[1].Transferred != 0 {
+					t.Fatalf("READ tasks: %v (%v) and, cancelled, %v with %d bytes", ts[0].State, ts[0].Err, ts[1].State, ts[1].Transferred)
+				}
+				time.Sleep(20 * time.Millisecond)
+				if n := late.Load(); n != 0 {
+					t.Fatalf("%d units of the cancelled task reached a lane", n)
+				}
+				copy(want, f.orig[:half])
+				if !bytes.Equal(f.memBytes(), want) {
+					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
+				}
+			})
 			t.Run("deadline", func(t *testing.T) {
+				if c.memseg {
+					t.Skip("a memory target does not overlap the holding WRITE to the file: nothing fences it")
+				}
 				if !c.queued {
 					t.Skip("the caller copy starts inside Submit: a fenced group meets the ring")
 				}
@@ -406,6 +515,9 @@ func TestExecutorContract(t *testing.T) {
 				}
 			})
 			t.Run("short I/O", func(t *testing.T) {
+				if c.memseg {
+					t.Skip("a memory target does not overlap the holding WRITE to the file: nothing fences it")
+				}
 				if !c.queued {
 					t.Skip("the caller copy starts inside Submit, right after the size check")
 				}
@@ -433,9 +545,13 @@ func TestExecutorContract(t *testing.T) {
 				if c.uncertain == nil {
 					t.Skip("this executor always learns each unit's outcome")
 				}
-				f := newExecFixture(t, c, dir)
+				// Two tasks handed out one at a time: the group stays
+				// unquiesced however its second task ends (run, or failed
+				// at dispatch past the deadline).
+				f := newExecFixture(t, c, dir, func(cfg *config.Engine) { cfg.IOUring.QueueDepth = 1 })
 				timeout := c.uncertain(f)
-				rep, err := f.e.SubmitAndWait(engine.OpRead, f.target, []engine.Request{f.req(0, uint64(c.n))}, timeout)
+				half := uint64(c.n / 2)
+				rep, err := f.e.SubmitAndWait(engine.OpRead, f.target, []engine.Request{f.req(0, half), f.req(half, uint64(c.n)-half)}, timeout)
 				if err == nil || rep.LocallyDrained {
 					t.Fatalf("err %v, report %+v: want a failure that is not locally drained", err, rep)
 				}

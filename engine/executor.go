@@ -2,8 +2,9 @@
 // that move bytes off the batch worker's ring.
 //
 // The scheduler (worker.go, group.go, task.go, failover.go) dispatches a
-// group, marks its tasks running and hands each route's share to that
-// route's executor as one job (offRing): the requests cut into units.
+// group a window of tasks at a time (offring.go), marks the window's
+// tasks running and hands each route's share of them to that route's
+// executor as one job (offRing): the requests cut into units.
 // The executor moves the units on resources it owns engine-wide and
 // resolves each unit exactly once through offRing.resolve, which reports
 // a task once, after its last unit, through Batch.finishOffRing (the one
@@ -22,6 +23,13 @@ type executor interface {
 	// size bytes each, and with byPiece never across two pieces (cuFile
 	// moves one device range per call).
 	cut() (size uint64, byPiece bool)
+	// window is how many of one group's tasks the scheduler hands the
+	// executor at once, given io_uring.queue_depth (a physical owner's
+	// tasks go together, whatever the window).
+	window(depth int) int
+	// path names the executor's data path in the measured bandwidth
+	// estimate (bandwidth.go).
+	path() string
 	// run takes a dispatched job without blocking; every unit of x
 	// resolves exactly once, also when the executor cannot start.
 	run(x *offRing)
@@ -30,5 +38,11 @@ type executor interface {
 	close()
 }
 
+// The staged executor's share of the seam (staged.go holds the rest).
+
 // cut for the staged executor: one staging chunk per unit.
 func (s *stagedExec) cut() (uint64, bool) { return uint64(s.e.cfg.StagingChunkSize), false }
+
+func (s *stagedExec) window(depth int) int { return depth }
+
+func (s *stagedExec) path() string { return "staged_gpu" }

@@ -21,6 +21,11 @@ func (e *Engine) HoldCloses(f func()) { e.closeDrained = f }
 // used concurrently.
 func (e *Engine) HoldLaneCopies(f func()) { e.laneCopyHeld = f }
 
+// HoldUnits installs f as the hook every off-ring executor's lane runs
+// before a unit's start check (offRing.startable), with the unit's
+// absolute task index. Set before the engine is used concurrently.
+func (e *Engine) HoldUnits(f func(task int)) { e.unitHeld = f }
+
 // HoldCallerCopies runs f on the submitter before each caller copy.
 func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }
 

@@ -108,7 +108,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 		b.e.st.failovers.Add(1)
 		b.e.log.Info("transport failover", "batch", b.id, "task", p.g.first+p.i, "to", next.transport(), "after", p.err)
 		g, i := p.g, p.i
-		b.e.runOffRing(g, func(j int) bool { return j == i })
+		b.e.runOffRing(g, i, i+1, func(int) bool { return true })
 	}
 	if done > 0 {
 		b.changedLocked()
@@ -149,8 +149,8 @@ func (b *Batch) fenceParkedLocked(idx int) {
 	t.err = errCancelledRetry
 	b.e.st.tasksCancelled.Add(1)
 	g.outstanding--
-	if g.outstanding == 0 {
-		g.finishLocked(!g.offUndrained)
+	if g.outstanding == 0 && g.next == g.n {
+		b.endGroupLocked(g)
 	}
 	b.pokeLocked()
 }

@@ -247,6 +247,38 @@ func TestFailoverCancelParked(t *testing.T) {
 	}
 }
 
+// TestFailoverCancelParkedWindow: with io_uring.queue_depth 1 the group
+// hands out one task at a time; a cancel that fences task 0's parked
+// attempt leaves the group's next task to run (it was still pending),
+// rather than ending the group with it.
+func TestFailoverCancelParkedWindow(t *testing.T) {
+	r := newFailoverRig(t, func(c *config.Engine) { c.IOUring.QueueDepth = 1 })
+	r.gds.failReads.Store(1)
+	const n = 64 << 10
+	b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{
+		{Address: r.dev.BaseAddress(), Length: n},
+		{Address: r.dev.BaseAddress() + n, TargetOffset: n, Length: n},
+	}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.CancelAll(); b.Wait(ioTimeout); b.Free() })
+	waitFor(t, "the failed attempt to park", func() bool { return b.ParkedAttempts() == 1 })
+	if err := b.Cancel(0); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCancelled {
+		t.Fatalf("state %v (%v), want cancelled", st, err)
+	}
+	ts := b.TaskStatuses()
+	if ts[0].State != engine.TaskCancelled || ts[1].State != engine.TaskCompleted || ts[1].Transferred != n {
+		t.Fatalf("tasks %v (%v) and %v with %d bytes (%v): want cancelled, then completed", ts[0].State, ts[0].Err, ts[1].State, ts[1].Transferred, ts[1].Err)
+	}
+	if !bytes.Equal(r.devBytes(t, n, n), r.orig[n:2*n]) {
+		t.Fatal("task 1's bytes differ from the file")
+	}
+}
+
 // TestFailoverWithHook: a batch with an OnGroupDone hook has no poller;
 // the executor decides at once.
 func TestFailoverWithHook(t *testing.T) {

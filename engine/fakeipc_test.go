@@ -4,7 +4,7 @@ package engine_test
 // handle names a live fake allocation by address, an import maps that
 // same memory (as two processes on one GPU see one allocation), and
 // streams queue device-to-device copies in order with the fake's faults
-// (hang, slowCopy, failEvent through the events).
+// (hang, slowCopy, failEvent through the events); dma skips the bytes.
 
 import (
 	"encoding/binary"
@@ -96,7 +96,7 @@ func (s *fakeStream) DtoD(dst, src, n uint64) error {
 		// not this process: the fake skips it (an uncertain copy released
 		// after its test freed the memory).
 		s.f.mu.Lock()
-		if s.f.liveLocked(dst, n) && s.f.liveLocked(src, n) {
+		if !s.f.dma.Load() && s.f.liveLocked(dst, n) && s.f.liveLocked(src, n) {
 			copy(hostBytes(uintptr(dst), n), hostBytes(uintptr(src), n))
 		}
 		s.f.mu.Unlock()

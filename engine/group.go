@@ -57,6 +57,7 @@ type group struct {
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
 	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
+	window       int  // guarded by b.mu: an off-ring group's dispatch window (0: not yet asked)
 	// caller: the submitting goroutine copies it (callercopy.go); the
 	// worker neither reaps nor cuts it off.
 	caller bool
@@ -561,7 +562,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m, g.n)
+	rt, err := e.chooseRoute(g.ent, r, m)
 	if err != nil {
 		return err
 	}

@@ -47,32 +47,26 @@ func newHostCopyExec() hostCopyExec {
 	return hostCopyExec{newLanePool(min(runtime.GOMAXPROCS(0), 16), copyUnit)}
 }
 
-// hostCopyMaxGroup is the most requests a group may have and still go to
-// the host copy lanes. An off-ring group's tasks all become running at
-// dispatch (offring.go), so none of them can be cancelled any more; the
-// ring dispatches a queue depth at a time and leaves the rest pending. A
-// group of many large requests (a bulk read meant to be cancelled in
-// part) therefore stays on the ring; a few large requests, the shape a
-// file load submits, gain the lanes.
-const hostCopyMaxGroup = 16
-
-// hostCopyEligible reports whether request r (host memory only) of a
-// group of n requests goes to the host copy lanes: a single range on an
-// in-memory file, one unit or more, with the transport left to the
-// engine, in a group of at most hostCopyMaxGroup requests. A request of
-// exactly one unit is the common 4 MiB stream: on the ring it was one SQE
-// punted to an io-wq thread (tmpfs has no IOCB_NOWAIT) with its
-// completion crossing back to the worker; on a lane it is one pread on a
-// core the engine already holds (0.76x the parallel pread loop on 16
-// cores via the ring). With the runtime queue enabled the ring keeps it,
-// so its dispatch window accounting is unchanged (an off-ring group takes
-// its window whole).
-func (e *Engine) hostCopyEligible(ent *segEntry, r *Request, m reqMemory, n int) bool {
+// hostCopyEligible reports whether request r (host memory only) goes to
+// the host copy lanes: a single range on an in-memory file, one unit or
+// more, with the transport left to the engine. A request of exactly one
+// unit is the common 4 MiB stream: on the ring it was one SQE punted to
+// an io-wq thread (tmpfs has no IOCB_NOWAIT) with its completion crossing
+// back to the worker; on a lane it is one pread on a core the engine
+// already holds (0.76x the parallel pread loop on 16 cores via the ring).
+// Group size does not matter: the worker hands an off-ring group to its
+// executors a window at a time (offring.go), so a bulk group's tasks not
+// yet started stay pending and cancellable, as on the ring. With the
+// runtime queue enabled the ring keeps it, so its dispatch window
+// accounting is unchanged (an off-ring group takes its window whole).
+func (e *Engine) hostCopyEligible(ent *segEntry, r *Request, m reqMemory) bool {
 	return r.Transport == TransportUnspec && ent.inMemory && !m.device && len(r.Elements) == 0 &&
-		r.Length >= hostCopyUnit && n <= hostCopyMaxGroup && !e.cfg.RuntimeQueue.Enabled
+		r.Length >= hostCopyUnit && !e.cfg.RuntimeQueue.Enabled
 }
 
 func (hostCopyExec) cut() (uint64, bool) { return hostCopyUnit, true }
+
+func (hostCopyExec) path() string { return "host_copy" }
 
 // copyUnit moves unit k of job x with pread/pwrite on the buffered fd.
 func copyUnit(x *offRing, k int) {

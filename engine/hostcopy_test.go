@@ -129,41 +129,64 @@ func moveBytes(reqs []engine.Request, base uint64, mem, file []byte, op engine.O
 	}
 }
 
-// TestHostCopyGroupCap: a group of more than hostCopyMaxGroup (16) large
-// requests stays on the ring, where tasks not yet started stay pending
-// and can be cancelled; 16 go to the host copy lanes.
-func TestHostCopyGroupCap(t *testing.T) {
+// TestHostCopyBulkGroup: a group of 4096 large requests on tmpfs goes to
+// the host copy lanes, which it gets a queue depth of tasks at a time:
+// while those are held on the lanes, the rest are still pending, and
+// cancel_all ends every one of them without a byte moved.
+func TestHostCopyBulkGroup(t *testing.T) {
 	needIOUring(t)
 	shm, ok := filesystems(t)["tmpfs"]
 	if !ok {
 		t.Skip("no tmpfs at /dev/shm")
 	}
-	const each = 4<<20 + 4096 // over one unit
-	size := func(n int) uint64 { return uint64(n) * each }
-	for _, c := range []struct {
-		n    int
-		want engine.TransportKind
-	}{{16, engine.TransportCopy}, {17, engine.TransportIOUring}} {
-		e := newEngine(t, nil)
-		path, _ := randomFile(t, shm, "f", int(size(c.n)))
-		seg := openSeg(t, e, path, engine.PermRead)
-		r := register(t, e, size(c.n))
-		reqs := make([]engine.Request, c.n)
-		for i := range reqs {
-			off := size(i)
-			reqs[i] = engine.Request{Address: r.BaseAddress() + off, TargetOffset: off, Length: each}
+	const n, each, depth = 4096, 4 << 20, 16
+	e := newEngine(t, func(cfg *config.Engine) {
+		cfg.IOUring.QueueDepth = depth
+		cfg.MaxInflightBytes = config.Size(n * each)
+	})
+	path, orig := randomFile(t, shm, "f", each)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, each)
+	held, release := make(chan struct{}, n*4), make(chan struct{})
+	e.HoldUnits(func(int) {
+		held <- struct{}{}
+		<-release
+	})
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		reqs[i] = engine.Request{Address: r.BaseAddress(), Length: each}
+	}
+	b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+	if err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	<-held
+	if ts, _ := b.TaskStatus(n - 1); ts.State != engine.TaskPending || ts.Transport != engine.TransportCopy {
+		close(release)
+		t.Fatalf("last task while the first are held on the lanes: %v over %v, want pending over copy", ts.State, ts.Transport)
+	}
+	if err := b.CancelAll(); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	close(release)
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range b.TaskStatuses() {
+		switch {
+		case ts.Index < depth && (ts.State != engine.TaskCompleted || ts.Transport != engine.TransportCopy):
+			t.Fatalf("task %d, handed to the lanes: %v over %v (%v), want completed over copy", ts.Index, ts.State, ts.Transport, ts.Err)
+		case ts.Index >= depth && (ts.State != engine.TaskCancelled || ts.Transferred != 0):
+			t.Fatalf("task %d, not handed out: %v with %d bytes, want cancelled with none", ts.Index, ts.State, ts.Transferred)
 		}
-		b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-			t.Fatalf("%d requests: %v %v", c.n, st, err)
-		}
-		for _, ts := range b.TaskStatuses() {
-			if ts.Transport != c.want {
-				t.Fatalf("%d requests: task %d over %v, want %v", c.n, ts.Index, ts.Transport, c.want)
-			}
-		}
+	}
+	if got := e.Stats().HostCopyUnits; got != depth {
+		t.Fatalf("%d units copied, want %d (one per task handed out)", got, depth)
+	}
+	got := make([]byte, each)
+	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, orig) {
+		t.Fatalf("memory differs from the file (%v)", err)
 	}
 }

@@ -34,13 +34,20 @@ import (
 )
 
 // ipcLanes is how many copies the executor keeps queued at once over
-// every device: each lane waits on its copy's event, not on a core.
-const ipcLanes = 8
+// every device: each lane waits on its copy's event, not on a core. One
+// device-to-device copy already drives a GPU's memory at its rate, so
+// more copies at once only share it (and its DRAM pages) among
+// themselves; a few keep the next copy queued while a lane wakes from
+// the last one's event, on each of a host's devices.
+const ipcLanes = 4
 
-// ipcUnit is the largest device-to-device copy of one unit: large enough
-// that the per-copy cost (queue, record, wait) is far below the copy's
-// time, small enough that a large request spreads over the lanes.
-const ipcUnit = 256 << 20
+// ipcUnit is the largest device-to-device copy of one unit: a request of
+// up to max_transfer_bytes' default is one copy (as a user's own
+// cuMemcpyDtoDAsync of it would be), so the per-copy cost (queue, record,
+// the lane's wake on its event) is paid once per request, and a copy of
+// this size lasts far longer than that cost (about half a millisecond on
+// an H200).
+const ipcUnit = 1 << 30
 
 // ipcExec is the engine-wide CUDA IPC executor.
 type ipcExec struct {
@@ -57,6 +64,8 @@ func newIPCExec(e *Engine) *ipcExec {
 // cut: one device range per unit (a copy has one source and one
 // destination).
 func (*ipcExec) cut() (uint64, bool) { return ipcUnit, true }
+
+func (*ipcExec) path() string { return "cuda_ipc" }
 
 // Task states of an IPC request (remoteTarget.ipcRun).
 const (
@@ -256,7 +265,7 @@ func (l *legs) start(from int) {
 			continue
 		}
 		lo, hi := from, end
-		x := l.e.newJob(g, rt, ex, func(j int) bool { return j >= lo && j < hi && l.live[j] })
+		x := l.e.newJob(g, rt, ex, lo, hi, func(j int) bool { return l.live[j] })
 		x.leg = l
 		l.mu.Lock()
 		l.next, l.left = end, n

@@ -491,3 +491,56 @@ func TestIPCMappingLifetime(t *testing.T) {
 		}
 	})
 }
+
+// TestIPCOneCopyPerRequest: a cuda_ipc request of up to 1 GiB (here
+// just over 256 MiB: the fake's memory is populated host memory) is one
+// device-to-device copy of all of it, each way, so its per-copy cost
+// (queue, record, the wake on its event) is paid once. The fake moves no
+// byte (dma): only the copies are counted.
+func TestIPCOneCopyPerRequest(t *testing.T) {
+	const n = 256<<20 + peerUnit
+	gpu := newFakeGPU(1)
+	gpu.dma.Store(true)
+	var mu sync.Mutex
+	var sizes []uint64
+	gpu.onDtoD = func(dst, src, n uint64) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		mu.Unlock()
+	}
+	e := gpuEngine(t, gpu, nil, nil)
+	remote := newFakeRemote(0, engine.PermReadWrite, peerUnit)
+	remote.size, remote.info.Size = n, n
+	remote.exportIPC(t, e, n)
+	seg, err := e.OpenRemoteSegment("tcp://127.0.0.1:1/kv", remote, engine.PermReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := deviceRegion(t, e, 0, n)
+	for _, op := range []engine.Op{engine.OpWrite, engine.OpRead} {
+		mu.Lock()
+		sizes = nil
+		mu.Unlock()
+		b, err := e.AllocateBatch(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Submit(op, seg, []engine.Request{{Address: dev.BaseAddress(), Length: n}}, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		b.Seal()
+		if _, err := b.Wait(ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if ts, _ := b.TaskStatus(0); ts.State != engine.TaskCompleted || ts.Transport != engine.TransportCUDAIPC || ts.Transferred != n {
+			t.Fatalf("%v: %v over %v, %d bytes (%v); want completed over cuda_ipc, %d bytes", op, ts.State, ts.Transport, ts.Transferred, ts.Err, n)
+		}
+		mu.Lock()
+		got := slices.Clone(sizes)
+		mu.Unlock()
+		if !slices.Equal(got, []uint64{n}) {
+			t.Fatalf("%v: copies of %v bytes, want one of %d", op, got, n)
+		}
+		b.Free()
+	}
+}

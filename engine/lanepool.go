@@ -1,8 +1,8 @@
 // lanepool.go owns the lanes of the executors whose unit is one
 // synchronous call (the host copy's pread/pwrite, a cuFile call, a peer's
-// round trip): a fixed set of goroutines, started on the first job and
-// stopped at Engine.Close, taking units from one fair queue (fairqueue.go)
-// shared by every batch.
+// round trip, a memory owner's copy): a fixed set of goroutines, started
+// on the first job and stopped at Engine.Close, taking units from one
+// fair queue (fairqueue.go) shared by every batch.
 //
 // Invariants:
 //   - A unit is handed to exactly one lane; do resolves it (offring.go).
@@ -36,6 +36,10 @@ type lanePool struct {
 func newLanePool(n int, do func(x *offRing, k int)) *lanePool {
 	return &lanePool{n: n, do: do, done: make(chan struct{}), work: make(chan struct{}, n)}
 }
+
+// window: a lane pool takes a queue depth of a group's tasks at once;
+// its fair queue spreads their units over the lanes.
+func (p *lanePool) window(depth int) int { return depth }
 
 // run queues a dispatched job without blocking.
 func (p *lanePool) run(x *offRing) {

@@ -16,14 +16,18 @@
 // reports only the bytes of its own range.
 //
 // Invariants:
-//   - A memory group runs on one executor goroutine, owners in submission
-//     order: there is no reordering inside a group, so overlapping
-//     destinations and read-after-write within it resolve as strict FIFO.
-//     Across groups, conflicts() fences on the bounding boxes of both the
-//     local and the target ranges.
+//   - The memory executor (memExec, behind the executor seam like the
+//     others) runs a memory group's owners one at a time, in submission
+//     order: its window is one owner, so the scheduler hands out the next
+//     owner only after the last one ended. There is no reordering inside
+//     a group, so overlapping destinations and read-after-write within it
+//     resolve as strict FIFO. Across groups, conflicts() fences on the
+//     bounding boxes of both the local and the target ranges.
 //   - An owner starts only while all its tasks are pending (cancelling an
-//     alias cancels the owner); a cancelled owner leaves its successors
-//     eligible. Owners are marked running one at a time.
+//     alias cancels the owner; the scheduler marks an owner's tasks
+//     running together); a cancelled owner leaves its successors
+//     eligible. Each alias reports its own share of the owner's bytes
+//     (offRing.share) and the owner's error.
 //   - The group holds loans on every local and target range from dispatch
 //     to its end (so neither region is unregistered or read through data
 //     meanwhile) and a user on the memory segment (so close drains it).
@@ -34,7 +38,7 @@ package engine
 
 import (
 	"fmt"
-	"time"
+	"runtime"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
 )
@@ -171,6 +175,16 @@ func (g *group) buildMem(e *Engine, i int, r *Request) error {
 		hostRange{region: local, lo: r.Address, hi: r.Address + r.Length, req: i},
 		hostRange{region: ms.region, lo: remote, hi: remote + r.Length, req: i})
 	g.mem.local[i], g.mem.addrs[i] = local, r.Address
+	// One piece: the extent the executor's job cuts (offring.go); the
+	// copy itself goes through the owner (copyOwnerUnit).
+	kind := pieceHost
+	if local.dev != nil {
+		kind = pieceDevice
+	}
+	if g.pieces == nil {
+		g.pieces = make([][]piece, g.n)
+	}
+	g.pieces[i] = []piece{{kind: kind, n: r.Length, addr: r.Address}}
 	g.routes[i] = routeMem
 	g.policy[i] = reqPolicy{asked: r.Transport}
 	g.charge += r.Length
@@ -207,108 +221,52 @@ func selfOverlap(target, local *Region, addr, off, n uint64) bool {
 	return addr < t+n && t < addr+n
 }
 
-// startMemLocked hands a dispatched memory group to its executor.
-// REQUIRES: b.mu.
-func (w *worker) startMemLocked(g *group) {
-	b := w.b
-	g.next = g.n
-	live := false
-	for i := 0; i < g.n; i++ {
-		live = live || b.mu.tasks[g.first+i].state == TaskPending
-	}
-	if !live {
-		g.finishLocked(true)
+// memExec is the engine-wide memory executor: lanes (lanepool.go) that
+// copy physical owners, one unit per owner. The scheduler hands a memory
+// group to it one owner at a time (window), so owners run in submission
+// order and an owner not yet handed out stays pending (cancellable with
+// its aliases).
+type memExec struct {
+	*lanePool
+	e *Engine
+}
+
+func newMemExec(e *Engine) memExec {
+	return memExec{newLanePool(min(runtime.GOMAXPROCS(0), 16), copyOwnerUnit), e}
+}
+
+// cut: one unit per owner (an owner is at most max_transfer_bytes).
+func (m memExec) cut() (uint64, bool) { return uint64(m.e.cfg.MaxTransferBytes), false }
+
+// window: one owner at a time, whatever the queue depth: a memory group
+// has no reordering inside it (overlapping destinations and
+// read-after-write resolve as strict FIFO), and an owner starts only
+// while all its tasks are pending.
+func (memExec) window(int) int { return 1 }
+
+func (memExec) path() string { return "memory" }
+
+// copyOwnerUnit copies unit k of memory job x: one physical owner.
+func copyOwnerUnit(x *offRing, k int) {
+	g := x.g
+	u := &x.units[k]
+	if err := x.startable(k); err != nil {
+		x.resolve(k, 0, err)
 		return
 	}
-	g.outstanding = 1 // the executor; the worker waits for its poke
-	go b.e.runMem(g)
-}
-
-// runMem executes a memory group's owners in order.
-func (e *Engine) runMem(g *group) {
-	b := g.b
-	m := g.mem
-	for k := range m.owners {
-		o := &m.owners[k]
-		b.mu.Lock()
-		if b.mu.tasks[g.first+o.first].state != TaskPending {
-			b.mu.Unlock() // cancelled through an alias
-			continue
-		}
-		if !time.Now().Before(g.deadline) {
-			err := errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] started", o.first)
-			for j := o.first; j <= o.last; j++ {
-				t := &b.mu.tasks[g.first+j]
-				t.state, t.err = TaskFailed, err
-				e.st.tasksFailed.Add(1)
-			}
-			b.changedLocked()
-			b.mu.Unlock()
-			continue
-		}
-		for j := o.first; j <= o.last; j++ {
-			t := &b.mu.tasks[g.first+j]
-			t.state, t.submitted = TaskRunning, true
-		}
-		g.lastSubmitted = o.last
-		b.changedLocked()
-		b.mu.Unlock()
-
-		got, err := g.copyOwner(o)
-
-		b.mu.Lock()
-		g.publishOwnerLocked(o, got, err)
-		b.changedLocked()
-		b.mu.Unlock()
-		b.deliver()
+	o := &g.mem.owners[g.mem.ownerOf[u.task]]
+	if g.op == OpWrite {
+		x.markSubmitted(k) // the copy may change target bytes past what it reports
 	}
-	b.mu.Lock()
-	g.outstanding = 0
-	g.finishLocked(true)
-	b.changedLocked()
-	w := b.mu.w
-	b.mu.Unlock()
-	b.deliver()
-	if w != nil {
-		w.poke()
-	}
-}
-
-// publishOwnerLocked gives each alias of o its own share of got bytes.
-// REQUIRES: b.mu.
-func (g *group) publishOwnerLocked(o *memOwner, got uint64, err error) {
-	b := g.b
-	e := b.e
+	got, err := g.copyOwner(o)
 	if err == nil && got < o.n {
 		err = fmt.Errorf("copied %d of %d bytes", got, o.n)
 	}
-	var rel uint64
-	for j := o.first; j <= o.last; j++ {
-		t := &b.mu.tasks[g.first+j]
-		if t.state != TaskRunning {
-			rel += t.length
-			continue
-		}
-		t.transferred = min(t.length, got-min(got, rel))
-		rel += t.length
-		if err == nil {
-			t.state = TaskCompleted
-			e.st.tasksCompleted.Add(1)
-		} else {
-			t.state = TaskFailed
-			t.err = &Error{Op: g.op.String(), Name: g.mem.seg.name(), Kind: KindOf(err),
-				Err: fmt.Errorf("requests[%d] (physical owner task %d): %w", j, g.first+o.first, err)}
-			if g.op == OpWrite {
-				t.effect = EffectUnknown // the copy may have changed target bytes past got
-			}
-			e.st.tasksFailed.Add(1)
-		}
+	if err != nil {
+		err = &Error{Op: g.op.String(), Name: g.mem.seg.name(), Kind: KindOf(err),
+			Err: fmt.Errorf("requests[%d] (physical owner task %d): %w", u.task, g.first+o.first, err)}
 	}
-	if g.op == OpRead {
-		e.st.bytesRead.Add(got)
-	} else {
-		e.st.bytesWritten.Add(got)
-	}
+	x.resolve(k, got, err)
 }
 
 // copyOwner moves one owner's bytes.

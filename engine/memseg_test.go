@@ -386,3 +386,45 @@ func TestMemSegmentLargerThanWindow(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkMemSegmentOwners: one memory-segment READ of 256 separate
+// 4 KiB owners (merge_requests off) per op: the cost of handing a
+// memory group's owners to the memory executor one at a time.
+func BenchmarkMemSegmentOwners(b *testing.B) {
+	const n, each = 256, 4096
+	cfg := config.DefaultEngine()
+	cfg.MergeRequests = false
+	ts := realTransports(cfg)
+	if len(ts) == 0 {
+		b.Skip("memory segments need the file transport")
+	}
+	e, err := engine.New(cfg, ts[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(5 * time.Second)
+	local, err := e.RegisterMemory(n * each)
+	if err != nil {
+		b.Fatal(err)
+	}
+	target, err := e.RegisterMemory(n * each)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ms, err := e.OpenMemorySegment("mem://bench", target, engine.PermRead)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]engine.Request, n)
+	for i := range reqs {
+		// Half of each 4 KiB slot: no two owners adjacent.
+		reqs[i] = engine.Request{Address: local.BaseAddress() + uint64(i)*each, TargetOffset: uint64(i) * each, Length: each / 2}
+	}
+	b.SetBytes(n * each / 2)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := e.SubmitAndWait(engine.OpRead, ms, reqs, 10*time.Second); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

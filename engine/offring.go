@@ -5,9 +5,11 @@
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,
 // fences against earlier groups, loans and the deadline check at
-// dispatch. At dispatch it marks every task running and hands each
-// executor (executor.go) its share of the group as one job: each
-// request's file extent cut into units. The executors run units of every
+// dispatch. It hands the group out a window at a time, as the ring takes
+// a queue depth of ops (Batch.feedLocked): it marks the window's tasks
+// running and hands each executor (executor.go) its share of them as one
+// job, each request's file extent cut into units. Tasks not yet handed
+// out stay pending, so a cancel or the deadline still stops them. The executors run units of every
 // batch's jobs on lanes they own engine-wide, taken from their fair queue
 // (fairqueue.go), so the disk, the copy engine and every core overlap.
 //
@@ -61,12 +63,15 @@ type piece struct {
 	dev  int    // CUDA device (pieceDevice)
 }
 
-// unit is the slice of one request's file extent that one lane moves at
-// once: at most one staging chunk, or one cuFile call.
+// unit is the slice of one physical owner's extent that one lane moves
+// at once: at most one staging chunk, or one cuFile call. A file
+// request is its own owner; a memory segment's merged requests
+// (memgroup.go) share one owner, and its units serve tasks task..last.
 type unit struct {
-	task   int    // group-relative request index
-	off    uint64 // file offset
-	rel    uint64 // offset within the request's extent
+	task   int    // group-relative request index (the owner's first)
+	last   int    // the owner's last request (task, but for merged aliases)
+	off    uint64 // file offset (a memory unit finds its target through its owner)
+	rel    uint64 // offset within the owner's extent
 	n      uint64
 	pieces []piece // the parts of the request this unit covers, clipped
 }
@@ -82,8 +87,11 @@ type unitResult struct {
 type offRing struct {
 	g     *group
 	route route
-	units []unit
-	next  atomic.Int64
+	// lo, hi: the group's requests [lo, hi) this job may serve (a
+	// window); the per-task slices below are indexed by i - lo.
+	lo, hi int
+	units  []unit
+	next   atomic.Int64
 	// avail: units below it may be handed out. A job whose tasks wait for
 	// producer events releases them task by task (gate); skip marks a
 	// task whose producer failed, whose units are resolved by the gate
@@ -99,10 +107,14 @@ type offRing struct {
 	ready    []sync.Once // per task: its producer event consumed once
 	readyErr []error
 
-	mu        sync.Mutex
-	res       []unitResult
-	left      []int // per task: units not yet resolved
-	first     []int // per task: index of its first unit
+	mu    sync.Mutex
+	res   []unitResult
+	left  []int // per task: units not yet resolved
+	first []int // per task: index of its first unit
+	count []int // per task: its units, from first
+	// span: per task, its bytes within its owner's extent ([0, extent)
+	// for a request that is its own owner).
+	span      [][2]uint64
 	undrained bool
 	// leg, when set, is the ordered execution this job is one leg of
 	// (ipcexec.go): told after each of the job's tasks reported.
@@ -113,21 +125,41 @@ type offRing struct {
 	prefix []uint64
 }
 
-// newOffRing splits the group's requests into units of at most size
-// bytes. byPiece keeps every unit within one piece (cuFile moves one
-// device range per call).
-// Tasks that are not live (cancelled before dispatch) get no unit.
-func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) bool) *offRing {
-	x := &offRing{g: g, route: rt, left: make([]int, g.n), first: make([]int, g.n)}
-	for i := 0; i < g.n; i++ {
-		x.first[i] = len(x.units)
-		if !live(i) {
+// newOffRing splits the group's physical owners into units of at most
+// size bytes. byPiece keeps every unit within one piece (cuFile moves one
+// device range per call). An owner's extent is its requests' extents end
+// to end (g.aliases: one request, or a memory segment's merged ones).
+// Owners that are not live (cancelled before dispatch) get no unit;
+// aliases share their state, so live holds for all of an owner or none.
+func newOffRing(g *group, rt route, size uint64, byPiece bool, from, to int, live func(i int) bool) *offRing {
+	n := to - from
+	x := &offRing{g: g, route: rt, lo: from, hi: to, left: make([]int, n), first: make([]int, n), count: make([]int, n), span: make([][2]uint64, n)}
+	var ps []piece
+	for i := from; i < to; {
+		lo, hi := g.aliases(i) // a window holds whole owners
+		start := len(x.units)
+		for j := lo; j <= hi; j++ {
+			x.first[j-from] = start
+		}
+		if !live(lo) {
+			i = hi + 1
 			continue
 		}
-		ps := g.pieces[i]
+		ps = ps[:0]
 		var extent uint64
-		for _, p := range ps {
-			extent = max(extent, p.rel+p.n)
+		for j := lo; j <= hi; j++ {
+			var e uint64
+			for _, p := range g.pieces[j] {
+				e = max(e, p.rel+p.n)
+				p.rel += extent
+				ps = append(ps, p)
+			}
+			x.span[j-from] = [2]uint64{extent, extent + e}
+			extent += e
+		}
+		var base uint64
+		if g.ops != nil {
+			base = g.ops[lo].Offset // memory owners have no file (memgroup.go)
 		}
 		if byPiece {
 			for _, p := range ps {
@@ -139,24 +171,41 @@ func newOffRing(g *group, rt route, size uint64, byPiece bool, live func(i int) 
 					if q.host != nil {
 						q.host = q.host[at : at+n]
 					}
-					x.units = append(x.units, unit{task: i, off: g.ops[i].Offset + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
+					x.units = append(x.units, unit{task: lo, last: hi, off: base + p.rel + at, rel: p.rel + at, n: n, pieces: []piece{q}})
 				}
 			}
 		} else {
 			for at := uint64(0); at < extent; at += size {
-				u := unit{task: i, off: g.ops[i].Offset + at, rel: at, n: min(size, extent-at)}
+				u := unit{task: lo, last: hi, off: base + at, rel: at, n: min(size, extent-at)}
 				u.pieces = clip(ps, at, u.n)
 				x.units = append(x.units, u)
 			}
 		}
-		x.left[i] = len(x.units) - x.first[i]
+		for j := lo; j <= hi; j++ {
+			x.count[j-from] = len(x.units) - start
+			x.left[j-from] = x.count[j-from]
+		}
+		i = hi + 1
 	}
 	x.res = make([]unitResult, len(x.units))
-	x.ready, x.readyErr = make([]sync.Once, g.n), make([]error, g.n)
-	x.skip = make([]atomic.Bool, g.n)
-	x.broken = make([]atomic.Bool, g.n)
+	x.ready, x.readyErr = make([]sync.Once, n), make([]error, n)
+	x.skip = make([]atomic.Bool, n)
+	x.broken = make([]atomic.Bool, n)
 	x.avail.Store(int64(len(x.units)))
 	return x
+}
+
+// share is task i's part of unit k: the bytes of the unit that are
+// task i's, and how many of them the unit moved.
+func (x *offRing) share(k, i int) (want, got uint64) {
+	u, r := &x.units[k], &x.res[k]
+	sp := x.span[i-x.lo]
+	lo, hi := max(u.rel, sp[0]), min(u.rel+u.n, sp[1])
+	if lo >= hi {
+		return 0, 0
+	}
+	moved := u.rel + min(r.got, u.n)
+	return hi - lo, min(hi, max(moved, lo)) - lo
 }
 
 // waitProducer consumes unit k's task's producer event once, before
@@ -167,7 +216,8 @@ func (x *offRing) waitProducer(k int) error {
 	if x.g.producers == nil || x.g.producers[i] == nil {
 		return nil
 	}
-	x.ready[i].Do(func() {
+	j := i - x.lo
+	x.ready[j].Do(func() {
 		// Polled, never past deadline + quiesce_grace: a producer that
 		// never signals must not hang the group. Nothing was touched, so
 		// nothing is retained.
@@ -175,12 +225,12 @@ func (x *offRing) waitProducer(k int) error {
 		done, err := waitEvent(x.g.producers[i], cut)
 		switch {
 		case err != nil:
-			x.readyErr[i] = unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
+			x.readyErr[j] = unitErr(x.g, &x.units[k], KindIO, fmt.Errorf("producer event: %w", err))
 		case !done:
-			x.readyErr[i] = unitErr(x.g, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
+			x.readyErr[j] = unitErr(x.g, &x.units[k], KindTimeout, errors.New("the producer event did not complete by the deadline"))
 		}
 	})
-	return x.readyErr[i]
+	return x.readyErr[j]
 }
 
 // clip returns the parts of ps inside [at, at+n), with rel made relative
@@ -215,7 +265,7 @@ func (x *offRing) take() int {
 		if !x.next.CompareAndSwap(k, k+1) {
 			continue
 		}
-		if x.skip[x.units[k].task].Load() {
+		if x.skip[x.units[k].task-x.lo].Load() {
 			continue
 		}
 		return int(k)
@@ -229,8 +279,11 @@ var errBroken = errors.New("not started: an earlier part of the request failed")
 // its task failed, or the deadline passed), or nil.
 func (x *offRing) startable(k int) error {
 	u := &x.units[k]
+	if h := x.g.b.e.unitHeld; h != nil {
+		h(x.g.first + u.task)
+	}
 	switch {
-	case x.broken[u.task].Load():
+	case x.broken[u.task-x.lo].Load():
 		return unitErr(x.g, u, KindIO, errBroken)
 	case time.Now().After(x.g.deadline):
 		return unitErr(x.g, u, KindTimeout, errors.New("deadline passed before these bytes started"))
@@ -246,8 +299,8 @@ func (x *offRing) hasProducers() bool {
 	if x.g.producers == nil {
 		return false
 	}
-	for i := range x.g.n {
-		if x.g.producers[i] != nil && x.left[i] > 0 {
+	for i := x.lo; i < x.hi; i++ {
+		if x.g.producers[i] != nil && x.left[i-x.lo] > 0 {
 			return true
 		}
 	}
@@ -262,21 +315,19 @@ func (x *offRing) hasProducers() bool {
 func (x *offRing) gate(release func()) {
 	x.avail.Store(0)
 	go func() {
-		for i := range x.g.n {
-			end := len(x.units)
-			if i+1 < x.g.n {
-				end = x.first[i+1]
+		for i := x.lo; i < x.hi; i++ {
+			first := x.first[i-x.lo]
+			end := first + x.count[i-x.lo]
+			if lo, _ := x.g.aliases(i); first == end || lo != i {
+				continue // no unit, or an alias of its owner's first task
 			}
-			if x.first[i] == end {
-				continue
-			}
-			err := x.waitProducer(x.first[i])
+			err := x.waitProducer(first)
 			if err != nil {
-				x.skip[i].Store(true)
+				x.skip[i-x.lo].Store(true)
 			}
 			x.avail.Store(int64(end))
 			if err != nil {
-				for k := x.first[i]; k < end; k++ {
+				for k := first; k < end; k++ {
 					x.resolve(k, 0, err)
 				}
 			}
@@ -302,25 +353,40 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 		return
 	}
 	r.done, r.got, r.err = true, got, err
-	i := x.units[k].task
-	if x.g.op == OpWrite && (err != nil || got < x.units[k].n) {
-		x.broken[i].Store(true)
+	u := &x.units[k]
+	type report struct {
+		i           int
+		final       bool
+		transferred uint64
+		err         error
+		effect      RemoteEffect
 	}
-	x.left[i]--
-	if x.left[i] > 0 {
-		got, grew := x.advancePrefixLocked(i)
-		x.mu.Unlock()
-		if grew {
-			x.g.b.progressOffRing(x.g, i, got)
+	var reports []report
+	for i := u.task; i <= u.last; i++ {
+		if x.g.op == OpWrite && (err != nil || got < u.n) {
+			x.broken[i-x.lo].Store(true)
 		}
-		return
+		x.left[i-x.lo]--
+		if x.left[i-x.lo] > 0 {
+			if got, grew := x.advancePrefixLocked(i); grew {
+				reports = append(reports, report{i: i, transferred: got})
+			}
+			continue
+		}
+		transferred, terr, effect := x.taskResultLocked(i)
+		reports = append(reports, report{i, true, transferred, terr, effect})
 	}
-	transferred, terr, effect := x.taskResultLocked(i)
 	drained := !x.undrained
 	x.mu.Unlock()
-	x.g.b.finishOffRing(x.g, i, transferred, terr, effect, drained)
-	if x.leg != nil {
-		x.leg.taskDone(i, terr)
+	for _, r := range reports {
+		if r.final {
+			x.g.b.finishOffRing(x.g, r.i, r.transferred, r.err, r.effect, drained)
+			if x.leg != nil {
+				x.leg.taskDone(r.i, r.err)
+			}
+		} else {
+			x.g.b.progressOffRing(x.g, r.i, r.transferred)
+		}
 	}
 }
 
@@ -333,19 +399,17 @@ func (x *offRing) advancePrefixLocked(i int) (uint64, bool) {
 		x.cursor = append([]int(nil), x.first...)
 		x.prefix = make([]uint64, len(x.first))
 	}
-	end := len(x.units)
-	if i+1 < len(x.first) {
-		end = x.first[i+1]
-	}
+	i -= x.lo
 	grew := false
-	for k := x.cursor[i]; k < end; k++ {
+	for k := x.cursor[i]; k < x.first[i]+x.count[i]; k++ {
 		r := &x.res[k]
-		if !r.done || r.err != nil || r.got < x.units[k].n {
+		want, got := x.share(k, i+x.lo)
+		if !r.done || r.err != nil || got < want {
 			break
 		}
-		x.prefix[i] += x.units[k].n
+		x.prefix[i] += want
 		x.cursor[i] = k + 1
-		grew = true
+		grew = grew || want > 0
 	}
 	return x.prefix[i], grew
 }
@@ -364,17 +428,14 @@ func (b *Batch) progressOffRing(g *group, i int, got uint64) {
 // taskResultLocked folds task i's units. REQUIRES: x.mu.
 func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 	g := x.g
-	end := len(x.units)
-	if i+1 < g.n {
-		end = x.first[i+1]
-	}
 	var got uint64
 	var err error
 	effect := EffectNone
 	prefix := true
-	for k := x.first[i]; k < end; k++ {
+	for k := x.first[i-x.lo]; k < x.first[i-x.lo]+x.count[i-x.lo]; k++ {
 		u, r := &x.units[k], &x.res[k]
-		if g.op == OpWrite && r.submitted && (r.err != nil || r.got < u.n) {
+		want, moved := x.share(k, i)
+		if g.op == OpWrite && r.submitted && (r.err != nil || moved < want) {
 			effect = EffectUnknown
 		}
 		if !prefix {
@@ -385,16 +446,16 @@ func (x *offRing) taskResultLocked(i int) (uint64, error, RemoteEffect) {
 			}
 			continue
 		}
-		got += min(r.got, u.n)
+		got += moved
 		switch {
 		case r.err != nil:
 			err, prefix = r.err, false
-		case r.got < u.n:
+		case moved < want:
 			what := "short read"
 			if g.op == OpWrite {
 				what = "short write"
 			}
-			err = errorf(KindRange, g.op.String(), g.targetName(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, r.got, u.n, u.off)
+			err = errorf(KindRange, g.op.String(), g.targetName(), "requests[%d]: %s: %d of %d bytes at offset %d (file is shorter than at submit)", i, what, moved, want, u.off)
 			prefix = false
 		}
 	}
@@ -424,6 +485,12 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 		} else {
 			b.endTaskLocked(g, i, outcome{transferred, err, effect, drained})
 		}
+		if g.next < g.n && !g.finished {
+			// The group's next window, from here: waking the worker for
+			// it cost a goroutine round trip per window (60 us per
+			// owner of a memory group, one owner a window).
+			b.feedLocked(g, time.Now())
+		}
 		b.changedLocked()
 	}
 	w := b.mu.w
@@ -434,55 +501,80 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 	}
 }
 
-// startOffRing hands a dispatched group to its executor. Every pending
-// task becomes running. REQUIRES: b.mu.
-func (w *worker) startOffRingLocked(g *group) {
-	if g.mem != nil {
-		w.startMemLocked(g) // memgroup.go
-		return
+// feedLocked hands the executors g's next pending physical
+// owners, as the ring takes a queue depth of ops: at most a window of
+// the group's tasks are running at once (io_uring.queue_depth, or less
+// where an executor says so: Engine.window), and the window is refilled
+// once half of it is free (so a refill is one job of many tasks, not one
+// job per finished task). Tasks not yet handed out stay pending: a
+// cancel still stops them, and the deadline fails them before dispatch.
+// It reports whether every task of g has been dispatched; the worker
+// dispatches nothing behind g before (FIFO), and each finished task
+// pokes it, or feeds the group itself (finishOffRing). REQUIRES: b.mu.
+func (b *Batch) feedLocked(g *group, now time.Time) bool {
+	if g.window == 0 { // its first window
+		g.rideAlong()
+		g.window = b.e.window(g)
 	}
-	b := w.b
-	for i := 0; i < g.n; i++ {
+	window := g.window
+	if g.next < g.n && g.outstanding > window/2 {
+		return false
+	}
+	from := g.next
+	for g.next < g.n && g.outstanding < window {
+		i := g.next
+		_, last := g.aliases(i) // an owner's tasks share their state
 		t := &b.mu.tasks[g.first+i]
-		if t.state == TaskPending {
+		if t.state != TaskPending {
+			g.next = last + 1 // cancelled meanwhile
+			continue
+		}
+		if now.After(g.deadline) {
+			b.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
+			break
+		}
+		for j := i; j <= last; j++ {
+			t := &b.mu.tasks[g.first+j]
 			t.state = TaskRunning
 			t.submitted = true
 			g.outstanding++
 		}
+		// Every running task is handed to an executor now: the
+		// affected span of a failure reaches the last of them.
+		g.lastSubmitted = last
+		g.next = last + 1
 	}
-	g.next = g.n
-	g.offRing = true
-	// Every running task is handed to an executor now: the affected span
-	// of a failure reaches the last of them.
-	for i := g.n - 1; i >= 0; i-- {
-		if b.mu.tasks[g.first+i].state == TaskRunning {
-			g.lastSubmitted = i
-			break
-		}
+	to := g.next
+	if from < to {
+		// One job per executor, so cuFile and staging units of one group
+		// run at once.
+		b.e.runOffRing(g, from, to, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
 	}
-	if g.outstanding == 0 {
-		g.finishLocked(true)
-		return
+	if g.next == g.n && g.outstanding == 0 {
+		b.endGroupLocked(g) // an earlier window may have ended undrained
 	}
-	// One job per executor, so cuFile and staging units of one group run
-	// at once.
-	b.e.runOffRing(g, func(i int) bool { return b.mu.tasks[g.first+i].state == TaskRunning })
+	if from < to {
+		b.changedLocked() // after the finish: it publishes the batch's end
+	}
+	return g.next == g.n
 }
 
-// runOffRing hands each executor its share of g's live requests as one
-// job. live must not change meanwhile (the caller holds b.mu).
-func (e *Engine) runOffRing(g *group, live func(i int) bool) {
-	g.rideAlong()
-	alive := make([]bool, g.n)
-	for i := range alive {
-		alive[i] = live(i)
-	}
-	if g.mixedIPC(alive) {
-		e.runLegs(g, alive) // in input order (ipcexec.go)
-		return
+// runOffRing hands each executor its share of g's live requests in
+// [from, to) as one job. live must not change meanwhile (the caller
+// holds b.mu).
+func (e *Engine) runOffRing(g *group, from, to int, live func(i int) bool) {
+	if g.remote != nil {
+		alive := make([]bool, g.n)
+		for i := from; i < to; i++ {
+			alive[i] = live(i)
+		}
+		if g.mixedIPC(alive) {
+			e.runLegs(g, alive) // in input order (ipcexec.go)
+			return
+		}
 	}
 	var seen []route
-	for i := 0; i < g.n; i++ {
+	for i := from; i < to; i++ {
 		if !live(i) {
 			continue
 		}
@@ -491,20 +583,43 @@ func (e *Engine) runOffRing(g *group, live func(i int) bool) {
 			continue
 		}
 		seen = append(seen, rt)
-		ex.run(e.newJob(g, rt, ex, func(j int) bool {
+		ex.run(e.newJob(g, rt, ex, from, to, func(j int) bool {
 			r, _ := e.executor(g.routes[j])
 			return live(j) && r == rt
 		}))
 	}
 }
 
-// newJob cuts g's requests for which live holds into ex's units.
-func (e *Engine) newJob(g *group, rt route, ex executor, live func(j int) bool) *offRing {
+// newJob cuts g's requests in [from, to) for which live holds into ex's
+// units.
+func (e *Engine) newJob(g *group, rt route, ex executor, from, to int, live func(j int) bool) *offRing {
 	size, byPiece := ex.cut()
 	if rt != routeIPC {
 		size = g.unitSize(size) // a peer's slice bounds a TCP unit, not a GPU copy
 	}
-	return newOffRing(g, rt, size, byPiece, live)
+	return newOffRing(g, rt, size, byPiece, from, to, live)
+}
+
+// window is how many of g's tasks may be running at once: the queue
+// depth, or less where one of its executors says so. A group mixing
+// cuda_ipc with another route runs in legs in input order (ipcexec.go),
+// which a later window could overtake: it goes out whole.
+func (e *Engine) window(g *group) int {
+	if g.remote != nil {
+		all := make([]bool, g.n)
+		for i := range all {
+			all[i] = true
+		}
+		if g.mixedIPC(all) {
+			return g.n
+		}
+	}
+	n := e.cfg.IOUring.QueueDepth
+	for i := 0; i < g.n; i++ {
+		_, ex := e.executor(g.routes[i])
+		n = min(n, ex.window(e.cfg.IOUring.QueueDepth))
+	}
+	return max(n, 1)
 }
 
 // unitErr wraps a lane failure for one unit.

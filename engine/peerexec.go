@@ -51,6 +51,8 @@ func newPeerExec() peerExec { return peerExec{newLanePool(peerLanes, peerUnit)} 
 // contiguous host slice handed to the Remote as it is.
 func (peerExec) cut() (uint64, bool) { return 64 << 20, true }
 
+func (peerExec) path() string { return "peer" }
+
 // remoteTarget is a remote group's plan.
 type remoteTarget struct {
 	seg *RemoteSegment

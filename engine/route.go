@@ -81,6 +81,8 @@ func (e *Engine) executor(rt route) (route, executor) {
 		return routeHostCopy, e.hostCopy
 	case routeRemote:
 		return routeRemote, e.peerExec
+	case routeMem:
+		return routeMem, e.memExec
 	case routeIPC:
 		return routeIPC, e.ipcExec
 	}
@@ -120,9 +122,8 @@ type reqMemory struct {
 	devices []int // distinct CUDA devices
 }
 
-// chooseRoute picks request r's route in a group of n requests. It may
-// probe cuFile.
-func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory, n int) (route, error) {
+// chooseRoute picks request r's route. It may probe cuFile.
+func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, error) {
 	switch r.Transport {
 	case TransportGDS:
 		if why := e.gdsIneligible(ent, r, m); why != "" {
@@ -134,7 +135,7 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory, n int) (rou
 		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
 	}
 	if !m.device {
-		if e.hostCopyEligible(ent, r, m, n) {
+		if e.hostCopyEligible(ent, r, m) {
 			return routeHostCopy, nil
 		}
 		return routeRing, nil

@@ -104,8 +104,9 @@ func (w *worker) failTokenLocked(tok uint64, err error) {
 // the first with err, each later one with an error of its own saying it
 // was not started because the submission stopped at request from (so a
 // task's error file never claims another task's failure as its own).
-func (w *worker) failRestLocked(g *group, from int, err error) {
-	b := w.b
+func (w *worker) failRestLocked(g *group, from int, err error) { w.b.failRestLocked(g, from, err) }
+
+func (b *Batch) failRestLocked(g *group, from int, err error) {
 	var rest error
 	for i := from; i < g.n; i++ {
 		t := &b.mu.tasks[g.first+i]
@@ -226,13 +227,20 @@ func (b *Batch) endTaskLocked(g *group, i int, o outcome) {
 	}
 	g.outstanding--
 	if g.outstanding == 0 && g.next == g.n {
-		drained := !g.offUndrained
-		if !drained {
-			e.st.unquiesced.Add(1)
-			e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.targetURI())
-		}
-		g.finishLocked(drained)
+		b.endGroupLocked(g)
 	}
+}
+
+// endGroupLocked finishes g once nothing of it runs and every task was
+// dispatched: unquiesced if some executor could not prove its drain.
+// REQUIRES: b.mu.
+func (b *Batch) endGroupLocked(g *group) {
+	drained := !g.offUndrained
+	if !drained {
+		b.e.st.unquiesced.Add(1)
+		b.e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.targetURI())
+	}
+	g.finishLocked(drained)
 }
 
 // remoteEffect is what the task may have done to the target: unknown as

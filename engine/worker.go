@@ -294,7 +294,9 @@ func (w *worker) fill() bool {
 func (w *worker) ringNeededLocked() bool {
 	b := w.b
 	if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
-		return true
+		// A partly dispatched group: a ring group's next ops, or an
+		// off-ring group's next window (no ring).
+		return !b.mu.inflight[n-1].offRing
 	}
 	if len(b.mu.queue) == 0 || b.mu.queue[0].offRing {
 		return false
@@ -335,6 +337,14 @@ func (w *worker) fillLocked() {
 		}
 		if n := len(b.mu.inflight); n > 0 && b.mu.inflight[n-1].next < b.mu.inflight[n-1].n {
 			g = b.mu.inflight[n-1]
+			if g.offRing {
+				// Its next window, once half the last one ended; nothing
+				// behind it is dispatched before (FIFO).
+				if !b.feedLocked(g, now) {
+					return
+				}
+				continue
+			}
 		} else if len(b.mu.queue) > 0 {
 			h := b.mu.queue[0]
 			for _, f := range b.mu.inflight {
@@ -359,7 +369,7 @@ func (w *worker) fillLocked() {
 				continue
 			}
 			if h.offRing {
-				w.startOffRingLocked(h)
+				b.feedLocked(h, now)
 				continue
 			}
 			g = h

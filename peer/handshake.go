@@ -26,15 +26,19 @@ import (
 // handshakeLimits: no handshake frame carries a payload.
 var handshakeLimits = wire.Limits{MaxPayload: 0}
 
-// newEpoch is a random, nonzero 64-bit epoch.
-// NewEpoch draws an engine epoch: random, never 0.
+// maxEpoch bounds epochs to 53 bits so that every JSON reader (jq,
+// JavaScript, Python's float parsing) holds one exactly: an epoch is
+// copied from info files into credit commands and compared by scripts.
+const maxEpoch = 1<<53 - 1
+
+// NewEpoch draws an engine epoch: random, in [1, 2^53-1].
 func NewEpoch() uint64 { return newEpoch() }
 
 func newEpoch() uint64 {
 	var b [8]byte
 	for {
 		rand.Read(b[:])
-		if e := binary.LittleEndian.Uint64(b[:]); e != 0 {
+		if e := binary.LittleEndian.Uint64(b[:]) & maxEpoch; e != 0 {
 			return e
 		}
 	}

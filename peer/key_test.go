@@ -63,3 +63,14 @@ func TestNoMultipathTCP(t *testing.T) {
 		t.Fatalf("control connection uses MPTCP: %v %v", mp, err)
 	}
 }
+
+// TestEpochExactInJSONDoubles: an epoch survives a round trip through a
+// float64, as jq reads it from an info file.
+func TestEpochExactInJSONDoubles(t *testing.T) {
+	for i := 0; i < 10000; i++ {
+		e := NewEpoch()
+		if e == 0 || uint64(float64(e)) != e {
+			t.Fatalf("epoch %d is not exact as a double", e)
+		}
+	}
+}
