@@ -10,10 +10,12 @@
 //     permission it was exported with; a refusal (permission, range,
 //     stale id, busy) happens before any byte of the region is touched
 //     and says so (AppliedNone).
-//   - A WRITE is acknowledged only after WriteAt returned: the bytes are
-//     in the region's memory (for a cuda:N region, engine.Region's
-//     WriteAt returns after the copy event of its pinned staging
-//     completed). A failed WRITE that may have changed the region (some
+//   - A WRITE is acknowledged only after its bytes are in the region's
+//     memory: received in place in full (DirectMemory: cpu and pinned
+//     regions, no payload checksum), or WriteAt returned (for a cuda:N
+//     region, after the copy event of its pinned staging completed). A
+//     payload cut part-way through an in-place receive ends the
+//     connection unacknowledged (effect unknown). A failed WRITE that may have changed the region (some
 //     bytes copied, or a device copy of unknown outcome) is answered with
 //     effect unknown, never none.
 //   - A frame that fails a check ends its connection: after a corrupt
