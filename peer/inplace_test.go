@@ -77,6 +77,28 @@ func TestWriteReceivedInPlace(t *testing.T) {
 	// Counted after the reply went out.
 	eventually(t, func() bool { st := s.Stats(); return st.BytesIn == n && st.BytesOut == n })
 
+	// With a payload checksum the payload goes through a buffer: one that
+	// fails its check never touches the region (effect none).
+	bad := pattern(4096, 9)
+	f = wire.Frame{Type: wire.TypeWrite, ID: 5, Meta: (&wire.Write{Region: 1}).Marshal(), Payload: bad, PayloadCRC: true}
+	hdr := f.Append(nil)
+	bad = bytes.Clone(bad)
+	bad[100] ^= 1
+	l2, err := c.dialLane(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(l2.close)
+	l2.c.Write(append(hdr, bad...))
+	_, _, err = l2.roundTrip(context.Background(), &wire.Frame{Type: wire.TypePing, ID: 5}, wire.TypePong, nil)
+	var re *remoteError
+	if !errors.As(err, &re) || re.m.Code != wire.CodeCorrupt || re.m.Applied != wire.AppliedNone {
+		t.Fatalf("reply to a corrupt payload: %v", err)
+	}
+	if _, err := r.ReadAt(got[:4096], 0); err != nil || !bytes.Equal(got[:4096], payload[:4096]) {
+		t.Fatalf("a WRITE with a corrupt payload changed the region (%v)", err)
+	}
+
 	// A refused WRITE (the region unregistered, still listed here) moves
 	// no byte, says so, and its payload is consumed: the lane stays in
 	// step.
@@ -85,7 +107,6 @@ func TestWriteReceivedInPlace(t *testing.T) {
 	}
 	f = wire.Frame{Type: wire.TypeWrite, ID: 3, Meta: (&wire.Write{Region: 1}).Marshal(), Payload: payload[:64<<10]}
 	_, _, err = l.roundTrip(context.Background(), &f, wire.TypeWriteAck, nil)
-	var re *remoteError
 	if !errors.As(err, &re) || re.m.Applied != wire.AppliedNone || !strings.Contains(re.m.Message, "unregistered") {
 		t.Fatalf("WRITE into an unregistered region: %v", err)
 	}
