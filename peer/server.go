@@ -485,15 +485,29 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := q.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			reply.Type, reply.Meta = wire.TypeRegionsOK, s.regions(q.Host, hello.Name).Marshal()
+			rs := s.regions(q.Host, hello.Name)
+			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
+			if len(reply.Meta) > wire.MaxMetaLen {
+				// A frame the client would refuse as corrupt: say why.
+				e := wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("%d exported regions take %d bytes, over the %d of one region list: export fewer or shorter names",
+					len(rs.List), len(reply.Meta), wire.MaxMetaLen)}
+				s.log.Warn("peer regions refused", "op", "peer", "name", hello.Name, "err", e.Message)
+				reply.Type, reply.Meta = wire.TypeError, e.Marshal()
+			}
 		case h.Type == wire.TypeRead && role == wire.RoleLane && h.PayloadLen == 0:
 			s.reads.Add(1)
 			var m wire.Read
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, m.Length)
-			if sent, err := s.readInPlace(&m, &reply, send); sent {
+			// Within the sender's credit window or refused untouched;
+			// served counts only the bytes the reply carries (credit.go).
+			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, m.Length)
+			if refused != nil {
+				reply.Meta = refused.Marshal()
+				break
+			}
+			if sent, err := s.readInPlace(&m, &reply, cs, send); sent {
 				if err != nil {
 					return err
 				}
@@ -501,16 +515,31 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			}
 			buf, reply.Meta = s.read(&m, &reply)
 			reply.Payload = buf
+			s.cfg.Credit.settle(cs, m.Length, uint64(len(buf)))
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
 			var m wire.Write
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
 			var err error
-			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
-				return err
+			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
+			if refused != nil {
+				// Consume the refused payload so the lane stays in step.
+				if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
+					return fmt.Errorf("discarding write %d over credit: %w", h.ID, err)
+				}
+				reply.Meta = refused.Marshal()
+			} else {
+				reply.Meta, err = s.write(br, c, &h, &m, &reply)
+				var carried uint64
+				if reply.Type == wire.TypeWriteAck {
+					carried = h.PayloadLen // only applied bytes count as served
+				}
+				s.cfg.Credit.settle(cs, h.PayloadLen, carried)
+				if err != nil {
+					return err
+				}
 			}
 		case h.Type == wire.TypeNotify && role == wire.RoleControl:
 			var m wire.Notify
@@ -610,7 +639,10 @@ func memError(name string, n int, err error) *wire.Error {
 // the kernel straight from the region. sent false: the caller serves it
 // through a buffer (other memory, a refused request, or a payload
 // checksum, which must be computed over the bytes that are sent).
-func (s *Server) readInPlace(m *wire.Read, reply *wire.Frame, send func(*wire.Frame) error) (sent bool, err error) {
+//
+// The admitted credit cs is settled before the reply goes out, as for a
+// buffered READ.
+func (s *Server) readInPlace(m *wire.Read, reply *wire.Frame, cs *creditSender, send func(*wire.Frame) error) (sent bool, err error) {
 	if reply.PayloadCRC {
 		return false, nil
 	}
@@ -625,6 +657,7 @@ func (s *Server) readInPlace(m *wire.Read, reply *wire.Frame, send func(*wire.Fr
 	ok, err = d.InPlace(int64(m.Offset), int(m.Length), func(b []byte) error {
 		sent = true
 		reply.Type, reply.Payload = wire.TypeReadData, b
+		s.cfg.Credit.settle(cs, m.Length, uint64(len(b)))
 		return send(reply)
 	})
 	reply.Payload = nil // not kept past the pin

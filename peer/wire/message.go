@@ -163,12 +163,13 @@ const (
 	CodeTooLarge Code = 9 // over the server's frame limit
 	CodeShutdown Code = 10
 	CodeFull     Code = 11 // a notification inbox is full: the notification was not queued
-	maxKnownCode      = CodeFull
+	CodeCredit   Code = 12 // past the sender's receiver credit window: nothing was done
+	maxKnownCode      = CodeCredit
 )
 
 var codeNames = map[Code]string{CodeInternal: "internal", CodeNotFound: "not found", CodeDenied: "denied",
 	CodeRange: "range", CodeBusy: "busy", CodeCorrupt: "corrupt", CodeAuth: "auth", CodeProtocol: "protocol",
-	CodeTooLarge: "too large", CodeShutdown: "shutting down", CodeFull: "inbox full"}
+	CodeTooLarge: "too large", CodeShutdown: "shutting down", CodeFull: "inbox full", CodeCredit: "over credit"}
 
 func (c Code) String() string {
 	if s, ok := codeNames[c]; ok {
@@ -330,6 +331,23 @@ func (m *Welcome) Unmarshal(b []byte) error {
 	m.Session = d.u64("welcome session")
 	m.MaxPayload = d.u64("welcome max payload")
 	return d.done("welcome")
+}
+
+// RegionsBase is the encoded size of an empty region list (the
+// metadata of a regions-ok frame); each descriptor adds DescriptorSize.
+// A list over MaxMetaLen cannot be sent, so an exporter keeps its list
+// within it.
+const RegionsBase = 8
+
+// DescriptorSize is the largest encoded size of a descriptor with this
+// name and location: with its CUDA IPC handle when device is set (what
+// a client on the server's host gets).
+func DescriptorSize(name, location string, device bool) int {
+	n := 8 + 2 + len(name) + 2 + len(location) + 8 + 1 + 2
+	if device {
+		n += IPCHandleLen
+	}
+	return n
 }
 
 func (m *Regions) Marshal() []byte {
