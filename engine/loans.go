@@ -118,13 +118,11 @@ func (t *loanTable) unlock(lo, hi uint64, bigHeld bool) {
 }
 
 // conflict returns a loan overlapping [lo, hi) not owned by g, if any;
-// for a pin (g nil) only a group's loan conflicts.
+// pins share the nil owner, so for a pin (g nil) only a group's loan
+// conflicts.
 // REQUIRES: bigHeld := t.lock(lo, hi).
 func (t *loanTable) conflict(lo, hi uint64, g *group, bigHeld bool) (loan, bool) {
 	hit := func(l loan) bool { return l.owner != g && l.lo < hi && lo < l.hi }
-	if g == nil {
-		hit = func(l loan) bool { return l.owner != nil && l.lo < hi && lo < l.hi }
-	}
 	if bigHeld {
 		if l, ok := t.big.find(lo, hi, hit); ok {
 			return l, true
