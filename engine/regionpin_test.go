@@ -2,11 +2,13 @@ package engine_test
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
 )
 
@@ -159,5 +161,47 @@ func TestCloseWaitsForCopy(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := r.ReadAt(make([]byte, 1), 0)
+	wantKind(t, err, engine.KindNotFound)
+}
+
+// TestInPlace: private host memory is reached in place with its range
+// pinned (an Unregister meanwhile is busy); a shared file is not (only
+// the checked copy reaches it); a range past the end, and an
+// unregistered region, are refused without running f.
+func TestInPlace(t *testing.T) {
+	dir, err := os.MkdirTemp("/dev/shm", "orbitefs-test-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	os.WriteFile(dir+"/f", make([]byte, 8192), 0o600)
+	e := newEngine(t, func(c *config.Engine) { c.AllowedRoots = []string{"/dev/shm"} }, &refTransport{})
+	shm, err := e.RegisterSharedFile(dir+"/f", 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := shm.InPlace(0, 10, func([]byte) error { t.Fatal("f ran on a shared file"); return nil }); ok || err != nil {
+		t.Fatalf("InPlace on a shared file: ok %v, %v", ok, err)
+	}
+
+	r := register(t, e, 8192)
+	ok, err := r.InPlace(4096, 4096, func(b []byte) error {
+		copy(b, "in place")
+		wantKind(t, e.Unregister(r), engine.KindBusy)
+		return nil
+	})
+	if !ok || err != nil {
+		t.Fatalf("InPlace on cpu memory: ok %v, %v", ok, err)
+	}
+	got := make([]byte, 8)
+	if r.ReadAt(got, 4096); string(got) != "in place" {
+		t.Fatalf("region holds %q", got)
+	}
+	_, err = r.InPlace(4096, 4097, func([]byte) error { t.Fatal("f ran past the end"); return nil })
+	wantKind(t, err, engine.KindRange)
+	if err := e.Unregister(r); err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.InPlace(0, 1, func([]byte) error { t.Fatal("f ran on an unregistered region"); return nil })
 	wantKind(t, err, engine.KindNotFound)
 }
