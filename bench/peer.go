@@ -87,6 +87,9 @@ func (o *PeerOptions) Validate() error {
 		if o.Count < 1 {
 			errs = append(errs, fmt.Errorf("--count %d: want at least 1", o.Count))
 		}
+		if o.Verify || o.Total > 0 {
+			errs = append(errs, errors.New("--verify and --total are for --op read and write (notify checks every message anyway)"))
+		}
 	default:
 		errs = append(errs, fmt.Errorf("--op %q: want read, write or notify", o.Op))
 	}
