@@ -157,6 +157,7 @@ func TestPeerOptionsValidateVerify(t *testing.T) {
 		{"stream", func(o *PeerOptions) { o.Stream = 4096 }, "--verify with --stream"},
 		{"slots", func(o *PeerOptions) { o.Size, o.Concurrency = 512<<10, 3 }, "fewer than --concurrency 3"},
 		{"total", func(o *PeerOptions) { o.Verify, o.Total = false, 1<<30 }, "--total needs --verify"},
+		{"notify", func(o *PeerOptions) { o.Op, o.Count = "notify", 10 }, "--verify and --total are for"},
 	} {
 		o := ok
 		tc.edit(&o)
