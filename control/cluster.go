@@ -13,7 +13,12 @@
 
 package control
 
-import "time"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // ClusterPeer is one live engine of the cluster, as /cluster/peers/NAME
 // shows it.
@@ -57,6 +62,54 @@ type ClusterStats struct {
 	RecordUpdates     uint64 `json:"record_updates"`
 	Revision          int64  `json:"revision"`
 	Lists             int    `json:"lists"`
+	// LeaseRenewals are etcd's answers to the lease's keep-alive;
+	// LeaseLost the leases that ended under this live engine (a
+	// partition longer than the TTL, an etcd restart); Reregistered and
+	// RegisterFailures the registrations again that followed, and the
+	// attempts at one that failed.
+	LeaseRenewals    uint64 `json:"lease_renewals"`
+	LeaseLost        uint64 `json:"lease_lost"`
+	Reregistered     uint64 `json:"reregistered"`
+	RegisterFailures uint64 `json:"register_failures"`
+	// ConnsDropped are the peer:// segments' connections dropped because
+	// the view said their engine left or restarted (the next transfer
+	// dials again); EpochsRefused the peer handshakes refused because
+	// they came from an epoch the view saw superseded by a restart.
+	ConnsDropped  uint64 `json:"conns_dropped"`
+	EpochsRefused uint64 `json:"epochs_refused"`
+}
+
+// clusterMetrics are /metrics' view of ClusterStats, shown only on a
+// cluster member.
+var clusterMetrics = []struct {
+	name, typ, help string
+	value           func(*ClusterStats) float64
+}{
+	{"cluster_registered", "gauge", "1 while this engine's record is registered in etcd, 0 once it gave up (another epoch took the name).", func(c *ClusterStats) float64 { return b2f(c.Registered) }},
+	{"cluster_members", "gauge", "Engines listed in this engine's view of the cluster (itself included).", func(c *ClusterStats) float64 { return float64(c.Members) }},
+	{"cluster_joined_total", "counter", "Engines the view saw join.", func(c *ClusterStats) float64 { return float64(c.Joined) }},
+	{"cluster_left_total", "counter", "Engines the view saw leave (closed, or lease expired).", func(c *ClusterStats) float64 { return float64(c.Left) }},
+	{"cluster_updated_total", "counter", "Records the view saw change address or regions, same epoch.", func(c *ClusterStats) float64 { return float64(c.Updated) }},
+	{"cluster_restarted_total", "counter", "Engines the view saw come back with a new epoch.", func(c *ClusterStats) float64 { return float64(c.Restarted) }},
+	{"cluster_record_updates_total", "counter", "Rewrites of this engine's record after its exported regions changed.", func(c *ClusterStats) float64 { return float64(c.RecordUpdates) }},
+	{"cluster_revision", "gauge", "The etcd revision the view is current to.", func(c *ClusterStats) float64 { return float64(c.Revision) }},
+	{"cluster_lists_total", "counter", "Full lists of the prefix (the first, and one after every broken watch).", func(c *ClusterStats) float64 { return float64(c.Lists) }},
+	{"cluster_lease_renewals_total", "counter", "etcd's answers to this engine's lease keep-alive.", func(c *ClusterStats) float64 { return float64(c.LeaseRenewals) }},
+	{"cluster_lease_lost_total", "counter", "Leases that ended while this engine lived.", func(c *ClusterStats) float64 { return float64(c.LeaseLost) }},
+	{"cluster_reregistered_total", "counter", "Registrations again after a lost lease.", func(c *ClusterStats) float64 { return float64(c.Reregistered) }},
+	{"cluster_register_failures_total", "counter", "Failed attempts to register again after a lost lease.", func(c *ClusterStats) float64 { return float64(c.RegisterFailures) }},
+	{"cluster_conns_dropped_total", "counter", "peer:// segment connections dropped because their engine left or restarted.", func(c *ClusterStats) float64 { return float64(c.ConnsDropped) }},
+	{"cluster_epochs_refused_total", "counter", "Peer handshakes refused for coming from an epoch superseded by a restart.", func(c *ClusterStats) float64 { return float64(c.EpochsRefused) }},
+}
+
+// renderClusterMetrics renders cs in the exposition format.
+func renderClusterMetrics(cs *ClusterStats) string {
+	var b strings.Builder
+	for _, m := range clusterMetrics {
+		fmt.Fprintf(&b, "# HELP orbitefs_%s %s\n# TYPE orbitefs_%s %s\norbitefs_%s %s\n", m.name, m.help, m.name, m.typ, m.name,
+			strconv.FormatFloat(m.value(cs), 'f', -1, 64))
+	}
+	return b.String()
 }
 
 // Cluster is the daemon's view of its cluster.

@@ -406,6 +406,10 @@ func (s *Service) Metrics() []byte {
 	if ps := s.peerList(); ps != nil {
 		b = appendPeerMetrics(b, *ps) // peers.go
 	}
+	if s.opts.Cluster != nil {
+		cs := s.opts.Cluster.ClusterStats()
+		b = append(b, renderClusterMetrics(&cs)...)
+	}
 	return b
 }
 

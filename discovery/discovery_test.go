@@ -478,6 +478,12 @@ func TestLeaseLostRegistersAgain(t *testing.T) {
 		t.Fatalf("registrar stopped: %v", a.reg.Err())
 	default:
 	}
+	// The counts say so: one lease lost, registered again, and the new
+	// lease renewed (the keep-alive answers at once, then every TTL/3).
+	eventually(t, 5*time.Second, "a renewal of the new lease", func() bool { return a.reg.Stats().Renewals >= 2 })
+	if st := a.reg.Stats(); st.LeaseLost != 1 || st.Reregistered != 1 || st.RegisterFailures != 0 {
+		t.Fatalf("stats %+v, want 1 lease lost, 1 registered again, no failure", st)
+	}
 }
 
 // TestLeaseLostNameTaken: when the lease ends and another epoch took the
@@ -509,6 +515,9 @@ func TestLeaseLostNameTaken(t *testing.T) {
 	var held *HeldError
 	if err := a.reg.Err(); !errors.As(err, &held) || held.Holder.Epoch != 7 {
 		t.Fatalf("Err() = %v, want held by epoch 7", err)
+	}
+	if st := a.reg.Stats(); st.LeaseLost != 1 || st.Reregistered != 0 || st.RegisterFailures != 1 {
+		t.Fatalf("stats %+v, want 1 lease lost, 1 failure, not registered again", st)
 	}
 }
 

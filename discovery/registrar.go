@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -78,6 +79,12 @@ type Registrar struct {
 	done   chan struct{}      // closed when run returns
 	once   sync.Once
 	cerr   error // Close's result
+
+	// renewals counts the keep-alive's answers (each one a renewal of
+	// the lease); lost the times the lease ended under a live engine;
+	// failures the attempts to register again that failed; again the
+	// attempts that succeeded.
+	renewals, lost, failures, again atomic.Uint64
 
 	// put serializes the writes of the key; taken before mu.
 	put sync.Mutex
@@ -145,6 +152,25 @@ func (r *Registrar) Lease() clientv3.LeaseID {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.mu.lease
+}
+
+// RegistrarStats are a Registrar's counts since Register.
+type RegistrarStats struct {
+	// Renewals are the lease's keep-alive answers from etcd.
+	Renewals uint64
+	// LeaseLost counts the leases that ended while the engine lived
+	// (expired during a partition, revoked, lost across an etcd restart).
+	LeaseLost uint64
+	// Reregistered counts the registrations again after a lost lease;
+	// RegisterFailures the attempts at it that failed (each retried
+	// with backoff, but for a name held by another epoch).
+	Reregistered, RegisterFailures uint64
+}
+
+// Stats returns the registrar's counts.
+func (r *Registrar) Stats() RegistrarStats {
+	return RegistrarStats{Renewals: r.renewals.Load(), LeaseLost: r.lost.Load(),
+		Reregistered: r.again.Load(), RegisterFailures: r.failures.Load()}
 }
 
 // Done closes when the registrar stops: after Close, or when it could not
@@ -298,10 +324,12 @@ func (r *Registrar) run(ctx context.Context, ka <-chan *clientv3.LeaseKeepAliveR
 	defer close(r.done)
 	for {
 		for range ka {
+			r.renewals.Add(1)
 		}
 		if ctx.Err() != nil {
 			return
 		}
+		r.lost.Add(1)
 		r.log.Warn("lease ended; registering again", "lease", fmt.Sprintf("%x", int64(r.Lease())))
 		var ok bool
 		if ka, ok = r.reacquire(ctx); !ok {
@@ -319,20 +347,22 @@ func (r *Registrar) reacquire(ctx context.Context) (<-chan *clientv3.LeaseKeepAl
 		if err == nil {
 			ka, kerr := r.cli.KeepAlive(ctx, lease)
 			if kerr == nil {
+				r.again.Add(1)
 				r.log.Info("registered again", "lease", fmt.Sprintf("%x", int64(lease)))
 				return ka, true
 			}
 			err = kerr
 		}
+		if ctx.Err() != nil {
+			return nil, false
+		}
+		r.failures.Add(1)
 		var held *HeldError
 		if errors.As(err, &held) {
 			r.log.Error("cannot register again", "err", err)
 			r.mu.Lock()
 			r.mu.err = err
 			r.mu.Unlock()
-			return nil, false
-		}
-		if ctx.Err() != nil {
 			return nil, false
 		}
 		r.log.Warn("register again failed; retrying", "err", err)

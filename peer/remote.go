@@ -17,8 +17,9 @@
 //     name, any epoch): another engine at the address is refused, and
 //     nothing is sent to it.
 //   - A request is sent a second time only when the first attempt found
-//     the peer restarted before it posted anything (effect none): a WRITE
-//     that may have reached the old epoch is never replayed.
+//     the peer restarted, or its epoch forgotten (Forget), before it
+//     posted anything (effect none): a WRITE that may have reached the
+//     old epoch is never replayed.
 
 package peer
 
@@ -36,6 +37,10 @@ import (
 // remote segments use it.
 type Remote struct {
 	turn chan struct{} // held by the one caller redialing
+
+	// tookConn, when set (tests), runs in a request after it took its
+	// Conn and before it uses it.
+	tookConn func(*Conn)
 
 	mu struct {
 		sync.Mutex
@@ -102,9 +107,12 @@ func (r *Remote) do(ctx context.Context, f func(*Conn, string) error) error {
 	if err != nil {
 		return err
 	}
+	if r.tookConn != nil {
+		r.tookConn(c)
+	}
 	region := r.Info().Region
 	err = f(c, region)
-	if err == nil || !errors.Is(err, errRestarted) || EffectOf(err) != EffectNone {
+	if err == nil || !(errors.Is(err, errRestarted) || errors.Is(err, errForgotten)) || EffectOf(err) != EffectNone {
 		return err
 	}
 	if c, err = r.redial(ctx, c); err != nil {
@@ -205,6 +213,27 @@ func (r *Remote) Close() error {
 	c := r.mu.c
 	r.mu.Unlock()
 	return c.Close()
+}
+
+// errForgotten: the owner of the Remote learned (from the cluster's
+// view) that the Conn's epoch left or restarted, and dropped the Conn.
+var errForgotten = errors.New("the cluster reports this epoch gone; dial again")
+
+// Forget drops the Remote's Conn if it is to the peer's epoch (the
+// cluster reports that incarnation left or restarted), so that the next
+// request dials again instead of sending under that epoch's lanes and
+// descriptors, which a dead engine's silent socket (a partition, a
+// crashed host) would not refuse. A request already on a lane finishes
+// as it would have. It reports whether a Conn was dropped.
+func (r *Remote) Forget(epoch uint64, why string) bool {
+	r.mu.Lock()
+	c := r.mu.c
+	r.mu.Unlock()
+	if c.peerEpoch != epoch || c.Err() != nil {
+		return false
+	}
+	c.fail(fmt.Errorf("%w: %s", errForgotten, why))
+	return true
 }
 
 var _ engine.Remote = (*Remote)(nil)

@@ -89,6 +89,10 @@ type ServerConfig struct {
 	// default).
 	Inbox          *Inbox
 	MaxNotifyBytes uint64
+	// Superseded, when set, says whether a peer's epoch is known dead
+	// (the cluster saw that name come back with a newer epoch): such a
+	// handshake is refused, so nothing of an old incarnation is served.
+	Superseded func(name string, epoch uint64) bool
 	// Credit is the receiver credit issuer (credit.go); nil: credits off.
 	Credit *Issuer
 	Logger *slog.Logger
@@ -308,7 +312,12 @@ func (s *Server) handle(c net.Conn) {
 		s.log.Warn("peer refused", "op", "peer", "remote", remote, "name", name, "reason", err)
 		return
 	}
-	ss, err := s.join(c, h)
+	var ss *session
+	if s.cfg.Superseded != nil && s.cfg.Superseded(h.Name, h.Epoch) {
+		err = fmt.Errorf("%q epoch %016x is superseded: the cluster lists a newer epoch of that engine", h.Name, h.Epoch)
+	} else {
+		ss, err = s.join(c, h)
+	}
 	if err != nil {
 		s.refused.Add(1)
 		e := wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
@@ -368,6 +377,27 @@ func (s *Server) join(c net.Conn, h *wire.Hello) (*session, error) {
 	}
 	ss.lanes[c] = struct{}{}
 	return ss, nil
+}
+
+// Evict closes the sessions of name's epoch (its control connection and
+// lanes), as when the cluster reports that incarnation superseded; a
+// request being served ends with its connection. It returns how many
+// sessions it closed.
+func (s *Server) Evict(name string, epoch uint64) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ss := range s.mu.sessions {
+		if ss.name != name || ss.epoch != epoch {
+			continue
+		}
+		ss.ctrl.Close()
+		for l := range ss.lanes {
+			l.Close()
+		}
+		n++
+	}
+	return n
 }
 
 func (s *Server) leave(c net.Conn, ss *session) {

@@ -38,6 +38,7 @@ import (
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/control"
 	"github.com/orbitefs/orbitefs/discovery"
+	"github.com/orbitefs/orbitefs/peer"
 )
 
 // member is this daemon as a cluster member. It implements control.Cluster.
@@ -50,6 +51,9 @@ type member struct {
 	sub  *discovery.Subscription
 	self string
 
+	conns  *namedRemotes // peer:// segments' connections (clusterconns.go)
+	server *peer.Server  // set before start; nil without a listener
+
 	exports func() []discovery.Region // the regions to publish now
 	changed chan struct{}             // a token: the exports changed
 	stop    chan struct{}
@@ -57,11 +61,13 @@ type member struct {
 	closed  sync.Once
 
 	joined, left, updated, restarted, recordUpdates atomic.Uint64
+	dropped, refused                                atomic.Uint64
 
 	mu struct {
 		sync.Mutex
-		seq  uint64
-		seen map[string]seen // name -> the incarnation shown
+		seq        uint64
+		seen       map[string]seen // name -> the incarnation shown
+		superseded superseded      // epochs replaced by a restart
 	}
 }
 
@@ -75,9 +81,10 @@ type seen struct {
 // newMember is a member not yet started: the control Service is built
 // with it (its view and its exports hook) before the peer listener, whose
 // epoch and address the registration needs.
-func newMember(cfg config.Cluster, lg *slog.Logger) *member {
-	m := &member{cfg: cfg, log: lg, changed: make(chan struct{}, 1), stop: make(chan struct{})}
+func newMember(cfg config.Cluster, conns *namedRemotes, lg *slog.Logger) *member {
+	m := &member{cfg: cfg, log: lg, conns: conns, changed: make(chan struct{}, 1), stop: make(chan struct{})}
 	m.mu.seen = map[string]seen{}
+	m.mu.superseded = superseded{}
 	return m
 }
 
@@ -214,7 +221,9 @@ func (m *member) seeLocked(r discovery.Record) seen {
 	return s
 }
 
-// follow counts the view's events and forgets the incarnations that left.
+// follow counts the view's events, forgets the incarnations that left,
+// and drops the connections of the epochs that left or restarted
+// (clusterconns.go).
 func (m *member) follow() {
 	defer m.wg.Done()
 	for {
@@ -222,6 +231,8 @@ func (m *member) follow() {
 		if err != nil {
 			return
 		}
+		name := ev.Record.Name
+		var gone *discovery.Record // the incarnation whose connections go
 		m.mu.Lock()
 		switch ev.Kind {
 		case discovery.Joined:
@@ -232,14 +243,50 @@ func (m *member) follow() {
 		case discovery.Restarted:
 			m.restarted.Add(1)
 			m.seeLocked(ev.Record)
+			if ev.Prev != nil && ev.Prev.Epoch != ev.Record.Epoch {
+				gone = ev.Prev
+				m.mu.superseded.add(name, ev.Prev.Epoch)
+			}
 		case discovery.Left:
 			m.left.Add(1)
-			if s, ok := m.mu.seen[ev.Record.Name]; ok && s.epoch == ev.Record.Epoch {
-				delete(m.mu.seen, ev.Record.Name)
+			if s, ok := m.mu.seen[name]; ok && s.epoch == ev.Record.Epoch {
+				delete(m.mu.seen, name)
 			}
+			gone = &ev.Record
 		}
 		m.mu.Unlock()
+		if gone != nil && name != m.self {
+			m.dropEpoch(ev.Kind, *gone)
+		}
 	}
+}
+
+// dropEpoch drops the peer:// connections to gone's epoch, and for a
+// restart (the epoch is dead) its inbound sessions too.
+func (m *member) dropEpoch(kind discovery.EventKind, gone discovery.Record) {
+	why := fmt.Sprintf("the cluster reports %q epoch %s %s", gone.Name, gone.Epoch, kind)
+	n := m.conns.forget(gone.Name, gone.Epoch, why)
+	m.dropped.Add(uint64(n))
+	evicted := 0
+	if kind == discovery.Restarted && m.server != nil {
+		evicted = m.server.Evict(gone.Name, uint64(gone.Epoch))
+	}
+	if n > 0 || evicted > 0 {
+		m.log.Info("cluster: dropped the connections of an old epoch", "op", "cluster", "name", gone.Name,
+			"epoch", gone.Epoch.String(), "event", kind.String(), "segments", n, "sessions", evicted)
+	}
+}
+
+// superseded is peer.ServerConfig.Superseded: a handshake from an epoch
+// the view saw replaced by a restart is refused.
+func (m *member) superseded(name string, epoch uint64) bool {
+	m.mu.Lock()
+	dead := m.mu.superseded.has(name, discovery.Epoch(epoch))
+	m.mu.Unlock()
+	if dead {
+		m.refused.Add(1)
+	}
+	return dead
 }
 
 // republish writes the record again after the exports changed.
@@ -303,7 +350,10 @@ func (m *member) ClusterStats() control.ClusterStats {
 	rec := m.reg.Record()
 	st := control.ClusterStats{Name: rec.Name, Epoch: rec.Epoch.String(), Prefix: m.cfg.Prefix,
 		Members: len(m.w.Records()), Joined: m.joined.Load(), Left: m.left.Load(), Updated: m.updated.Load(),
-		Restarted: m.restarted.Load(), RecordUpdates: m.recordUpdates.Load(), Revision: m.w.Revision(), Lists: m.w.Lists()}
+		Restarted: m.restarted.Load(), RecordUpdates: m.recordUpdates.Load(), Revision: m.w.Revision(), Lists: m.w.Lists(),
+		ConnsDropped: m.dropped.Load(), EpochsRefused: m.refused.Load()}
+	rs := m.reg.Stats()
+	st.LeaseRenewals, st.LeaseLost, st.Reregistered, st.RegisterFailures = rs.Renewals, rs.LeaseLost, rs.Reregistered, rs.RegisterFailures
 	select {
 	case <-m.reg.Done():
 		if err := m.reg.Err(); err != nil {

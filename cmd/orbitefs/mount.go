@@ -125,20 +125,25 @@ func runMount(args []string) int {
 	defer notes.close()
 	issuer := newIssuer(cfg.Peer.ReceiverCredit, &sopts)
 	sopts.DialCredit = creditDialer(cfg.Peer, notes, lg)
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, tracker, lg); err != nil {
+	conns := &namedRemotes{} // peer:// segments' connections, by name
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, tracker, conns, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1
 	}
 	var mem *member
 	if cfg.Cluster.Enabled() {
-		mem = newMember(cfg.Cluster, lg)
+		mem = newMember(cfg.Cluster, conns, lg)
 		sopts.Cluster = mem
 		sopts.ExportsChanged = mem.exportsChanged
 	}
 	svc := control.New(e, sopts)
 
-	psrv, err := startPeerServer(cfg.Peer, svc, notes, issuer, lg)
+	var superseded func(string, uint64) bool
+	if mem != nil {
+		superseded = mem.superseded
+	}
+	psrv, err := startPeerServer(cfg.Peer, svc, notes, issuer, superseded, lg)
 	if err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
@@ -149,6 +154,7 @@ func runMount(args []string) int {
 		defer psrv.Close()
 	}
 	if mem != nil {
+		mem.server = psrv
 		// Registered before mounting: a mounted member is listed.
 		rec := discovery.Record{Name: peerName(cfg.Peer), Epoch: discovery.Epoch(psrv.Epoch()),
 			Addr: cfg.Cluster.AdvertiseAddr(psrv.Addr().String())}

@@ -133,7 +133,7 @@ func (n *notifications) close() {
 
 // startPeerServer starts the listener when [peer] listen is set; nil
 // when it is not.
-func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issuer *peer.Issuer, lg *slog.Logger) (*peer.Server, error) {
+func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issuer *peer.Issuer, superseded func(string, uint64) bool, lg *slog.Logger) (*peer.Server, error) {
 	if c.Listen == "" {
 		return nil, nil
 	}
@@ -144,7 +144,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issu
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
 		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
-		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer}, serviceExports{svc})
+		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer, Superseded: superseded}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
@@ -179,8 +179,9 @@ func peerFigures(tr *peer.Tracker, srv func() *peer.Server) func() []control.Pee
 // counts a sender's frames by name and epoch: receiver credits); nil
 // without a key_file (such segments are refused). For peer://NAME it
 // sends nothing unless the engine that answers is NAME with the epoch
-// the cluster lists.
-func remoteDialer(c config.Peer, epoch uint64, tr *peer.Tracker, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+// the cluster lists, and the connection follows the cluster's view
+// (conns).
+func remoteDialer(c config.Peer, epoch uint64, tr *peer.Tracker, conns *namedRemotes, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
 	}
@@ -209,6 +210,9 @@ func remoteDialer(c config.Peer, epoch uint64, tr *peer.Tracker, lg *slog.Logger
 		if err != nil {
 			conn.Close()
 			return nil, err
+		}
+		if u.Name != "" {
+			return conns.add(u.Name, r), nil // follows the cluster's view
 		}
 		return r, nil
 	}, nil
