@@ -58,6 +58,12 @@ type Peer struct {
 	MaxPendingNotificationsPerPeer int `toml:"max_pending_notifications_per_peer"`
 	// MaxNotificationBytes bounds one notification's message.
 	MaxNotificationBytes Size `toml:"max_notification_bytes"`
+	// NotifyRetryInterval is the wait before a notification that was
+	// definitely not delivered (busy, or nothing posted) is sent again;
+	// each further wait doubles, up to NotifyRetryMaxInterval. The
+	// submission's deadline ends the attempts.
+	NotifyRetryInterval    Duration `toml:"notify_retry_interval"`
+	NotifyRetryMaxInterval Duration `toml:"notify_retry_max_interval"`
 	// ReceiverCredit is the credit issuer this engine runs as a receiver.
 	ReceiverCredit ReceiverCredit `toml:"receiver_credit"`
 }
@@ -73,6 +79,8 @@ const (
 	MaxPendingNotificationsCeiling     = 1 << 20
 	MaxNotificationBytesCeiling        = 1 << 20 // fits one frame at the smallest max_slice_bytes
 	MaxPendingNotificationBytesCeiling = 1 << 30
+	maxNotifyRetryInterval             = Duration(60e9) // 1m
+	maxNotifyRetryMaxInterval          = Duration(600e9)
 )
 
 func (c *Peer) validate(p *problems) {
@@ -126,6 +134,13 @@ func (c *Peer) validate(p *problems) {
 	if c.MaxPendingNotificationBytes < c.MaxNotificationBytes || c.MaxPendingNotificationBytes > MaxPendingNotificationBytesCeiling {
 		p.addf("peer.max_pending_notification_bytes (%s) must be in [peer.max_notification_bytes (%s), 1GiB]",
 			c.MaxPendingNotificationBytes, c.MaxNotificationBytes)
+	}
+	if c.NotifyRetryInterval < minPeerDuration || c.NotifyRetryInterval > maxNotifyRetryInterval {
+		p.addf("peer.notify_retry_interval (%s) must be in [1ms, 1m]", c.NotifyRetryInterval)
+	}
+	if c.NotifyRetryMaxInterval < c.NotifyRetryInterval || c.NotifyRetryMaxInterval > maxNotifyRetryMaxInterval {
+		p.addf("peer.notify_retry_max_interval (%s) must be in [peer.notify_retry_interval (%s), 10m]",
+			c.NotifyRetryMaxInterval, c.NotifyRetryInterval)
 	}
 	c.ReceiverCredit.validate(p)
 	if c.ReceiverCredit.Enabled && c.Listen == "" {

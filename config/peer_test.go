@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestPeerDefaultsOff(t *testing.T) {
@@ -53,7 +54,8 @@ func TestPeerNotificationBounds(t *testing.T) {
 	}
 	p := d.Peer
 	if p.MaxPendingNotifications != 1024 || p.MaxPendingNotificationBytes != 4<<20 ||
-		p.MaxPendingNotificationsPerPeer != 256 || p.MaxNotificationBytes != 64<<10 {
+		p.MaxPendingNotificationsPerPeer != 256 || p.MaxNotificationBytes != 64<<10 ||
+		p.NotifyRetryInterval.D() != 10*time.Millisecond || p.NotifyRetryMaxInterval.D() != time.Second {
 		t.Fatalf("notification defaults %+v", p)
 	}
 	if p.MaxHandshakes != 64 {
@@ -68,6 +70,10 @@ func TestPeerNotificationBounds(t *testing.T) {
 		{`max_notification_bytes = "2MiB"`, `peer.max_notification_bytes (2MiB) must be in [1, 1MiB]`},
 		{`max_notification_bytes = 0`, `peer.max_notification_bytes (0B) must be in [1, 1MiB]`},
 		{`max_pending_notification_bytes = "32KiB"`, `peer.max_pending_notification_bytes (32KiB) must be in [peer.max_notification_bytes (64KiB), 1GiB]`},
+		{`notify_retry_interval = "0s"`, `peer.notify_retry_interval (0s) must be in [1ms, 1m]`},
+		{`notify_retry_interval = "2m"`, `peer.notify_retry_interval (2m0s) must be in [1ms, 1m]`},
+		{`notify_retry_max_interval = "5ms"`, `peer.notify_retry_max_interval (5ms) must be in [peer.notify_retry_interval (10ms), 10m]`},
+		{`notify_retry_max_interval = "11m"`, `peer.notify_retry_max_interval (11m0s) must be in [peer.notify_retry_interval (10ms), 10m]`},
 	} {
 		_, err := Parse("[peer]\n" + tc.toml + "\n")
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -292,8 +292,13 @@ func (s *Service) prepare(c *engine.Caller, doc []byte) (prepared, error) {
 	if err != nil {
 		return prepared{}, err
 	}
-	if len(sub.Notify) > 0 && seg.mem == nil {
-		return prepared{}, invalid("notify: target %q is a file segment; a notification rides a memory submission (mem://) only", sub.Target)
+	if len(sub.Notify) > 0 && !s.privileged(c) {
+		// The receiver takes the sender to be this daemon, as proved with
+		// its key: another user of the mount must not speak for it.
+		return prepared{}, detail(engine.KindPermission, "notify: a notification is sent with the daemon's peer key; only root or the daemon's user (uid %d) may send one, not uid %d", s.euid, c.UID)
+	}
+	if len(sub.Notify) > 0 && seg.mem == nil && seg.remote == nil {
+		return prepared{}, invalid("notify: target %q is a file segment; a notification rides a memory submission (mem://, or a peer's region) only", sub.Target)
 	}
 	opts, err := s.submitOptions(sub) // qos.go
 	if err != nil {
@@ -321,6 +326,7 @@ func (s *Service) submitPrepared(bt *Batch, p prepared) error {
 		return err
 	}
 	if n != nil {
+		n.deadline = s.notifyDeadline(p.opts)
 		s.watchGroups(bt) // before the submit: the group may end inside it
 	}
 	tr, err := bt.b.SubmitWith(p.sub.EngineOp(), p.seg.target(), p.reqs, nil, p.opts)

@@ -6,6 +6,11 @@
 
 package control
 
+import (
+	"github.com/orbitefs/orbitefs/engine"
+	"github.com/orbitefs/orbitefs/peer/wire"
+)
+
 // Exported returns the registrations peers may reach, in name order.
 func (s *Service) Exported() []*Memory {
 	var out []*Memory
@@ -27,6 +32,32 @@ func (s *Service) ExportedBySeq(seq uint64) *Memory {
 		}
 	}
 	return nil
+}
+
+// exportFitsLocked refuses one more export, named name at location, when
+// the list of exported regions would no longer fit in one regions-ok
+// frame: every peer's dial fetches that list, and a longer one is a
+// frame peers refuse as corrupt. REQUIRES: s.mu.
+func (s *Service) exportFitsLocked(name, location string) error {
+	size, n := wire.RegionsBase+descriptorSize(name, location), 1
+	for _, m := range s.mu.memory {
+		if m != nil && m.Export != ExportNone {
+			size += descriptorSize(m.Name, m.Location)
+			n++
+		}
+	}
+	if size > wire.MaxMetaLen {
+		return detail(engine.KindTooLarge, "export %q: %d exported regions take %d bytes in the list peers fetch, over its %d; export fewer or shorter names (rmdir some, or register with \"export\": \"none\")",
+			name, n, size, wire.MaxMetaLen)
+	}
+	return nil
+}
+
+// descriptorSize is the most an export adds to the list: a device
+// region's descriptor carries its IPC handle to clients on this host.
+func descriptorSize(name, location string) int {
+	_, device := engine.Location(location).Device()
+	return wire.DescriptorSize(name, location, device)
 }
 
 // ReadAt copies region bytes into p (the region's rules: ErrBusy while a

@@ -144,6 +144,18 @@ func (s *Service) Register(c *engine.Caller, doc []byte) error {
 	if export == "" {
 		export = ExportNone
 	}
+	if export != ExportNone {
+		// Checked with the insertion, under one hold of s.mu, so racing
+		// registrations never pass the bound together.
+		if err := s.exportFitsLocked(spec.Name, spec.Location); err != nil {
+			delete(s.mu.memory, spec.Name)
+			s.mu.Unlock()
+			if uerr := s.e.Unregister(r); uerr != nil {
+				s.log.Error("unregistering a refused export", "op", "register", "region", spec.Name, "err", uerr)
+			}
+			return s.fail(sc, err)
+		}
+	}
 	m := &Memory{Name: spec.Name, Location: spec.Location, Export: export, seq: s.nextSeq(), created: time.Now(), region: r, owner: c}
 	s.mu.memory[spec.Name] = m
 	s.mu.Unlock()

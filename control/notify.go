@@ -19,8 +19,14 @@
 //     request succeeded; a failed or cancelled submission sends nothing
 //     and each destination says not_sent.
 //   - Each destination is decided once: pending, then delivered, busy,
-//     unknown or not_sent, and never sent twice (an unknown is not
-//     retried: the receiver may hold it).
+//     unknown or not_sent. While pending, a destination definitely not
+//     delivered (busy, or not_sent with nothing posted) is sent again,
+//     after NotifyRetryInterval doubling up to NotifyRetryMaxInterval,
+//     until the submission's deadline, the batch's free or shutdown; an
+//     unknown one never is (the receiver may hold it), nor one the
+//     receiver refused as invalid (ErrNotifyRefused).
+//   - Every attempt is bounded by the submission's deadline: the wait
+//     for a dial or an answer ends there (a posted one then is unknown).
 //   - The notifications waiting for their submission or for their answer
 //     stay within MaxPendingNotifications and MaxPendingNotificationBytes;
 //     a submission past either is refused before anything is appended.
@@ -36,6 +42,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
 )
@@ -77,8 +84,29 @@ type NotifyDest struct {
 }
 
 // NotifyFunc sends one notification to d and returns one of the outcomes
-// above (not pending) and, unless delivered, why.
+// above (not pending) and, unless delivered, why. It ends by ctx's
+// deadline. A not_sent whose error matches ErrNotifyRefused (see
+// Refused) is never sent again; busy and any other not_sent may be.
 type NotifyFunc func(ctx context.Context, d NotifyDest, submission, message string) (string, error)
+
+// ErrNotifyRefused matches a not_sent the receiver read and refused as
+// invalid: sending it again would be refused again.
+var ErrNotifyRefused = errors.New("notification refused by the receiver")
+
+// Refused marks err (a not_sent's) as ErrNotifyRefused, its text kept.
+func Refused(err error) error { return refusedError{err} }
+
+type refusedError struct{ error }
+
+func (e refusedError) Unwrap() error      { return e.error }
+func (refusedError) Is(target error) bool { return target == ErrNotifyRefused }
+
+// The defaults of the retry waits ([peer] notify_retry_interval and
+// notify_retry_max_interval).
+const (
+	defaultNotifyRetryInterval    = 10 * time.Millisecond
+	defaultNotifyRetryMaxInterval = time.Second
+)
 
 // peerDest checks a destination: tcp://HOST:PORT with a numeric port
 // (addr), or peer://NAME (name).
@@ -130,8 +158,9 @@ func validateNotify(ts []NotifyTarget) error {
 // notice is one submission's notification: its destinations and their
 // outcomes. Guarded by its Batch's mu.
 type notice struct {
-	submission string // "BATCH/INDEX", what the receiver sees
-	decided    bool   // the final report was seen: sent, or marked not_sent
+	submission string    // "BATCH/INDEX", what the receiver sees
+	decided    bool      // the final report was seen: sent, or marked not_sent
+	deadline   time.Time // the submission's: it ends every attempt
 	dests      []noticeDest
 	bytes      int64 // message bytes it holds of the pending budget
 }
@@ -140,14 +169,16 @@ type noticeDest struct {
 	peer, addr, message string
 	name                string // peer://NAME: resolved when sent
 	state, reason       string
+	attempts            int  // sends tried
 	released            bool // its share of the pending budget is returned
 }
 
 // NotifyJSON is one destination's outcome in a submission's status.
 type NotifyJSON struct {
-	Peer   string `json:"peer"`
-	State  string `json:"state"`
-	Reason string `json:"reason,omitempty"`
+	Peer     string `json:"peer"`
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // newNotice checks a parsed submission's notify against the message
@@ -220,22 +251,27 @@ func (s *Service) watchGroups(bt *Batch) {
 }
 
 // attach records n for the group whose first task is first, then
-// decides it at once if the group already finished (a small group can
-// finish inside its submit, before attach: its report found no notice).
+// decides it at once if the group already finished. The engine publishes
+// a group's report as done before it runs the hook, so reading the
+// reports after n is recorded misses no ending: a hook that ran before
+// found no notice, and then this read sees the group done (groupDone
+// decides once either way).
 func (s *Service) attach(bt *Batch, first int, n *notice) {
-	reps := bt.b.Submissions()
 	idx := -1
-	for i, r := range reps {
+	for i, r := range bt.b.Submissions() {
 		if r.Tasks.First == first {
 			idx = i
 			break
 		}
 	}
 	n.submission = fmt.Sprintf("%d/%d", bt.ID, idx)
+	if s.beforeAttach != nil {
+		s.beforeAttach(first)
+	}
 	bt.mu.Lock()
 	bt.mu.notices[first] = n
 	bt.mu.Unlock()
-	if idx >= 0 && reps[idx].Done {
+	if reps := bt.b.Submissions(); idx >= 0 && idx < len(reps) && reps[idx].Done {
 		s.groupDone(bt, reps[idx])
 	}
 }
@@ -246,6 +282,9 @@ func (s *Service) attach(bt *Batch, first int, n *notice) {
 func (s *Service) groupDone(bt *Batch, r engine.Report) {
 	if !r.Done {
 		return
+	}
+	if s.groupDoneSeen != nil {
+		s.groupDoneSeen(r.Tasks.First)
 	}
 	bt.mu.Lock()
 	n := bt.mu.notices[r.Tasks.First]
@@ -269,26 +308,76 @@ func (s *Service) groupDone(bt *Batch, r engine.Report) {
 	}
 }
 
-// send delivers one destination and records its outcome.
+// send delivers one destination, sending it again while it is
+// definitely not delivered and the submission's deadline allows, and
+// records its outcome. Once the batch is freed or the daemon stops, no
+// further attempt begins.
 func (s *Service) send(bt *Batch, n *notice, i int) {
 	bt.mu.Lock()
 	d := n.dests[i]
 	bt.mu.Unlock()
-	state, err := s.notifyOne(d, n.submission)
-	reason := ""
-	if err != nil {
-		reason = err.Error()
+	ctx, cancel := context.WithDeadline(s.stopCtx, n.deadline)
+	defer cancel()
+	wait := s.opts.NotifyRetryInterval
+	// ended says why no attempt may follow now, if none may.
+	// REQUIRES: bt.mu.
+	ended := func(attempts int, next time.Duration) string {
+		switch {
+		case bt.mu.freed:
+			return "; not sent again: the batch was freed"
+		case s.stopCtx.Err() != nil:
+			return "; not sent again: the daemon is shutting down"
+		case !time.Now().Add(next).Before(n.deadline):
+			return fmt.Sprintf("; not sent again: the submission's deadline comes first (after %d attempts)", attempts)
+		}
+		return ""
 	}
-	if state == NotifyNotSent && errors.Is(err, context.Canceled) {
-		reason = "not sent: the daemon is shutting down"
+	var state, reason string
+	for attempt := 1; ; attempt++ {
+		var err error
+		state, err = s.notifyOne(ctx, d, n.submission)
+		reason = ""
+		if err != nil {
+			reason = err.Error()
+		}
+		bt.mu.Lock()
+		dd := &n.dests[i]
+		dd.attempts = attempt
+		why := ""
+		if retryable(state, err) {
+			why = ended(attempt, wait)
+		}
+		if !retryable(state, err) || why != "" {
+			reason += why
+			dd.state, dd.reason = state, reason
+			s.releaseDest(dd)
+			bt.mu.Unlock()
+			break
+		}
+		dd.reason = fmt.Sprintf("attempt %d: %s; trying again in %s", attempt, reason, wait)
+		bt.mu.Unlock()
+		if s.debug() {
+			s.log.Debug("notification not delivered; trying again", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer, "state", state, "attempt", attempt, "err", err)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		wait = min(2*wait, s.opts.NotifyRetryMaxInterval)
+		bt.mu.Lock()
+		if why = ended(attempt, 0); why != "" {
+			reason += why
+			dd.state, dd.reason = state, reason
+			s.releaseDest(dd)
+			bt.mu.Unlock()
+			break
+		}
+		bt.mu.Unlock()
 	}
-	bt.mu.Lock()
-	dd := &n.dests[i]
-	dd.state, dd.reason = state, reason
-	s.releaseDest(dd)
-	bt.mu.Unlock()
 	if state != NotifyDelivered {
-		s.log.Warn("notification not delivered", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer, "state", state, "err", err)
+		s.log.Warn("notification not delivered", "op", "notify", "batch", bt.ID, "submission", n.submission, "peer", d.peer, "state", state, "reason", reason)
 		return
 	}
 	if s.debug() {
@@ -296,9 +385,16 @@ func (s *Service) send(bt *Batch, n *notice, i int) {
 	}
 }
 
+// retryable says whether an outcome is definitely not delivered and may
+// be sent again: busy, or not_sent that the receiver did not refuse as
+// invalid. Never delivered, and never unknown (the receiver may hold it).
+func retryable(state string, err error) bool {
+	return state == NotifyBusy || (state == NotifyNotSent && !errors.Is(err, ErrNotifyRefused))
+}
+
 // notifyOne sends d, resolving a peer://NAME destination through the
 // cluster's view first: a name the view does not list is not_sent.
-func (s *Service) notifyOne(d noticeDest, submission string) (string, error) {
+func (s *Service) notifyOne(ctx context.Context, d noticeDest, submission string) (string, error) {
 	to := NotifyDest{Addr: d.addr}
 	if d.name != "" {
 		p, ok := s.ClusterPeer(d.name)
@@ -307,7 +403,22 @@ func (s *Service) notifyOne(d noticeDest, submission string) (string, error) {
 		}
 		to = NotifyDest{Addr: p.Addr, Name: p.Name, Epoch: p.Epoch}
 	}
-	return s.opts.Notify(s.stopCtx, to, submission, d.message)
+	return s.opts.Notify(ctx, to, submission, d.message)
+}
+
+// notifyDeadline is a submission's deadline as the engine computes it
+// (timeout from now, default_timeout when unset, shortened by its
+// deadline), read just before the engine's own: never later than it.
+func (s *Service) notifyDeadline(o engine.SubmitOptions) time.Time {
+	t := o.Timeout
+	if t <= 0 {
+		t = s.e.Config().DefaultTimeout.D()
+	}
+	d := time.Now().Add(t)
+	if !o.Deadline.IsZero() && o.Deadline.Before(d) {
+		d = o.Deadline
+	}
+	return d
 }
 
 // notices copies each submission's destination outcomes, by first task.
@@ -321,7 +432,7 @@ func (bt *Batch) notices() map[int][]NotifyJSON {
 	for first, n := range bt.mu.notices {
 		js := make([]NotifyJSON, len(n.dests))
 		for i, d := range n.dests {
-			js[i] = NotifyJSON{Peer: d.peer, State: d.state, Reason: d.reason}
+			js[i] = NotifyJSON{Peer: d.peer, State: d.state, Attempts: d.attempts, Reason: d.reason}
 		}
 		out[first] = js
 	}

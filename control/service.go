@@ -99,6 +99,10 @@ type Options struct {
 	MaxNotificationBytes        int
 	MaxPendingNotifications     int
 	MaxPendingNotificationBytes int64
+	// NotifyRetryInterval is the first wait before a notification
+	// definitely not delivered is sent again; the waits double up to
+	// NotifyRetryMaxInterval (the [peer] keys; 0: their defaults).
+	NotifyRetryInterval, NotifyRetryMaxInterval time.Duration
 	// Cluster, when set, is shown under /cluster and in /stats
 	// (cluster.go); nil: the daemon is no cluster member.
 	Cluster Cluster
@@ -144,6 +148,10 @@ type Service struct {
 	// ownership checks and its engine submit: the race window between a
 	// region checked by name and the engine's own lookup by address.
 	afterResolve func()
+	// beforeAttach and groupDoneSeen, when set (tests), run in attach
+	// before it records a notice, and as a finished group's hook begins
+	// (notify.go).
+	beforeAttach, groupDoneSeen func(first int)
 	// pathChecks counts OwnMount walks still running (stuck ones included).
 	pathChecks atomic.Int64
 	// notes is what the notifications not yet decided hold of their
@@ -201,6 +209,12 @@ func New(e *engine.Engine, opts Options) *Service {
 	}
 	if opts.MaxPendingNotificationBytes <= 0 {
 		opts.MaxPendingNotificationBytes = defaultMaxPendingNotificationBytes
+	}
+	if opts.NotifyRetryInterval <= 0 {
+		opts.NotifyRetryInterval = defaultNotifyRetryInterval
+	}
+	if opts.NotifyRetryMaxInterval < opts.NotifyRetryInterval {
+		opts.NotifyRetryMaxInterval = max(defaultNotifyRetryMaxInterval, opts.NotifyRetryInterval)
 	}
 	s := &Service{e: e, opts: opts, log: opts.Logger, started: time.Now(), euid: uint32(os.Geteuid()),
 		docs: NewBudget(opts.MaxBufferedDocumentBytes, opts.MaxBufferedDocumentBytesPerUser)}

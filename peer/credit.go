@@ -21,8 +21,9 @@
 //     decrease and never exceed the bytes its frames carried.
 //   - Close returns the window and leaves a tombstone, so a repeated
 //     close (a lost reply) succeeds; at most maxTombstones are kept (an
-//     arbitrary old one goes first). A crashed sender's window is not
-//     reclaimed.
+//     arbitrary old one goes first). A crashed sender's window is
+//     returned when its name connects at a new epoch (its next start),
+//     unless Pin slots of it are still held.
 //   - A remote Pin takes its depth of staging slots plus one consumer
 //     slot from its sender's window at once, or nothing; a missing,
 //     closing or stale binding is refused before anything is allocated.
@@ -79,7 +80,7 @@ type Issuer struct {
 	sum     wire.CreditGrant // windows reserved
 	out     uint64           // outstanding bytes of every sender now
 	peak    uint64           // its largest
-	st      struct{ connects, syncs, closes, refused, overruns uint64 }
+	st      struct{ connects, syncs, closes, refused, overruns, retired uint64 }
 }
 
 // NewIssuer makes an issuer with lim.
@@ -102,6 +103,7 @@ func (x *Issuer) connect(k senderKey, m *wire.CreditConnect) (wire.CreditGrant, 
 		}
 		return s.grant(), nil // a retry after a lost reply
 	}
+	x.retireLocked(k)
 	l := x.lim
 	w := wire.CreditGrant{Bytes: l.BytesPerSender, Requests: l.RequestsPerSender, StagingSlots: l.StagingSlotsPerSender, ConsumerSlots: l.ConsumerSlotsPerSender}
 	switch {
@@ -122,6 +124,38 @@ func (x *Issuer) connect(k senderKey, m *wire.CreditConnect) (wire.CreditGrant, 
 	delete(x.tombs, k)
 	x.st.connects++
 	return w, nil
+}
+
+// retireLocked returns the windows of k's name at other epochs: an
+// engine draws a new epoch at every start, so a new epoch connecting
+// means the old incarnation is gone (crashed, or stopped without its
+// close), and its window would otherwise stay reserved until this
+// receiver restarts. A window whose Pin slots are still held stays.
+func (x *Issuer) retireLocked(k senderKey) {
+	for old, s := range x.senders {
+		if old.name != k.name || old.epoch == k.epoch || s.staging > 0 || s.consumers > 0 {
+			continue
+		}
+		x.removeLocked(old, s)
+		x.st.retired++
+	}
+}
+
+// removeLocked returns s's window and leaves a tombstone for k.
+func (x *Issuer) removeLocked(k senderKey, s *creditSender) {
+	x.sum.Bytes -= s.window.Bytes
+	x.sum.Requests -= s.window.Requests
+	x.sum.StagingSlots -= s.window.StagingSlots
+	x.sum.ConsumerSlots -= s.window.ConsumerSlots
+	x.out -= s.outstanding()
+	delete(x.senders, k)
+	if len(x.tombs) >= maxTombstones {
+		for old := range x.tombs {
+			delete(x.tombs, old)
+			break
+		}
+	}
+	x.tombs[k] = s.done
 }
 
 func (s *creditSender) grant() wire.CreditGrant {
@@ -178,19 +212,7 @@ func (x *Issuer) close(k senderKey, d wire.CreditDone) *wire.Error {
 	if s.staging > 0 || s.consumers > 0 {
 		return creditRefusal(wire.CodeBusy, "%d staging and %d consumer slots of %s are still held by remote Pin sessions", s.staging, s.consumers, k.name)
 	}
-	x.sum.Bytes -= s.window.Bytes
-	x.sum.Requests -= s.window.Requests
-	x.sum.StagingSlots -= s.window.StagingSlots
-	x.sum.ConsumerSlots -= s.window.ConsumerSlots
-	x.out -= s.outstanding()
-	delete(x.senders, k)
-	if len(x.tombs) >= maxTombstones {
-		for old := range x.tombs {
-			delete(x.tombs, old)
-			break
-		}
-	}
-	x.tombs[k] = d
+	x.removeLocked(k, s)
 	x.st.closes++
 	return nil
 }
@@ -290,6 +312,7 @@ type IssuerStats struct {
 	Connects             uint64        `json:"connects"`
 	Syncs                uint64        `json:"syncs"`
 	Closes               uint64        `json:"closes"`
+	Retired              uint64        `json:"retired"` // windows of a sender's earlier epoch, returned when a new one connected
 	Refused              uint64        `json:"refused"`
 	List                 []SenderStats `json:"list"`
 }
@@ -305,7 +328,7 @@ func (x *Issuer) Stats() IssuerStats {
 		MaxBytes: x.lim.MaxBytes, MaxRequests: x.lim.MaxRequests, WindowBytes: x.sum.Bytes, WindowRequests: x.sum.Requests,
 		WindowStagingSlots: x.sum.StagingSlots, WindowConsumerSlots: x.sum.ConsumerSlots,
 		OutstandingBytes: x.out, PeakOutstandingBytes: x.peak, Overruns: x.st.overruns,
-		Connects: x.st.connects, Syncs: x.st.syncs, Closes: x.st.closes, Refused: x.st.refused, List: []SenderStats{}}
+		Connects: x.st.connects, Syncs: x.st.syncs, Closes: x.st.closes, Retired: x.st.retired, Refused: x.st.refused, List: []SenderStats{}}
 	for k, c := range x.senders {
 		g := c.grant()
 		s.List = append(s.List, SenderStats{Name: k.name, Epoch: fmt.Sprintf("%016x", k.epoch), QoSClass: c.qos,

@@ -173,3 +173,74 @@ func TestCreditIssuerPinSlots(t *testing.T) {
 		t.Fatal("a third window past the slot bounds")
 	}
 }
+
+// A READ the server refuses (here: far over its frame limit) carried no
+// bytes: it must not count as served, or the sender could report that
+// many completed bytes and grant itself an unbounded window.
+func TestCreditRefusedReadNotServed(t *testing.T) {
+	ctx := context.Background()
+	s, x, _ := startCreditServer(t, testLimits)
+	a := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
+	if _, err := a.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	c := a.Conn()
+	l, err := c.getLane(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const huge = 1 << 62
+	f := wire.Frame{Type: wire.TypeRead, ID: c.nextID.Add(1), Meta: (&wire.Read{Region: 1, Offset: 0, Length: huge}).Marshal()}
+	_, _, err = l.roundTrip(ctx, &f, wire.TypeReadData, nil)
+	c.putLane(l, 0)
+	var re *remoteError
+	if !errors.As(err, &re) || re.m.Code != wire.CodeTooLarge {
+		t.Fatalf("READ of %d bytes: %v, want too large", uint64(huge), err)
+	}
+	if st := x.Stats().List[0]; st.ServedBytes != 0 {
+		t.Fatalf("a refused READ counted as served: %+v", st)
+	}
+	g, err := a.Sync(ctx, huge, 0)
+	if err == nil || !strings.Contains(err.Error(), "reported completed") {
+		t.Fatalf("sync reporting %d completed bytes: grant %+v, %v; want refused", uint64(huge), g, err)
+	}
+	// A READ served counts its bytes.
+	if err := c.Read(ctx, "kv", 0, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if st := x.Stats().List[0]; st.ServedBytes != 4096 {
+		t.Fatalf("served %d after a 4096-byte READ", st.ServedBytes)
+	}
+}
+
+// A sender engine that restarts without closing (a crash, a kill) comes
+// back at a new epoch: its old window is returned then, so restarts do
+// not use up the receiver's windows until the receiver restarts.
+func TestCreditNewEpochRetiresOldWindow(t *testing.T) {
+	ctx := context.Background()
+	s, x, _ := startCreditServer(t, testLimits) // room for two windows
+	b := NewCreditIssuer(dialAs(t, addrOf(s), "b", 7))
+	if _, err := b.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	for epoch := uint64(1); epoch <= 4; epoch++ { // "a" restarts three times
+		a := NewCreditIssuer(dialAs(t, addrOf(s), "a", epoch))
+		if _, err := a.Connect(ctx, 0); err != nil {
+			t.Fatalf("a at epoch %d: %v", epoch, err)
+		}
+		a.Release()
+	}
+	st := x.Stats()
+	if st.Senders != 2 || st.WindowBytes != 2<<20 || st.Retired != 3 || st.List[0].Epoch != "0000000000000004" {
+		t.Fatalf("after three restarts of a: %+v", st)
+	}
+	// The live sender of another name kept its window.
+	if _, err := b.Sync(ctx, 0, 0); err != nil {
+		t.Fatalf("b's window: %v", err)
+	}
+	// A retired epoch's close is answered like a repeated close.
+	old := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
+	if err := old.Close(ctx, 0, 0); err != nil {
+		t.Fatalf("close of a retired epoch: %v", err)
+	}
+}

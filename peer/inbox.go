@@ -5,7 +5,8 @@
 // Invariants:
 //   - The inbox never holds more than Max notifications, more than
 //     MaxPerSender from one sender name, or more than MaxBytes of
-//     messages; Put refuses one that would pass a bound (ErrInboxFull)
+//     messages with their submissions and sender names; Put refuses
+//     one that would pass a bound (ErrInboxFull)
 //     and changes nothing, so a refused notification was never queued.
 //   - A notification is handed to exactly one reader, in arrival order.
 
@@ -29,11 +30,17 @@ type Notification struct {
 	Received   time.Time `json:"received"`
 }
 
+// size is what n holds of an inbox's byte bound: every string the
+// sender chose, not the message alone (a submission may be 64 KiB).
+func (n *Notification) size() int64 {
+	return int64(len(n.Message) + len(n.Submission) + len(n.Sender))
+}
+
 // InboxLimits bound an inbox.
 type InboxLimits struct {
 	Max          int   // notifications held, all senders together
 	MaxPerSender int   // notifications held from one sender name
-	MaxBytes     int64 // message bytes held, all senders together
+	MaxBytes     int64 // bytes held (message, submission, sender), all senders together
 }
 
 // ErrInboxFull says a notification was refused, never queued.
@@ -58,7 +65,7 @@ func NewInbox(lim InboxLimits) *Inbox {
 
 // Put queues n, or refuses it with ErrInboxFull naming the bound.
 func (b *Inbox) Put(n Notification) error {
-	size := int64(len(n.Message))
+	size := n.size()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	switch {
@@ -67,7 +74,7 @@ func (b *Inbox) Put(n Notification) error {
 	case b.per[n.Sender] >= b.lim.MaxPerSender:
 		return fmt.Errorf("%w: %d notifications pending from %q, the per-sender limit", ErrInboxFull, b.per[n.Sender], n.Sender)
 	case b.bytes+size > b.lim.MaxBytes:
-		return fmt.Errorf("%w: %d message bytes pending, %d more would pass the %d limit", ErrInboxFull, b.bytes, size, b.lim.MaxBytes)
+		return fmt.Errorf("%w: %d bytes pending (messages, submissions, sender names), %d more would pass the %d limit", ErrInboxFull, b.bytes, size, b.lim.MaxBytes)
 	}
 	b.q = append(b.q, n)
 	b.bytes += size
@@ -86,7 +93,7 @@ func (b *Inbox) Next(ctx context.Context) (Notification, error) {
 			n := b.q[0]
 			b.q[0] = Notification{}
 			b.q = b.q[1:]
-			b.bytes -= int64(len(n.Message))
+			b.bytes -= n.size()
 			if b.per[n.Sender]--; b.per[n.Sender] == 0 {
 				delete(b.per, n.Sender)
 			}

@@ -8,6 +8,8 @@
 //   - A handle is sent only to a client that named this server's host
 //     (its boot id) in its regions request: on another host it names
 //     nothing.
+//   - A handle is sent only for a region exported read_write: a mapping
+//     of it reads and writes every byte, whatever the export says.
 //   - A handle the exporter cannot produce is left out (the region stays
 //     reachable over TCP) and logged.
 
@@ -44,7 +46,9 @@ func (s *Server) regions(host, client string) *wire.Regions {
 	for _, x := range s.exp.Exports() {
 		d := x.Descriptor
 		d.IPC = nil
-		if same && x.IPCHandle != nil {
+		// A mapping of the handle reads and writes every byte of the
+		// region, whatever the export says: only read_write hands it out.
+		if same && x.IPCHandle != nil && x.Perm == wire.PermReadWrite {
 			h, err := x.IPCHandle()
 			if err == nil && len(h) == wire.IPCHandleLen {
 				d.IPC = h

@@ -39,18 +39,23 @@ func TestIPCHandleSameHostOnly(t *testing.T) {
 		name       string
 		clientHost string
 		location   string
+		perm       wire.Perm
 		err        error
 		want       bool
 	}{
-		{"same host, device region", "host-a", "cuda:1", nil, true},
-		{"other host", "host-b", "cuda:1", nil, false},
-		{"no host named", "", "cuda:1", nil, false},
-		{"host memory", "host-a", "cpu", nil, false},
-		{"exporter refuses", "host-a", "cuda:1", errors.New("imported mapping"), false},
+		{"same host, device region", "host-a", "cuda:1", wire.PermReadWrite, nil, true},
+		{"other host", "host-b", "cuda:1", wire.PermReadWrite, nil, false},
+		{"no host named", "", "cuda:1", wire.PermReadWrite, nil, false},
+		{"host memory", "host-a", "cpu", wire.PermReadWrite, nil, false},
+		{"exporter refuses", "host-a", "cuda:1", wire.PermReadWrite, errors.New("imported mapping"), false},
+		// A mapping of the handle can read and write every byte: a
+		// region exported read or write only never hands it out.
+		{"exported read only", "host-a", "cuda:1", wire.PermRead, nil, false},
+		{"exported write only", "host-a", "cuda:1", wire.PermWrite, nil, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mx := &memExports{}
-			mx.add(1, "kv", 4096, wire.PermReadWrite).d.Location = c.location
+			mx.add(1, "kv", 4096, c.perm).d.Location = c.location
 			exp := &ipcExports{memExports: mx, handle: handle, err: c.err}
 			lb := &logBuf{}
 			s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice,

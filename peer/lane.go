@@ -87,8 +87,18 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	c.SetDeadline(time.Now().Add(cfg.IOTimeout))
+	// The handshake ends by io_timeout or ctx, whichever comes first (a
+	// notification's attempt is bounded by its submission's deadline).
+	dl := time.Now().Add(cfg.IOTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	c.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
 	ch, w, err := clientHandshake(c, cfg.Key, &h, wantEpoch)
+	if !stop() && err == nil {
+		err = ctx.Err() // the deadline may have been cut under the reply
+	}
 	if err != nil {
 		c.Close()
 		return nil, nil, nil, err

@@ -7,6 +7,9 @@
 //     queued); NotSent only when nothing reached the socket or the
 //     receiver refused it before queueing; anything else is Unknown and
 //     is never sent again.
+//   - A NotSent the receiver refused as invalid (too large, corrupt,
+//     ...) wraps ErrRefused: sending it again would be refused again.
+//     Busy and any other NotSent may be sent again.
 
 package peer
 
@@ -25,6 +28,11 @@ const (
 	DefaultMaxPendingBytes     = 4 << 20
 	DefaultMaxNotifyBytes      = 64 << 10
 )
+
+// ErrRefused is wrapped by a NotSent the receiver read and refused
+// before queueing it for a reason other than a full inbox or its own
+// shutdown: the same notification would be refused again.
+var ErrRefused = errors.New("refused by the receiver")
 
 // Delivery is the outcome of one notification to one destination.
 type Delivery uint8
@@ -70,8 +78,11 @@ func (c *Conn) Notify(ctx context.Context, submission, message string) (Delivery
 	switch {
 	case errors.As(err, &r) && r.m.Code == wire.CodeFull:
 		d = Busy
+	case errors.As(err, &r) && r.m.Code == wire.CodeShutdown:
+		d = NotSent // not queued; a restarted receiver may take it
 	case errors.As(err, &r):
 		d = NotSent // refused before it was queued (too large, ...)
+		err = fmt.Errorf("%w: %w", ErrRefused, err)
 	case !posted:
 		d = NotSent
 	}

@@ -88,7 +88,8 @@ func TestNotifyBusyWhenFull(t *testing.T) {
 	}{
 		{"total", InboxLimits{Max: 2, MaxPerSender: 8, MaxBytes: 1024}, []string{"a", "b", "c"}, "2 notifications pending, the limit"},
 		{"per sender", InboxLimits{Max: 8, MaxPerSender: 1, MaxBytes: 1024}, []string{"a", "b"}, "per-sender limit"},
-		{"bytes", InboxLimits{Max: 8, MaxPerSender: 8, MaxBytes: 10}, []string{"0123456", "0123"}, "would pass the 10 limit"},
+		// Each holds its message, its submission ("s") and the sender name.
+		{"bytes", InboxLimits{Max: 8, MaxPerSender: 8, MaxBytes: 14}, []string{"0123456", "0123"}, "would pass the 14 limit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, c := notifyServer(t, tc.lim, nil)
@@ -101,6 +102,9 @@ func TestNotifyBusyWhenFull(t *testing.T) {
 			d, err := c.Notify(context.Background(), "s", tc.msgs[last])
 			if d != Busy || err == nil || !strings.Contains(err.Error(), tc.why) {
 				t.Fatalf("Notify past the bound = %s, %v; want busy naming %q", d, err, tc.why)
+			}
+			if errors.Is(err, ErrRefused) {
+				t.Fatalf("busy is %v: it matches ErrRefused, but it may be sent again", err)
 			}
 			if s.inbox.Len() != last || s.Stats().Full != 1 {
 				t.Fatalf("inbox %d (want %d), full %d (want 1)", s.inbox.Len(), last, s.Stats().Full)
@@ -131,8 +135,8 @@ func TestNotifyLostReplyIsUnknown(t *testing.T) {
 	if s.inbox.Len() != 1 {
 		t.Fatalf("inbox %d, want 1 (it was queued; only the answer was lost)", s.inbox.Len())
 	}
-	if d, _ := c.Notify(context.Background(), "s", "m2"); d != NotSent {
-		t.Fatalf("Notify on the failed Conn = %s, want not_sent", d)
+	if d, err := c.Notify(context.Background(), "s", "m2"); d != NotSent || errors.Is(err, ErrRefused) {
+		t.Fatalf("Notify on the failed Conn = %s, %v; want not_sent, not refused (nothing was posted)", d, err)
 	}
 }
 
@@ -141,6 +145,9 @@ func TestNotifyTooLargeNotSent(t *testing.T) {
 	d, err := c.Notify(context.Background(), "s", strings.Repeat("x", 17))
 	if d != NotSent || err == nil || !strings.Contains(err.Error(), "over the receiver's 16") {
 		t.Fatalf("Notify = %s, %v; want not_sent, too large", d, err)
+	}
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("a too large notification: %v, want ErrRefused (sending it again would be refused again)", err)
 	}
 	if s.inbox.Len() != 0 {
 		t.Fatalf("inbox %d, want 0", s.inbox.Len())
@@ -173,5 +180,28 @@ func TestInboxNextWaits(t *testing.T) {
 	}
 	if n, _ := b.Next(context.Background()); n.ID != 2 {
 		t.Fatalf("second Next got id %d, want 2", n.ID)
+	}
+}
+
+// The byte bound covers everything a notification holds in the inbox,
+// not its message alone: the submission (up to 64 KiB of the frame's
+// metadata) and the sender's name come from the sender too.
+func TestInboxBytesCountSubmissionAndSender(t *testing.T) {
+	b := NewInbox(InboxLimits{Max: 100, MaxPerSender: 100, MaxBytes: 1000})
+	long := strings.Repeat("s", 600)
+	if err := b.Put(Notification{Sender: "a", ID: 1, Submission: long}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Put(Notification{Sender: "a", ID: 2, Submission: long}); !errors.Is(err, ErrInboxFull) {
+		t.Fatalf("a second 600-byte submission into 1000 bytes: %v, want inbox full", err)
+	}
+	if err := b.Put(Notification{Sender: long, ID: 3}); !errors.Is(err, ErrInboxFull) {
+		t.Fatalf("a 600-byte sender name into the 400 bytes left: %v, want inbox full", err)
+	}
+	if n, _ := b.Next(context.Background()); n.ID != 1 {
+		t.Fatalf("got %d", n.ID)
+	}
+	if err := b.Put(Notification{Sender: "a", ID: 2, Submission: long}); err != nil {
+		t.Fatalf("after the first was read, its bytes are free again: %v", err)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
 	"strings"
@@ -643,5 +645,68 @@ func TestServerFrameLimitHonoured(t *testing.T) {
 	defer mu.Unlock()
 	if len(sizes) != 8 || sizes[0] != MinSlice {
 		t.Fatalf("frames of %v bytes, want 8 of 1 MiB", sizes)
+	}
+}
+
+// A server whose exported regions do not fit in one region list (an
+// Exports of its own; the daemon refuses such exports at registration)
+// answers too large, saying why, rather than sending a frame the client
+// refuses as corrupt.
+func TestRegionsListTooLarge(t *testing.T) {
+	exp := &memExports{}
+	for i := range 300 {
+		exp.add(uint64(i+1), fmt.Sprintf("%03d%s", i, strings.Repeat("x", 250)), 4096, wire.PermRead)
+	}
+	s, _ := startServer(t, exp, "127.0.0.1:0", testKey)
+	_, err := Dial(context.Background(), addrOf(s), Config{Name: "cli", Key: testKey, IOTimeout: 5 * time.Second})
+	if err == nil || !strings.Contains(err.Error(), "300 exported regions take") || strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("dial: %v, want too large naming 300 exported regions", err)
+	}
+}
+
+// A keyed peer's raw frames cannot reach past a region or past its
+// export: an offset near 2^64 whose end wraps, a READ of a write-only
+// export, a WRITE of a read-only one are each refused with effect none
+// and the region is untouched.
+func TestRawFramesStayInsideExports(t *testing.T) {
+	exp := &memExports{}
+	rw := exp.add(1, "rw", 8192, wire.PermReadWrite)
+	ro := exp.add(2, "ro", 8192, wire.PermRead)
+	exp.add(3, "wo", 8192, wire.PermWrite)
+	s, _ := startServer(t, exp, "127.0.0.1:0", testKey)
+	c := dial(t, addrOf(s), testKey, 1)
+	ctx := context.Background()
+	const wrap = math.MaxUint64 - 100 // + 4096 wraps past 2^64 to a small end
+	for _, tc := range []struct {
+		name string
+		f    wire.Frame
+		want wire.Code
+	}{
+		{"read wraps", wire.Frame{Type: wire.TypeRead, Meta: (&wire.Read{Region: 1, Offset: wrap, Length: 4096}).Marshal()}, wire.CodeRange},
+		{"write wraps", wire.Frame{Type: wire.TypeWrite, Meta: (&wire.Write{Region: 1, Offset: wrap}).Marshal(), Payload: pattern(4096, 9)}, wire.CodeRange},
+		{"read past the end", wire.Frame{Type: wire.TypeRead, Meta: (&wire.Read{Region: 1, Offset: 8192, Length: 1}).Marshal()}, wire.CodeRange},
+		{"read of write-only", wire.Frame{Type: wire.TypeRead, Meta: (&wire.Read{Region: 3, Offset: 0, Length: 1}).Marshal()}, wire.CodeDenied},
+		{"write of read-only", wire.Frame{Type: wire.TypeWrite, Meta: (&wire.Write{Region: 2, Offset: 0}).Marshal(), Payload: pattern(4096, 9)}, wire.CodeDenied},
+		{"unknown id", wire.Frame{Type: wire.TypeWrite, Meta: (&wire.Write{Region: 99, Offset: 0}).Marshal(), Payload: pattern(16, 9)}, wire.CodeNotFound},
+	} {
+		l, err := c.getLane(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.f.ID = c.nextID.Add(1)
+		want := wire.TypeReadData
+		if tc.f.Type == wire.TypeWrite {
+			want = wire.TypeWriteAck
+		}
+		_, _, err = l.roundTrip(ctx, &tc.f, want, nil)
+		c.putLane(l, 0)
+		var re *remoteError
+		if !errors.As(err, &re) || re.m.Code != tc.want || re.m.Applied != wire.AppliedNone {
+			t.Fatalf("%s: %v, want %s with effect none", tc.name, err, tc.want)
+		}
+	}
+	zero := make([]byte, 8192)
+	if !bytes.Equal(rw.bytes(), zero) || !bytes.Equal(ro.bytes(), zero) {
+		t.Fatal("a refused frame changed a region")
 	}
 }

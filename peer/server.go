@@ -468,16 +468,27 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := q.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			reply.Type, reply.Meta = wire.TypeRegionsOK, s.regions(q.Host, hello.Name).Marshal()
+			rs := s.regions(q.Host, hello.Name)
+			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
+			if len(reply.Meta) > wire.MaxMetaLen {
+				// A frame the client would refuse as corrupt: say why.
+				e := wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("%d exported regions take %d bytes, over the %d of one region list: export fewer or shorter names",
+					len(rs.List), len(reply.Meta), wire.MaxMetaLen)}
+				s.log.Warn("peer regions refused", "op", "peer", "name", hello.Name, "err", e.Message)
+				reply.Type, reply.Meta = wire.TypeError, e.Marshal()
+			}
 		case h.Type == wire.TypeRead && role == wire.RoleLane && h.PayloadLen == 0:
 			s.reads.Add(1)
 			var m wire.Read
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, m.Length)
 			buf, reply.Meta = s.read(&m, &reply)
 			reply.Payload = buf
+			// Only bytes the reply carries: a refused READ's length is
+			// the sender's claim, and completed totals are checked
+			// against what was served.
+			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, uint64(len(buf)))
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
 			var m wire.Write

@@ -9,6 +9,7 @@ package tests
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -139,21 +140,58 @@ func TestNotifyBetweenDaemons(t *testing.T) {
 		}
 	})
 
-	t.Run("full inbox is busy", func(t *testing.T) {
+	// A full inbox answers busy, definitely not delivered: the sender
+	// sends it again until the submission's deadline, then says busy.
+	t.Run("full inbox is busy until the deadline", func(t *testing.T) {
 		first, _ := a.run1(t, notifyDoc("first"))
 		if d := a.waitNotify(t, first, 0); d["state"] != "delivered" {
 			t.Fatalf("first: %v", d)
 		}
-		second, _ := a.run1(t, notifyDoc("second"))
+		doc := strings.Replace(notifyDoc("second"), `"notify"`, `"timeout":"1500ms","notify"`, 1)
+		start := time.Now()
+		second, _ := a.run1(t, doc)
 		d := a.waitNotify(t, second, 0)
-		if d["state"] != "busy" || !strings.Contains(fmt.Sprint(d["reason"]), "inbox full") {
-			t.Fatalf("second, into a full inbox: %v, want busy", d)
+		if d["state"] != "busy" || !strings.Contains(fmt.Sprint(d["reason"]), "inbox full") ||
+			!strings.Contains(fmt.Sprint(d["reason"]), "not sent again: the submission's deadline comes first") {
+			t.Fatalf("second, into a full inbox: %v, want busy at its deadline", d)
+		}
+		if n, _ := d["attempts"].(float64); n < 2 {
+			t.Fatalf("second: %v attempts, want it sent again while busy", d["attempts"])
+		}
+		if took := time.Since(start); took > 5*time.Second {
+			t.Fatalf("busy after %s: the 1.5 s deadline did not bound the attempts", took)
 		}
 		if line := b.line(t, `head -n 1 "$M/peers/notifications"`); !strings.Contains(line, `"message":"first"`) {
 			t.Fatalf("B read %s, want the first", line)
 		}
 		if r := b.run(t, `timeout 1 head -n 1 "$M/peers/notifications"`); r.code != 124 {
 			t.Fatalf("B read the busy one: %s", r)
+		}
+	})
+
+	// Once the receiver reads, the busy one is delivered by a later attempt.
+	t.Run("busy is delivered once there is room", func(t *testing.T) {
+		first, _ := a.run1(t, notifyDoc("room1"))
+		if d := a.waitNotify(t, first, 0); d["state"] != "delivered" {
+			t.Fatalf("room1: %v", d)
+		}
+		second, _ := a.run1(t, notifyDoc("room2"))
+		eventually(t, mountWait, "room2 is sent again while B's inbox is full", func() bool {
+			d := a.notifyOf(t, second, 0, 0)
+			n, _ := d["attempts"].(float64)
+			return d["state"] == "pending" && n >= 2 && strings.Contains(fmt.Sprint(d["reason"]), "inbox full")
+		})
+		if line := b.line(t, `head -n 1 "$M/peers/notifications"`); !strings.Contains(line, `"message":"room1"`) {
+			t.Fatalf("B read %s, want room1", line)
+		}
+		if d := a.waitNotify(t, second, 0); d["state"] != "delivered" {
+			t.Fatalf("room2 after B read: %v, want delivered", d)
+		}
+		if line := b.line(t, `head -n 1 "$M/peers/notifications"`); !strings.Contains(line, `"message":"room2"`) {
+			t.Fatalf("B read %s, want room2", line)
+		}
+		if r := b.run(t, `timeout 1 head -n 1 "$M/peers/notifications"`); r.code != 124 {
+			t.Fatalf("B read a third one (room2 twice?): %s", r)
 		}
 	})
 
@@ -216,5 +254,147 @@ func TestNotificationsWithoutListener(t *testing.T) {
 	r = m.run(t, fmt.Sprintf(`echo '{"op":"write","target":"%s","requests":[{"memory":"%s","length":4096}],"notify":[{"peer":"tcp://127.0.0.1:9","message":"x"}]}' > "$M/ctl/batches/%s/submit"`, seg, reg, n))
 	if r.code == 0 || !strings.Contains(r.stderr, eOPNOTSUPP) {
 		t.Fatalf("notify without a key: %s, want %s", r, eOPNOTSUPP)
+	}
+}
+
+// A notification is sent with the daemon's key, so it is the daemon's
+// user's and root's alone: another user of a shared mount (allow_other)
+// who may submit to its own memory still sends nothing to any peer.
+func TestNotifyNotForOtherUsers(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, _ := startPeerDaemonConf(t, "alpha", key, "")
+	b, addrB := startNotifyDaemon(t, "beta", key, "")
+	r := a.run(t, asNobody+"bash -c "+shq(fmt.Sprintf(`set -e
+M=%s
+echo '{"name":"nb","location":"cpu","bytes":4096}' > $M/memory/register
+echo '{"name":"nbseg","uri":"mem://nb","permission":"read_write"}' > $M/segments/open
+B=$(cat $M/ctl/batches/clone)
+echo '{"op":"write","target":"nbseg","requests":[{"memory":"nb","length":4096}],"notify":[{"peer":"tcp://%s","message":"forged"}]}' > $M/ctl/batches/$B/submit || { cat $M/ctl/batches/$B/error; exit 1; }
+echo seal > $M/ctl/batches/$B/ctl
+cat $M/ctl/batches/$B/wait`, a.dir, addrB)))
+	if r.code == 0 || !strings.Contains(r.stderr, "Permission denied") {
+		t.Errorf("nobody's notify: %s, want EACCES", r)
+	}
+	if !strings.Contains(r.stdout, "a notification is sent with the daemon's peer key; only root or the daemon's user") {
+		t.Errorf("nobody's notify: the batch's error file lacks the reason: %s", r)
+	}
+	if r := b.run(t, `timeout 2 head -n 1 "$M/peers/notifications"`); r.code != 124 {
+		t.Errorf("B received nobody's notification: %s", r)
+	}
+}
+
+// A sender whose pending budget is one notification: a destination
+// where nothing listens yet is not_sent at each attempt and sent again,
+// holding the budget (a second submission with notify gets EAGAIN and
+// appends nothing); a daemon started on that address then receives it
+// once; the budget is free again; a message the receiver refuses as too
+// large is not_sent after one attempt, never sent again.
+func TestNotifyRetriesUntilReceiverListens(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, _ := startNotifyDaemon(t, "alpha", key, "max_pending_notifications = 1\nmax_pending_notifications_per_peer = 1\n")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrC := l.Addr().String()
+	l.Close() // nothing listens there until C starts
+
+	out := a.register(t, "out", 4096)
+	seg := uniq("outseg")
+	a.ok(t, fmt.Sprintf(`echo '{"name":"%s","uri":"mem://%s","permission":"read_write"}' > "$M/segments/open"`, seg, out))
+	t.Cleanup(func() { a.sh(t, `rmdir "$M/segments/`+seg+`" 2>/dev/null`) })
+	docTo := func(addr, msg string) string {
+		return fmt.Sprintf(`{"op":"write","target":"%s","requests":[{"memory":"%s","length":4096}],"notify":[{"peer":"tcp://%s","message":"%s"}]}`, seg, out, addr, msg)
+	}
+	doc := func(msg string) string { return docTo(addrC, msg) }
+
+	early, st := a.run1(t, doc("early"))
+	if st != "completed" {
+		t.Fatalf("early: %s", st)
+	}
+	eventually(t, mountWait, "early is sent again while nothing listens", func() bool {
+		d := a.notifyOf(t, early, 0, 0)
+		n, _ := d["attempts"].(float64)
+		return d["state"] == "pending" && n >= 2 && strings.Contains(fmt.Sprint(d["reason"]), "refused")
+	})
+
+	// The budget is held by early's attempts.
+	n := a.clone(t)
+	r := a.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(doc("second")), n))
+	if r.code == 0 || !strings.Contains(r.stderr, eAGAIN) {
+		t.Fatalf("a second notify past peer.max_pending_notifications: %s, want %s", r, eAGAIN)
+	}
+	if e := a.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/error"`, n)); !strings.Contains(e, "would pass peer.max_pending_notifications (1)") {
+		t.Fatalf("error file %q", e)
+	}
+	if k := a.taskCount(t, n); k != 0 {
+		t.Fatalf("the refused submission appended %d tasks", k)
+	}
+
+	c := startDaemon(t, daemonOpts{config: slowConfig + fmt.Sprintf("\n[peer]\nlisten = %q\nname = \"gamma\"\nkey_file = %q\nmax_notification_bytes = 8\n", addrC, key)})
+	if d := a.waitNotify(t, early, 0); d["state"] != "delivered" {
+		t.Fatalf("early once C listens: %v, want delivered", d)
+	}
+	if line := c.line(t, `head -n 1 "$M/peers/notifications"`); !strings.Contains(line, `"message":"early"`) || !strings.Contains(line, `"sender":"alpha"`) {
+		t.Fatalf("C read %s", line)
+	}
+	if r := c.run(t, `timeout 1 head -n 1 "$M/peers/notifications"`); r.code != 124 {
+		t.Fatalf("C read early twice: %s", r)
+	}
+
+	// The budget is free again; C refuses a message over its 8 bytes:
+	// one attempt, never another.
+	big, _ := a.run1(t, doc("ten bytes!"))
+	d := a.waitNotify(t, big, 0)
+	if d["state"] != "not_sent" || !strings.Contains(fmt.Sprint(d["reason"]), "over the receiver's 8") || d["attempts"] != 1.0 {
+		t.Fatalf("a message C refuses: %v, want not_sent after 1 attempt", d)
+	}
+
+	// The deadline bounds an attempt: a listener that accepts and never
+	// answers the handshake holds the dial for peer.dial_timeout (5s),
+	// but a submission with a 1s timeout ends at 1s.
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mute.Close() })
+	go func() {
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+	}()
+	start := time.Now()
+	muted, _ := a.run1(t, strings.Replace(docTo(mute.Addr().String(), "mute"), `"notify"`, `"timeout":"1s","notify"`, 1))
+	d = a.waitNotify(t, muted, 0)
+	if took := time.Since(start); d["state"] != "not_sent" || took > 3*time.Second {
+		t.Fatalf("a notification to a listener that never answers, in a 1s submission: %v after %s; want not_sent within about 1s", d, took)
+	}
+
+	// Freeing the batch ends the attempts and gives the budget back.
+	l, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	orphan, _ := a.run1(t, docTo(dead, "orphan"))
+	eventually(t, mountWait, "orphan is sent again while nothing listens", func() bool {
+		d := a.notifyOf(t, orphan, 0, 0)
+		n, _ := d["attempts"].(float64)
+		return d["state"] == "pending" && n >= 2
+	})
+	a.ok(t, `rmdir "$M/ctl/batches/`+orphan+`"`)
+	n = a.clone(t)
+	eventually(t, mountWait, "a notify is accepted once the freed batch's attempts end", func() bool {
+		return a.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(doc("after")), n)).code == 0
+	})
+	if !strings.Contains(a.logText(), "not sent again: the batch was freed") {
+		t.Fatalf("the log does not say why orphan's attempts ended")
 	}
 }

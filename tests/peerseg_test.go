@@ -198,3 +198,35 @@ cat $M/ctl/batches/1/tasks/0`)
 		t.Fatalf("relay: %d connections (want control and one lane: no retry), %d bytes", rl.accepted, rl.sent)
 	}
 }
+
+// Every peer's dial fetches the list of exported regions in one frame of
+// at most 64 KiB of metadata. Registrations that would make the list
+// longer are refused (EFBIG), so the daemon stays reachable: before,
+// 300 exports with long names made every dial fail with a corrupt frame.
+func TestExportListStaysSendable(t *testing.T) {
+	dir := t.TempDir()
+	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
+	a, _ := startPeerDaemonConf(t, "alpha", key, "")
+	b, addrB := startPeerDaemon(t, "beta", key)
+	out := b.ok(t, `long=$(printf 'x%.0s' $(seq 240))
+ok=0
+for i in $(seq 300); do
+  if echo "{\"name\":\"r$i-$long\",\"location\":\"cpu\",\"bytes\":4096,\"export\":\"read\"}" > $M/memory/register 2>$T/err; then
+    ok=$((ok+1))
+  else
+    echo "refused $i: $(sed 's/.*: //' $T/err)"; tail -n 1 $M/error; break
+  fi
+done
+echo "registered $ok"`)
+	t.Logf("%s", out)
+	if !strings.Contains(out, "refused ") || !strings.Contains(out, eFBIG) || !strings.Contains(out, "exported regions take") {
+		t.Errorf("300 long exports: none refused with EFBIG:\n%s", out)
+	}
+	a.ok(t, `echo '{"name":"buf","location":"cpu","bytes":4096}' > $M/memory/register`)
+	a.ok(t, fmt.Sprintf(`echo '{"name":"r","uri":"tcp://%s/r1-%s","permission":"read"}' > $M/segments/open`, addrB, strings.Repeat("x", 240)))
+	// The refused registration left nothing behind.
+	if n := b.line(t, `ls $M/memory | grep -c '^r[0-9]'`); !strings.Contains(out, "registered "+n+"\n") {
+		t.Errorf("%s registrations listed, the loop says:\n%s", n, out)
+	}
+	a.ok(t, `rmdir $M/segments/r`)
+}

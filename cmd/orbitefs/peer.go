@@ -86,6 +86,7 @@ func newNotifications(c config.Peer, opts *control.Options, tr *peer.Tracker, lg
 	opts.MaxNotificationBytes = int(c.MaxNotificationBytes)
 	opts.MaxPendingNotifications = c.MaxPendingNotifications
 	opts.MaxPendingNotificationBytes = int64(c.MaxPendingNotificationBytes)
+	opts.NotifyRetryInterval, opts.NotifyRetryMaxInterval = c.NotifyRetryInterval.D(), c.NotifyRetryMaxInterval.D()
 	if c.KeyFile == "" {
 		return n, nil
 	}
@@ -98,15 +99,20 @@ func newNotifications(c config.Peer, opts *control.Options, tr *peer.Tracker, lg
 		DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), PayloadChecksum: c.PayloadChecksum,
 		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr})
 	opts.Notify = func(ctx context.Context, to control.NotifyDest, submission, message string) (string, error) {
+		var d peer.Delivery
+		var err error
 		if to.Name == "" {
-			d, err := n.notifier.Notify(ctx, to.Addr, submission, message)
-			return d.String(), err
+			d, err = n.notifier.Notify(ctx, to.Addr, submission, message)
+		} else {
+			epoch, perr := strconv.ParseUint(to.Epoch, 16, 64)
+			if perr != nil {
+				return peer.NotSent.String(), control.Refused(fmt.Errorf("peer://%s: the cluster lists epoch %q: %w", to.Name, to.Epoch, perr))
+			}
+			d, err = n.notifier.NotifyEngine(ctx, to.Addr, to.Name, epoch, submission, message)
 		}
-		epoch, err := strconv.ParseUint(to.Epoch, 16, 64)
-		if err != nil {
-			return peer.NotSent.String(), fmt.Errorf("peer://%s: the cluster lists epoch %q: %w", to.Name, to.Epoch, err)
+		if errors.Is(err, peer.ErrRefused) {
+			err = control.Refused(err) // never sent again
 		}
-		d, err := n.notifier.NotifyEngine(ctx, to.Addr, to.Name, epoch, submission, message)
 		return d.String(), err
 	}
 	if c.Listen != "" {

@@ -161,3 +161,15 @@ func TestProofsBindBothSides(t *testing.T) {
 		t.Fatal("a proof replayed with another nonce passes")
 	}
 }
+
+func TestRegionsSize(t *testing.T) {
+	rs := Regions{List: []Descriptor{{ID: 1, Name: "kv", Location: "cpu", Bytes: 1, Perm: PermRead},
+		{ID: 2, Name: "weights-0", Location: "cuda:0", IPC: make([]byte, IPCHandleLen)}}}
+	want := RegionsBase
+	for _, d := range rs.List {
+		want += DescriptorSize(d.Name, d.Location, d.IPC != nil)
+	}
+	if got := len(rs.Marshal()); got != want {
+		t.Fatalf("encoded %d bytes, RegionsBase + DescriptorSize says %d", got, want)
+	}
+}

@@ -332,6 +332,23 @@ func (m *Welcome) Unmarshal(b []byte) error {
 	return d.done("welcome")
 }
 
+// RegionsBase is the encoded size of an empty region list (the
+// metadata of a regions-ok frame); each descriptor adds DescriptorSize.
+// A list over MaxMetaLen cannot be sent, so an exporter keeps its list
+// within it.
+const RegionsBase = 8
+
+// DescriptorSize is the largest encoded size of a descriptor with this
+// name and location: with its CUDA IPC handle when device is set (what
+// a client on the server's host gets).
+func DescriptorSize(name, location string, device bool) int {
+	n := 8 + 2 + len(name) + 2 + len(location) + 8 + 1 + 2
+	if device {
+		n += IPCHandleLen
+	}
+	return n
+}
+
 func (m *Regions) Marshal() []byte {
 	var e enc
 	e.u64(uint64(len(m.List)))
