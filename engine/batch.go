@@ -237,6 +237,9 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 	}
 	// first is read here, under b.mu: once a caller copy finishes, its
 	// group may be recycled after a Free (group.go).
+	if b.mu.tasks == nil {
+		b.listsForLocked() // group.go
+	}
 	first := len(b.mu.tasks)
 	g.first = first
 	for i := range reqs {
@@ -639,11 +642,11 @@ func (b *Batch) Free() error {
 	quarantine := b.mu.unquiesced
 	b.changedLocked()
 	b.retiredLocked()
-	groups := b.detachGroupsLocked() // group.go
+	lists := b.detachGroupsLocked() // group.go
 	b.mu.Unlock()
 	e := b.e
 	if !quarantine {
-		e.recycle(groups)
+		e.recycle(lists)
 	}
 	e.mu.Lock()
 	delete(e.mu.batches, b.id)

@@ -30,7 +30,8 @@
 //     freed batch finds nothing rather than another batch's group.
 //     Groups of the ring, the off-ring executors, memory and remote
 //     targets are never recycled: their executors may touch them after
-//     they finish.
+//     they finish. The emptied task and group lists are pooled too,
+//     cleared, so no group stays reachable through them.
 
 package engine
 
@@ -455,21 +456,49 @@ func (g *group) recyclable() bool {
 }
 
 // detachGroupsLocked empties the task and group lists of a batch that
-// Free just freed with no group active, and returns its groups; recycle
-// them after b.mu is released. REQUIRES: b.mu.
-func (b *Batch) detachGroupsLocked() []*group {
-	gs := b.mu.groups
+// Free just freed with no group active, and returns them; recycle them
+// after b.mu is released. REQUIRES: b.mu.
+func (b *Batch) detachGroupsLocked() batchLists {
+	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups}
 	b.mu.groups, b.mu.tasks = nil, nil
-	return gs
+	return l
 }
 
-// recycle hands the recyclable groups of a freed batch to the pool.
-// REQUIRES: gs came from detachGroupsLocked of a batch not quarantined.
-func (e *Engine) recycle(gs []*group) {
-	for _, g := range gs {
+// batchLists are a batch's task and group lists, which a freed batch
+// hands back for reuse with its groups.
+type batchLists struct {
+	tasks  []task
+	groups []*group
+}
+
+// recycle hands the recyclable groups of a freed batch, and its lists,
+// to the pools. REQUIRES: l came from detachGroupsLocked of a batch not
+// quarantined.
+func (e *Engine) recycle(l batchLists) {
+	for _, g := range l.groups {
 		if g.recyclable() {
 			e.groups.Put(g)
 		}
+	}
+	if cap(l.tasks) >= minPooledList {
+		clear(l.tasks) // no group stays reachable through a pooled list
+		clear(l.groups)
+		e.lists.Put(&batchLists{tasks: l.tasks[:0], groups: l.groups[:0]})
+	}
+}
+
+// minPooledList: shorter lists cost less to grow than to pool.
+const minPooledList = 64
+
+// listsForLocked gives a batch's first submission its task and group lists: a
+// freed batch's, as long as the new batch may fill them, else none
+// (append makes them). REQUIRES: b.mu; b has no task yet.
+func (b *Batch) listsForLocked() {
+	if b.capacity < minPooledList {
+		return
+	}
+	if l, ok := b.e.lists.Get().(*batchLists); ok {
+		b.mu.tasks, b.mu.groups = l.tasks, l.groups
 	}
 }
 

@@ -24,7 +24,7 @@ func TestGroupReuseKeepsReports(t *testing.T) {
 	path, orig := randomFile(t, shm, "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)
 	defer e.CloseFileSegment(seg, ioTimeout)
-	r := register(t, e, 1<<20)
+	r := register(t, e, 2<<20)
 
 	// The batch that keeps its reports: three caller copies of distinct
 	// lengths, read back after the churn below.
@@ -59,7 +59,7 @@ func TestGroupReuseKeepsReports(t *testing.T) {
 	reused := false
 	var prev []any
 	for round := 0; round < 20 && !reused; round++ {
-		b, err := e.AllocateBatch(8)
+		b, err := e.AllocateBatch(64) // 64: its lists are pooled too
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,6 +68,10 @@ func TestGroupReuseKeepsReports(t *testing.T) {
 			if _, err := b.Submit(engine.OpRead, seg, []engine.Request{req}, nil, ioTimeout); err != nil {
 				t.Fatal(err)
 			}
+		}
+		b.Seal()
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("round %d: state %v, %v", round, st, err)
 		}
 		ids := b.GroupIdentities()
 		for _, id := range ids {
@@ -92,7 +96,9 @@ func TestGroupReuseKeepsReports(t *testing.T) {
 		t.Fatal("no group of a freed batch was reused in 20 rounds")
 	}
 
-	// Churn on 4 goroutines while this one reads the kept batch.
+	// Churn on 4 goroutines (about 15k groups, and batches of 64 whose
+	// task and group lists are pooled too) while this one reads the kept
+	// batch.
 	var wg sync.WaitGroup
 	errs := make(chan error, 4)
 	stop := make(chan struct{})
@@ -100,14 +106,14 @@ func TestGroupReuseKeepsReports(t *testing.T) {
 		wg.Add(1)
 		go func(w int) {
 			defer wg.Done()
-			base := r.BaseAddress() + 131072 + uint64(w)*131072
-			for round := 0; round < 150; round++ {
-				b, err := e.AllocateBatch(16)
+			base := r.BaseAddress() + 131072 + uint64(w)*262144
+			for round := 0; round < 60; round++ {
+				b, err := e.AllocateBatch(64)
 				if err != nil {
 					errs <- err
 					return
 				}
-				for k := 0; k < 16; k++ {
+				for k := 0; k < 64; k++ { // 64: the batch's lists are pooled
 					n := uint64(200 + 16*round + k)
 					req := engine.Request{Address: base + uint64(k)*4096, TargetOffset: uint64(k*w) * 512, Length: n}
 					tr, err := b.Submit(engine.OpRead, seg, []engine.Request{req}, nil, ioTimeout)
@@ -119,6 +125,12 @@ func TestGroupReuseKeepsReports(t *testing.T) {
 						b.Free()
 						return
 					}
+				}
+				b.Seal() // one copy in 64 goes to a host copy lane (lanecopy.go)
+				if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+					errs <- fmt.Errorf("goroutine %d round %d: state %v, %v", w, round, st, err)
+					b.Free()
+					return
 				}
 				for k, rep := range b.Submissions() {
 					if rep.Tasks.First != k || rep.CompletedBytes != uint64(200+16*round+k) {
