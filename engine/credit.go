@@ -12,11 +12,12 @@
 //
 // Life of one owner's credit (all under ledger.mu):
 //
-//	reserved   at its batch head (headGate), before the QoS contract and
-//	           the dispatch window: a starved head waits holding none of
-//	           them, so other peers' heads go on; a head that then waits
-//	           at one of those gives its credit back (unreserve), so
-//	           nothing is charged partially while it waits;
+//	reserved   the first owner at its batch head (headGate), before the
+//	           QoS contract and the dispatch window: a starved head waits
+//	           holding none of them, so other peers' heads go on; a head
+//	           that then waits at one of those gives its credit back
+//	           (unreserve), so nothing is charged while it waits; each
+//	           later owner as its group's window dispatches it (feed);
 //	committed  at its handoff to the transport (the first unit's call on
 //	           the Remote), never returned after that, even if it fails;
 //	refunded   if it ends before the handoff (cancel, deadline, an
@@ -29,9 +30,15 @@
 // Invariants:
 //   - used (reserved + committed) never exceeds granted, per resource;
 //     grants never decrease.
-//   - A reservation covers every live owner of a group at once (a remote
-//     group dispatches whole), or nothing: no partial charge while
-//     waiting.
+//   - Owners reserve one at a time, in input order, as they dispatch: a
+//     head reserves its first live owner or nothing (a starved head
+//     holds no charge while it waits), and each later owner reserves
+//     when the group's window hands it to its executor (feed). A group
+//     whose next owner lacks credit stops there, its running owners go
+//     on, and the rest stay pending (cancellable) until credit returns.
+//     The runtime queue's dispatch window is not windowed the same way
+//     yet: an off-ring group takes its shares for every owner at its
+//     head (admissionGate), and one stopped here keeps them.
 //   - Deactivate and disconnect fence new reservations at once and
 //     succeed only with no permit live and every committed owner
 //     receipted; until then they return KindBusy and the fence stays.
@@ -147,7 +154,7 @@ const (
 type groupCredit struct {
 	l     *creditLedger
 	b     *creditBinding
-	held  bool          // the reservation was taken (guarded by ledger.mu)
+	held  bool          // the head's owner was reserved (guarded by ledger.mu)
 	state []ownerCredit // per request (guarded by ledger.mu)
 	bytes []uint64      // per request: DataBytes it spends
 }
@@ -346,14 +353,13 @@ func (l *creditLedger) bind(rs *RemoteSegment, reqs int, bytes []uint64) (*group
 		return nil, detail(KindBusy, "the receiver credit binding of %s epoch %d is fenced (deactivating or disconnecting)", key.peer, key.epoch)
 	}
 	if a := b.auto; a != nil {
-		var total uint64
-		for _, n := range bytes {
-			total += n
-		}
-		// A remote group reserves all its owners at once: one larger
-		// than the window would wait for ever.
-		if total > a.window[CreditDataBytes] || uint64(reqs) > a.window[CreditRequestSlots] {
-			return nil, detail(KindExhausted, "%d requests of %d bytes exceed the receiver's window for this engine (%d requests, %d bytes); split the submission", reqs, total, a.window[CreditRequestSlots], a.window[CreditDataBytes])
+		// Each physical owner must fit the window (one larger would wait
+		// for ever); a submission larger than the window proceeds owner
+		// by owner as credit returns.
+		for i, n := range bytes {
+			if n > a.window[CreditDataBytes] || a.window[CreditRequestSlots] == 0 {
+				return nil, detail(KindExhausted, "requests[%d] of %d bytes exceeds the receiver's window for this engine (%d requests, %d bytes): each request must fit it", i, n, a.window[CreditRequestSlots], a.window[CreditDataBytes])
+			}
 		}
 	}
 	return &groupCredit{l: l, b: b, state: make([]ownerCredit, reqs), bytes: bytes}, nil
@@ -368,40 +374,64 @@ const (
 	creditSync // wait, and this worker asks the issuer for fresh totals
 )
 
-// reserve takes credit for every live owner of g at once, or nothing.
-// live(i) says which requests are still pending. A head that must wait
-// is registered with worker w. REQUIRES: w's Batch.mu.
+// reserve takes the credit of g's first live owner at its batch head,
+// or nothing: a head whose first owner lacks credit waits holding none.
+// Its later owners reserve theirs as they dispatch (feed). live(i) says
+// which requests are still pending. A head that must wait is registered
+// with worker w. REQUIRES: w's Batch.mu.
 func (c *groupCredit) reserve(g *group, live func(i int) bool, w *worker, now time.Time) (creditVerdict, error) {
-	l, b := c.l, c.b
+	l := c.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if c.held {
 		return creditGo, nil
 	}
-	name := creditName(b.key.peer, b.key.epoch)
-	if b.fenced {
-		delete(l.waiters, w)
-		return creditGo, errorf(KindBusy, g.op.String(), w.b.name(), "receiver credit %s is fenced (deactivating or disconnecting); nothing was sent", name)
-	}
-	var bytes, owners uint64
 	for i := range c.state {
-		if live(i) {
-			bytes += c.bytes[i]
-			owners++
+		if !live(i) {
+			continue
 		}
+		v, err := c.ownerLocked(g, i, w, now)
+		c.held = v == creditGo && err == nil
+		return v, err
 	}
-	if owners == 0 {
-		delete(l.waiters, w)
+	delete(l.waiters, w) // no live owner: nothing to reserve
+	return creditGo, nil
+}
+
+// feed reserves owner i's credit as the group hands it to its executor
+// (Batch.feedLocked), unless it holds it already: owners reserve one by
+// one as they dispatch, so a submission larger than the window goes out
+// as credit returns, and never holds credit for owners still waiting.
+// w (nil when the batch has no worker) waits for a poke.
+func (c *groupCredit) feed(g *group, i int, w *worker, now time.Time) (creditVerdict, error) {
+	l := c.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.state[i] != ocNone {
 		return creditGo, nil
 	}
+	return c.ownerLocked(g, i, w, now)
+}
+
+// ownerLocked reserves owner i's DataBytes and one RequestSlot, or
+// registers w to wait (and, on an automatic binding, tells it to sync).
+// REQUIRES: l.mu.
+func (c *groupCredit) ownerLocked(g *group, i int, w *worker, now time.Time) (creditVerdict, error) {
+	l, b := c.l, c.b
+	if b.fenced {
+		l.forgetLocked(w)
+		return creditGo, errorf(KindBusy, g.op.String(), g.b.name(), "receiver credit %s is fenced (deactivating or disconnecting); requests[%d] and the rest were not sent", creditName(b.key.peer, b.key.epoch), i)
+	}
 	stale := !b.updated || (b.ttl > 0 && now.Sub(b.fresh) > b.ttl)
-	if stale || b.res[CreditDataBytes].available() < bytes || b.res[CreditRequestSlots].available() < owners {
-		if _, ok := l.waiters[w]; !ok {
-			l.waiters[w] = struct{}{}
-			l.st.waits++
-			b.waits++
+	if stale || b.res[CreditDataBytes].available() < c.bytes[i] || b.res[CreditRequestSlots].available() < 1 {
+		if w != nil {
+			if _, ok := l.waiters[w]; !ok {
+				l.waiters[w] = struct{}{}
+				l.st.waits++
+				b.waits++
+			}
 		}
-		if b.auto != nil && b.auto.wantSyncLocked(b, now) {
+		if b.auto != nil && w != nil && b.auto.wantSyncLocked(b, now) {
 			// Counted here, with the waiter, so a test sees every sync
 			// begun the moment it sees the heads waiting.
 			b.auto.syncing = true
@@ -411,18 +441,20 @@ func (c *groupCredit) reserve(g *group, live func(i int) bool, w *worker, now ti
 		}
 		return creditWait, nil
 	}
-	delete(l.waiters, w)
-	for i := range c.state {
-		if live(i) {
-			c.state[i] = ocReserved
-			b.permits++
-		}
-	}
-	b.res[CreditDataBytes].reserved += bytes
-	b.res[CreditRequestSlots].reserved += owners
-	c.held = true
-	l.st.reserved += owners
+	l.forgetLocked(w)
+	c.state[i] = ocReserved
+	b.permits++
+	b.res[CreditDataBytes].reserved += c.bytes[i]
+	b.res[CreditRequestSlots].reserved++
+	l.st.reserved++
 	return creditGo, nil
+}
+
+// forgetLocked drops w from the waiters. REQUIRES: l.mu.
+func (l *creditLedger) forgetLocked(w *worker) {
+	if w != nil {
+		delete(l.waiters, w)
+	}
 }
 
 // commit spends owner i's reservation at its handoff to the transport.
@@ -504,7 +536,7 @@ func (c *groupCredit) unreserve() {
 		return
 	}
 	for i, s := range c.state {
-		if s == ocReserved {
+		if s == ocReserved { // the head's owner: none was handed off yet
 			c.state[i] = ocNone
 			b.permits--
 			b.res[CreditDataBytes].reserved -= c.bytes[i]
@@ -649,6 +681,51 @@ func (w *worker) creditGate(g *group, now time.Time) (bool, error) {
 		w.admUntil = g.deadline
 	}
 	return false, nil
+}
+
+// creditFeedLocked reserves owner i's credit as feedLocked hands it to
+// its executor. false stops the feed there: the owner waits for credit
+// (the worker is poked when it changes, and syncs an automatic binding),
+// or the binding is fenced and the rest of g failed. REQUIRES: b.mu.
+func (b *Batch) creditFeedLocked(g *group, i int, now time.Time) bool {
+	if g.remote == nil || g.remote.credit == nil {
+		return true
+	}
+	c, w := g.remote.credit, b.mu.w
+	v, err := c.feed(g, i, w, now)
+	switch {
+	case err != nil:
+		b.failRestLocked(g, i, err)
+		return false
+	case v == creditGo:
+		return true
+	case v == creditSync:
+		w.creditSync.Store(c.b)
+		w.poke()
+	}
+	if w != nil {
+		w.admWait = true
+		if w.admUntil.IsZero() || g.deadline.Before(w.admUntil) {
+			w.admUntil = g.deadline
+		}
+	}
+	return false
+}
+
+// creditSkipLocked refunds owner i's reservation when feedLocked skips
+// it (it ended before dispatch: dropped as deadline-infeasible at the
+// head, after its credit was reserved), so the group's later owners can
+// use that credit at once instead of after the group ends. REQUIRES: b.mu.
+func (b *Batch) creditSkipLocked(g *group, i int) {
+	if g.remote == nil || g.remote.credit == nil {
+		return
+	}
+	c := g.remote.credit
+	c.l.mu.Lock()
+	if c.state[i] == ocReserved {
+		c.refundLocked(i)
+	}
+	c.l.mu.Unlock()
 }
 
 // creditUnreserve gives back g's reservation when its head waits at a

@@ -366,7 +366,7 @@ func TestCreditAutomaticSharedSync(t *testing.T) {
 	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
 		t.Fatal(err)
 	}
-	// Larger than the window: it could never dispatch whole.
+	// One request larger than the window: it could never dispatch.
 	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 12288}}, ioTimeout)
 	wantKind(t, err, engine.KindExhausted)
 
@@ -552,5 +552,189 @@ func TestCreditSyncFailureRetried(t *testing.T) {
 	s := e.ReceiverCreditStats()
 	if s.SyncErrors != 1 || s.Syncs != 2 || is.syncs.Load() != 1 || s.Bindings[0].SyncError != "" {
 		t.Fatalf("after a failed and a retried sync: %+v (issuer syncs %d)", s, is.syncs.Load())
+	}
+}
+
+// Owners reserve as they dispatch: a submission of four requests under a
+// manual grant of two sends two, holds no credit for the other two while
+// they wait (still pending, so cancellable), and sends them once an
+// update grants more. A fifth request, cancelled while it waits, never
+// spends credit.
+func TestCreditOwnersReserveAsTheyDispatch(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, f := creditSeg(t, e, peer)
+	host := register(t, e, 32<<10)
+	if err := e.ActivateReceiverCredit(peer, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ApplyReceiverCredit(grant(peer, 1, 8192, 2)); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.hold, f.holdEnd = make(chan struct{}), 64<<10
+	f.mu.Unlock()
+	var reqs []engine.Request
+	for i := range uint64(5) {
+		reqs = append(reqs, engine.Request{Address: host.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	b := submitSealed(t, e, engine.OpRead, seg, reqs)
+	waitFor(t, "two owners at the peer and the third waiting", func() bool {
+		bs := binding(t, e, peer)
+		return bs.Open == 2 && e.ReceiverCreditStats().Waiting == 1
+	})
+	bs := binding(t, e, peer)
+	if r := bs.Resource(engine.CreditDataBytes); bs.Permits != 0 || r.Reserved != 0 || r.Consumed != 8192 || r.Available != 0 {
+		t.Fatalf("while the rest wait: permits %d, data_bytes %+v", bs.Permits, r)
+	}
+	for i := 2; i < 5; i++ {
+		if st, _ := b.TaskStatus(i); st.State != engine.TaskPending {
+			t.Fatalf("requests[%d] is %v while it waits for credit, want pending", i, st.State)
+		}
+	}
+	if err := b.Cancel(4); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+	if err := e.ApplyReceiverCredit(grant(peer, 2, 16384, 4)); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := b.Wait(10 * time.Second)
+	for i := range 4 {
+		if s, _ := b.TaskStatus(i); s.State != engine.TaskCompleted {
+			t.Fatalf("requests[%d]: %v (batch %v)", i, s.State, st)
+		}
+	}
+	bs = binding(t, e, peer)
+	if r := bs.Resource(engine.CreditDataBytes); r.Consumed != 16384 || r.Reserved != 0 || bs.Permits != 0 || bs.Open != 0 {
+		t.Fatalf("after: permits %d open %d, data_bytes %+v", bs.Permits, bs.Open, r)
+	}
+}
+
+// An automatic window smaller than a submission: the submission is
+// accepted (each request fits the window) and goes out owner by owner,
+// the worker syncing as owners complete; a single request larger than
+// the window is still refused at submit.
+func TestCreditAutomaticSubmissionLargerThanWindow(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, _ := creditSeg(t, e, peer)
+	host := register(t, e, 32<<10)
+	is := &fakeIssuer{window: engine.CreditGrant{Bytes: 8192, Requests: 2}}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
+		t.Fatal(err)
+	}
+	var reqs []engine.Request
+	for i := range uint64(6) {
+		reqs = append(reqs, engine.Request{Address: host.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	if _, err := e.SubmitAndWait(engine.OpWrite, seg, reqs, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if n := is.syncs.Load(); n < 2 {
+		t.Fatalf("%d syncs for six owners through a window of two, want at least 2", n)
+	}
+	bs := binding(t, e, peer)
+	if bs.Completed != [2]uint64{24576, 6} || bs.Resource(engine.CreditDataBytes).Consumed != 24576 {
+		t.Fatalf("after: %+v", bs)
+	}
+	_, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress(), Length: 12288}}, ioTimeout)
+	wantKind(t, err, engine.KindExhausted)
+}
+
+// A sync begun by a group stopped mid-way (its next owner lacks credit)
+// is the one sync of the binding: another batch's head waiting on the
+// same binding meanwhile waits for its answer instead of asking again.
+// The hook holds the first sync at the issuer's door, so the second head
+// meets it in flight every run.
+func TestCreditFeedSyncShared(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, _ := creditSeg(t, e, peer)
+	host := register(t, e, 32<<10)
+	is := &fakeIssuer{window: engine.CreditGrant{Bytes: 8192, Requests: 2}}
+	if err := e.ConnectReceiverCredit(context.Background(), peer, 7, is, 0); err != nil {
+		t.Fatal(err)
+	}
+	var entered atomic.Int64
+	release := make(chan struct{})
+	e.HoldCreditSync(func() {
+		entered.Add(1)
+		<-release
+	})
+	var reqs []engine.Request
+	for i := range uint64(4) {
+		reqs = append(reqs, engine.Request{Address: host.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096})
+	}
+	a := submitSealed(t, e, engine.OpRead, seg, reqs)
+	waitFor(t, "the group's sync to reach the issuer", func() bool { return entered.Load() == 1 })
+	if bs := binding(t, e, peer); bs.Completed != [2]uint64{8192, 2} {
+		t.Fatalf("the group synced before its first two owners completed: %+v", bs)
+	}
+	b := submitSealed(t, e, engine.OpRead, seg, []engine.Request{{Address: host.BaseAddress() + 16384, Length: 4096}})
+	waitFor(t, "both to wait", func() bool { return e.ReceiverCreditStats().Waiting == 2 })
+	if n := e.ReceiverCreditStats().Syncs; n != 1 {
+		t.Fatalf("%d syncs begun while one was in flight, want 1", n)
+	}
+	close(release)
+	e.HoldCreditSync(nil)
+	waitDone(t, a, engine.StateCompleted)
+	waitDone(t, b, engine.StateCompleted)
+	if bs := binding(t, e, peer); bs.Completed != [2]uint64{20480, 5} {
+		t.Fatalf("after: %+v", bs)
+	}
+}
+
+// A fence reaches requests waiting mid-submission too: deactivate while
+// the first request is at the peer and the second waits for credit
+// fails the waiting rest (busy, never sent); the one at the peer
+// completes, and deactivate succeeds once it has its receipt.
+func TestCreditFenceFailsWaitingOwners(t *testing.T) {
+	const peer = "127.0.0.1:1"
+	e := creditEngine(t, nil)
+	seg, f := creditSeg(t, e, peer)
+	host := register(t, e, 16<<10)
+	if err := e.ActivateReceiverCredit(peer, 7, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.ApplyReceiverCredit(grant(peer, 1, 4096, 1)); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	f.hold, f.holdEnd = make(chan struct{}), 64<<10
+	f.mu.Unlock()
+	b := submitSealed(t, e, engine.OpRead, seg, []engine.Request{
+		{Address: host.BaseAddress(), Length: 4096},
+		{Address: host.BaseAddress() + 4096, TargetOffset: 4096, Length: 4096},
+		{Address: host.BaseAddress() + 8192, TargetOffset: 8192, Length: 4096}})
+	waitFor(t, "one request at the peer, the rest waiting", func() bool {
+		return binding(t, e, peer).Open == 1 && e.ReceiverCreditStats().Waiting == 1
+	})
+	wantKind(t, e.DeactivateReceiverCredit(peer, 7), engine.KindBusy)
+	for i := 1; i < 3; i++ {
+		waitFor(t, "the waiting requests to fail", func() bool {
+			ts, _ := b.TaskStatus(i)
+			return ts.State == engine.TaskFailed
+		})
+		if ts, _ := b.TaskStatus(i); engine.KindOf(ts.Err) != engine.KindBusy || !strings.Contains(ts.Err.Error(), "is fenced") {
+			t.Fatalf("requests[%d]: %+v", i, ts)
+		}
+	}
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+	b.Wait(5 * time.Second)
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskCompleted {
+		t.Fatalf("requests[0]: %+v", ts)
+	}
+	if n := f.reads.Load(); n != 1 {
+		t.Fatalf("%d reads reached the peer, want 1", n)
+	}
+	if err := e.DeactivateReceiverCredit(peer, 7); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -526,12 +526,16 @@ func (b *Batch) feedLocked(g *group, now time.Time) bool {
 		_, last := g.aliases(i) // an owner's tasks share their state
 		t := &b.mu.tasks[g.first+i]
 		if t.state != TaskPending {
-			g.next = last + 1 // cancelled meanwhile
+			b.creditSkipLocked(g, i) // its head reservation, if it held one
+			g.next = last + 1        // cancelled meanwhile
 			continue
 		}
 		if now.After(g.deadline) {
 			b.failRestLocked(g, i, errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was dispatched", i))
 			break
+		}
+		if !b.creditFeedLocked(g, i, now) {
+			break // it waits for receiver credit (credit.go), or g failed
 		}
 		for j := i; j <= last; j++ {
 			t := &b.mu.tasks[g.first+j]

@@ -10,8 +10,11 @@
 // requests of its owners that completed successfully. The issuer also
 // counts, from its own side, the bytes each connected sender's READ and
 // WRITE frames carried (served): served - completed is the sender's
-// outstanding bytes as this receiver sees them, which an honest sender
-// keeps within its window; the peaks are in the stats.
+// outstanding bytes as this receiver sees them. An honest sender keeps
+// them within its window; a frame that would take them past it is
+// refused before the region is touched (admit), so the receiver holds
+// the bound itself, whatever the sender does. The peaks are in the
+// stats.
 //
 // Invariants:
 //   - The sum of the windows never exceeds max_bytes, max_requests and
@@ -24,6 +27,12 @@
 //     arbitrary old one goes first). A crashed sender's window is
 //     returned when its name connects at a new epoch (its next start),
 //     unless Pin slots of it are still held.
+//   - A connected sender's outstanding bytes plus those of its frames
+//     being served never exceed its window: a frame past it is refused
+//     with nothing done (admit). A frame counts as served only for the
+//     bytes it moved (settle), so completed claims stay bounded by what
+//     was really carried. Requests are not counted here: frames do not
+//     mark physical owners.
 //   - A remote Pin takes its depth of staging slots plus one consumer
 //     slot from its sender's window at once, or nothing; a missing,
 //     closing or stale binding is refused before anything is allocated.
@@ -62,10 +71,12 @@ type creditSender struct {
 	window             wire.CreditGrant
 	done               wire.CreditDone
 	served             uint64 // bytes its READ and WRITE frames carried
+	serving            uint64 // bytes of its frames admitted and not yet settled
 	peak               uint64 // largest served - done.Bytes seen
 	syncs              uint64
 	staging, consumers uint64 // Pin slots held now
 	closing            bool
+	gone               bool // removed (closed or retired): settle leaves the totals alone
 }
 
 func (s *creditSender) outstanding() uint64 { return s.served - s.done.Bytes }
@@ -148,6 +159,7 @@ func (x *Issuer) removeLocked(k senderKey, s *creditSender) {
 	x.sum.StagingSlots -= s.window.StagingSlots
 	x.sum.ConsumerSlots -= s.window.ConsumerSlots
 	x.out -= s.outstanding()
+	s.gone = true
 	delete(x.senders, k)
 	if len(x.tombs) >= maxTombstones {
 		for old := range x.tombs {
@@ -217,21 +229,47 @@ func (x *Issuer) close(k senderKey, d wire.CreditDone) *wire.Error {
 	return nil
 }
 
-// served counts n bytes of a data frame from the sender, if connected.
-func (x *Issuer) served(k senderKey, n uint64) {
+// admit checks a READ or WRITE frame of n bytes from the sender before
+// the server touches the region. A connected sender's frames may carry
+// at most its window beyond what it has reported completed (an honest
+// sender commits an owner only within its grant, window + completed, so
+// it never meets this); a frame past that is refused with CodeCredit,
+// counted in overruns and nothing else. An admitted frame holds n of
+// the window until settle. A sender without a credit session is not
+// gated: admit returns nil, nil.
+func (x *Issuer) admit(k senderKey, n uint64) (*creditSender, *wire.Error) {
 	if x == nil {
+		return nil, nil
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.senders[k]
+	if s == nil {
+		return nil, nil
+	}
+	if used := s.outstanding() + s.serving; used > s.window.Bytes || n > s.window.Bytes-used {
+		x.st.overruns++
+		return nil, &wire.Error{Code: wire.CodeCredit, Message: fmt.Sprintf(
+			"a frame of %d bytes from %s would take its outstanding bytes to %d, past its receiver credit window of %d (%d served, %d completed); nothing was done",
+			n, k.name, used+n, s.window.Bytes, s.served, s.done.Bytes)}
+	}
+	s.serving += n
+	return s, nil
+}
+
+// settle ends an admitted frame of n bytes that moved carried of them:
+// only those count as served (a refused READ's length is the sender's
+// claim, and completed totals are checked against what was served).
+func (x *Issuer) settle(s *creditSender, n, carried uint64) {
+	if s == nil {
 		return
 	}
 	x.mu.Lock()
-	if s := x.senders[k]; s != nil {
-		s.served += n
-		x.out += n
-		if o := s.outstanding(); o > s.peak {
-			s.peak = o
-		}
-		if s.outstanding() > s.window.Bytes {
-			x.st.overruns++
-		}
+	s.serving -= n
+	s.served += carried
+	s.peak = max(s.peak, s.outstanding())
+	if !s.gone {
+		x.out += carried
 		x.peak = max(x.peak, x.out)
 	}
 	x.mu.Unlock()
@@ -308,7 +346,7 @@ type IssuerStats struct {
 	WindowConsumerSlots  uint64        `json:"window_consumer_slots"`
 	OutstandingBytes     uint64        `json:"outstanding_bytes"`
 	PeakOutstandingBytes uint64        `json:"peak_outstanding_bytes"`
-	Overruns             uint64        `json:"overruns"` // frames that took a sender past its window
+	Overruns             uint64        `json:"overruns"` // frames refused: they would have taken a sender past its window
 	Connects             uint64        `json:"connects"`
 	Syncs                uint64        `json:"syncs"`
 	Closes               uint64        `json:"closes"`

@@ -7,10 +7,13 @@ package peer
 // slot windows.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,17 +192,28 @@ func TestCreditRefusedReadNotServed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Past the sender's window it is refused before anything else;
+	// within it, a READ the server refuses (out of the region's range)
+	// is admitted, then counts nothing.
 	const huge = 1 << 62
-	f := wire.Frame{Type: wire.TypeRead, ID: c.nextID.Add(1), Meta: (&wire.Read{Region: 1, Offset: 0, Length: huge}).Marshal()}
-	_, _, err = l.roundTrip(ctx, &f, wire.TypeReadData, nil)
+	for _, q := range []struct {
+		m    wire.Read
+		code wire.Code
+	}{
+		{wire.Read{Region: 1, Offset: 0, Length: huge}, wire.CodeCredit},
+		{wire.Read{Region: 1, Offset: 4<<20 - 4096, Length: 512 << 10}, wire.CodeRange},
+	} {
+		f := wire.Frame{Type: wire.TypeRead, ID: c.nextID.Add(1), Meta: q.m.Marshal()}
+		_, _, err = l.roundTrip(ctx, &f, wire.TypeReadData, nil)
+		var re *remoteError
+		if !errors.As(err, &re) || re.m.Code != q.code {
+			t.Fatalf("READ of %d bytes at %d: %v, want %s", q.m.Length, q.m.Offset, err, q.code)
+		}
+		if st := x.Stats().List[0]; st.ServedBytes != 0 {
+			t.Fatalf("a refused READ counted as served: %+v", st)
+		}
+	}
 	c.putLane(l, 0)
-	var re *remoteError
-	if !errors.As(err, &re) || re.m.Code != wire.CodeTooLarge {
-		t.Fatalf("READ of %d bytes: %v, want too large", uint64(huge), err)
-	}
-	if st := x.Stats().List[0]; st.ServedBytes != 0 {
-		t.Fatalf("a refused READ counted as served: %+v", st)
-	}
 	g, err := a.Sync(ctx, huge, 0)
 	if err == nil || !strings.Contains(err.Error(), "reported completed") {
 		t.Fatalf("sync reporting %d completed bytes: grant %+v, %v; want refused", uint64(huge), g, err)
@@ -242,5 +256,97 @@ func TestCreditNewEpochRetiresOldWindow(t *testing.T) {
 	old := NewCreditIssuer(dialAs(t, addrOf(s), "a", 1))
 	if err := old.Close(ctx, 0, 0); err != nil {
 		t.Fatalf("close of a retired epoch: %v", err)
+	}
+}
+
+// A sender that ignores its grant (a raw client: no engine gating its
+// owners) is held to its window by the receiver: a frame that would take
+// its outstanding bytes past the window is refused whole, with a
+// definite error and nothing read or written, and the lane stays usable.
+// Its completed report opens the window again; a sender without a
+// credit session is not gated.
+func TestCreditIssuerRefusesOverrun(t *testing.T) {
+	ctx := context.Background()
+	s, x, r := startCreditServer(t, testLimits)
+	raw := dialAs(t, addrOf(s), "raw", 1)
+	a := NewCreditIssuer(raw)
+	if _, err := a.Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	first := pattern(768<<10, 1)
+	if err := raw.Write(ctx, "kv", 0, first); err != nil {
+		t.Fatal(err)
+	}
+	before := append([]byte(nil), r.bytes()...)
+	over := pattern(512<<10, 2) // 768 KiB + 512 KiB > the 1 MiB window
+	err := raw.Write(ctx, "kv", 1<<20, over)
+	e := asError(t, err)
+	if e.Kind != engine.KindExhausted || e.Effect != EffectNone || !strings.Contains(err.Error(), "past its receiver credit window of 1048576") {
+		t.Fatalf("write past the window: %v (kind %v, effect %v)", err, e.Kind, e.Effect)
+	}
+	if !bytes.Equal(r.bytes(), before) {
+		t.Fatal("a refused write changed the region")
+	}
+	if err := raw.Read(ctx, "kv", 0, make([]byte, 512<<10)); asError(t, err).Kind != engine.KindExhausted {
+		t.Fatalf("read past the window: %v", err)
+	}
+	st := x.Stats()
+	if st.Overruns != 2 || st.List[0].ServedBytes != 768<<10 || st.PeakOutstandingBytes != 768<<10 {
+		t.Fatalf("stats after refusals: %+v", st)
+	}
+	if err := raw.Err(); err != nil {
+		t.Fatalf("a refusal broke the connection: %v", err)
+	}
+	// What fits the window still goes through.
+	if err := raw.Write(ctx, "kv", 1<<20, over[:256<<10]); err != nil {
+		t.Fatal(err)
+	}
+	// Reporting completion opens the window again.
+	if _, err := a.Sync(ctx, 1<<20, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := raw.Write(ctx, "kv", 1<<20, over); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(r.bytes()[1<<20:1<<20+512<<10], over) {
+		t.Fatal("the write after the sync did not land")
+	}
+	// A sender with no credit session is not gated by the issuer.
+	if err := dialAs(t, addrOf(s), "plain", 2).Write(ctx, "kv", 0, pattern(2<<20, 3)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Frames on two lanes at once: the second is checked against the window
+// with the first's bytes counted although the first is not settled yet.
+// The hook holds the first WRITE in the server after its admission, so
+// the second meets it in flight every run.
+func TestCreditIssuerCountsFramesInFlight(t *testing.T) {
+	ctx := context.Background()
+	s, x, r := startCreditServer(t, testLimits)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == hookWriteBody && h.PayloadLen == 768<<10 {
+			once.Do(func() { close(entered); <-release })
+		}
+	})
+	raw := dialAs(t, addrOf(s), "raw", 1)
+	if _, err := NewCreditIssuer(raw).Connect(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- raw.Write(ctx, "kv", 0, pattern(768<<10, 1)) }()
+	<-entered
+	err := raw.Write(ctx, "kv", 1<<20, pattern(512<<10, 2))
+	close(release)
+	if e := asError(t, err); e.Kind != engine.KindExhausted || e.Effect != EffectNone {
+		t.Fatalf("a frame past the window beside one in flight: %v", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if st := x.Stats(); st.Overruns != 1 || st.List[0].ServedBytes != 768<<10 || !bytes.Equal(r.bytes()[1<<20:1<<20+512<<10], make([]byte, 512<<10)) {
+		t.Fatalf("after: %+v", st)
 	}
 }

@@ -122,6 +122,8 @@ func (r *remoteError) kind() engine.Kind {
 		return engine.KindBusy
 	case wire.CodeTooLarge:
 		return engine.KindTooLarge
+	case wire.CodeCredit:
+		return engine.KindExhausted
 	case wire.CodeShutdown:
 		return engine.KindClosed
 	}

@@ -483,22 +483,40 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			buf, reply.Meta = s.read(&m, &reply)
-			reply.Payload = buf
-			// Only bytes the reply carries: a refused READ's length is
-			// the sender's claim, and completed totals are checked
-			// against what was served.
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, uint64(len(buf)))
+			// Within the sender's credit window or refused untouched;
+			// served counts only the bytes the reply carries (credit.go).
+			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, m.Length)
+			if refused != nil {
+				reply.Meta = refused.Marshal()
+			} else {
+				buf, reply.Meta = s.read(&m, &reply)
+				reply.Payload = buf
+				s.cfg.Credit.settle(cs, m.Length, uint64(len(buf)))
+			}
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
 			var m wire.Write
 			if err := m.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			s.cfg.Credit.served(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
 			var err error
-			if reply.Meta, err = s.write(br, c, &h, &m, &reply); err != nil {
-				return err
+			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
+			if refused != nil {
+				// Consume the refused payload so the lane stays in step.
+				if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
+					return fmt.Errorf("discarding write %d over credit: %w", h.ID, err)
+				}
+				reply.Meta = refused.Marshal()
+			} else {
+				reply.Meta, err = s.write(br, c, &h, &m, &reply)
+				var carried uint64
+				if reply.Type == wire.TypeWriteAck {
+					carried = h.PayloadLen // only applied bytes count as served
+				}
+				s.cfg.Credit.settle(cs, h.PayloadLen, carried)
+				if err != nil {
+					return err
+				}
 			}
 		case h.Type == wire.TypeNotify && role == wire.RoleControl:
 			var m wire.Notify

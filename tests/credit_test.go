@@ -348,6 +348,35 @@ cat $M/error`, peers[0]))
 	if s := recv.issuer(t); s.Senders != senders-2 || s.Tombstones != 1 || s.WindowBytes != (senders-2)*creditWindow {
 		t.Fatalf("issuer after sender 0 disconnected: %+v", s)
 	}
+	// One submission four times the window (8 requests of 128 KiB) goes
+	// out request by request as credit returns, the receiver never seeing
+	// more than the window outstanding; one request larger than the
+	// window is refused at submit (EAGAIN), nothing sent.
+	s1 := ms[1]
+	var reqs []string
+	for k := 0; k < creditPerSend/creditChunk; k++ {
+		reqs = append(reqs, fmt.Sprintf(`{"memory":"src","offset":%d,"target_offset":%d,"length":%d}`, k*creditChunk, creditPerSend+k*creditChunk, creditChunk))
+	}
+	r = s1.run(t, fmt.Sprintf(`head -c 1048576 /dev/urandom > $M/memory/src/data
+N=$(cat $M/ctl/batches/clone)
+echo '{"op":"write","target":"r","requests":[%s]}' > $M/ctl/batches/$N/submit; echo "exit $?"
+echo seal > $M/ctl/batches/$N/ctl
+timeout 60 cat $M/ctl/batches/$N/wait
+N=$(cat $M/ctl/batches/clone)
+echo '{"op":"write","target":"r","requests":[{"memory":"src","offset":0,"target_offset":0,"length":%d}]}' > $M/ctl/batches/$N/submit; echo "exit $?"
+cat $M/ctl/batches/$N/error`, strings.Join(reqs, ","), 2*creditWindow))
+	if !strings.Contains(r.stdout, "exit 0\ncompleted\nexit 1") || !strings.Contains(r.stderr, "Resource temporarily unavailable") ||
+		!strings.Contains(r.stdout, "requests[0] of 524288 bytes exceeds the receiver's window for this engine") {
+		t.Fatalf("a submission larger than the window, and a request larger than it: %s", r)
+	}
+	recv.ok(t, fmt.Sprintf(`cmp <(tail -c +%d $M/memory/kv/data | head -c %d) %s/memory/src/data`, creditPerSend+1, creditPerSend, s1.dir))
+	if x := recv.issuer(t).List; len(x) < 1 || x[0].Name != "s1" || x[0].ServedBytes != 2*creditPerSend || x[0].PeakOutstandingBytes > creditWindow {
+		t.Fatalf("sender s1 after its large submission: %+v (window %d)", x, creditWindow)
+	}
+	if s := recv.issuer(t); s.Overruns != 0 {
+		t.Fatalf("an honest sender met the receiver's refusal: %+v", s)
+	}
+
 	// /stats carries both sides.
 	if !strings.Contains(recv.ok(t, `cat $M/stats`), `"receiver_credit_issuer"`) || !strings.Contains(s0.ok(t, `cat $M/stats`), `"receiver_credit"`) {
 		t.Fatal("/stats lacks the credit objects")

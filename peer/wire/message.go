@@ -163,12 +163,13 @@ const (
 	CodeTooLarge Code = 9 // over the server's frame limit
 	CodeShutdown Code = 10
 	CodeFull     Code = 11 // a notification inbox is full: the notification was not queued
-	maxKnownCode      = CodeFull
+	CodeCredit   Code = 12 // past the sender's receiver credit window: nothing was done
+	maxKnownCode      = CodeCredit
 )
 
 var codeNames = map[Code]string{CodeInternal: "internal", CodeNotFound: "not found", CodeDenied: "denied",
 	CodeRange: "range", CodeBusy: "busy", CodeCorrupt: "corrupt", CodeAuth: "auth", CodeProtocol: "protocol",
-	CodeTooLarge: "too large", CodeShutdown: "shutting down", CodeFull: "inbox full"}
+	CodeTooLarge: "too large", CodeShutdown: "shutting down", CodeFull: "inbox full", CodeCredit: "over credit"}
 
 func (c Code) String() string {
 	if s, ok := codeNames[c]; ok {
