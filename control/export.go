@@ -67,6 +67,13 @@ func (m *Memory) ReadAt(p []byte, off int64) (int, error) { return m.region.Read
 // WriteAt copies p into the region, with the region's rules.
 func (m *Memory) WriteAt(p []byte, off int64) (int, error) { return m.region.WriteAt(p, off) }
 
+// InPlace runs f on the region's bytes [off, off+n) in place, with the
+// region's rules (engine.Region.InPlace); ok false: not host memory
+// that can be, use ReadAt/WriteAt.
+func (m *Memory) InPlace(off int64, n int, f func(b []byte) error) (bool, error) {
+	return m.region.InPlace(off, n, f)
+}
+
 // IPCHandle is a cuda:N registration's CUDA IPC handle, for a peer on
 // this host.
 func (m *Memory) IPCHandle() ([]byte, error) { return m.region.IPCHandle() }

@@ -280,9 +280,18 @@ func (e *Engine) Close(timeout time.Duration) error {
 	}
 	for _, r := range regions {
 		r.mu.Lock()
-		n, _ := r.loans.closeIfIdle(true)
-		busy := n > 0 || r.mu.uncertain // a copy of unknown outcome may still touch it
+		n, _, pins := r.loans.closeIfIdle(true)
 		r.mu.closed = true
+		r.mu.Unlock()
+		// A ReadAt/WriteAt still copying (bounded: a host copy, or a
+		// device copy within its cut) is waited for, within timeout.
+		for pins > 0 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+			_, _, pins = r.loans.lockAll()
+			r.loans.unlockAll()
+		}
+		r.mu.Lock()
+		busy := n > 0 || pins > 0 || r.mu.uncertain // a copy of unknown outcome may still touch it
 		r.mu.Unlock()
 		if busy {
 			keptRegions++

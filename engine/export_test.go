@@ -28,3 +28,8 @@ func (e *Engine) HoldUnits(f func(task int)) { e.unitHeld = f }
 
 // HoldCallerCopies runs f on the submitter before each caller copy.
 func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }
+
+// HoldRegionCopies installs f as the hook ReadAt/WriteAt on r run with
+// their range pinned, before any byte moves. Set before r is used
+// concurrently.
+func (r *Region) HoldRegionCopies(f func(off int64, n int)) { r.copying = f }

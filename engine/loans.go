@@ -3,6 +3,14 @@
 // overlapping host loan fails the group before I/O), and the region's
 // closed flag, which a loan must never be granted past.
 //
+// A copy of ReadAt/WriteAt pins its range: a loan with no owner, taken
+// and dropped under the same locks as a group's but held across the
+// copy with no lock held. Pins never conflict with each other (copies of
+// one region run side by side); a group's grant over a pin fails with
+// ErrBusy, as over another group's loan, and a copy over a group's loan
+// likewise. An unregister answers ErrBusy while a pin is held: the
+// mapping stays until the copy returned.
+//
 // The table is sharded by 4 KiB page: a small loan (at most smallPages
 // pages) is recorded in the shard of every page it covers, so two
 // overlapping small loans always meet in at least one shard, and groups
@@ -27,7 +35,8 @@
 //     them for a large range) and bigMu, so any two overlapping grants
 //     are serialized and the second sees the first.
 //   - closed changes only while every shard is locked (closeIfIdle), so
-//     a check under any one shard's lock is exact.
+//     a check under any one shard's lock is exact; no pin is taken once
+//     it is set.
 
 package engine
 
@@ -108,7 +117,9 @@ func (t *loanTable) unlock(lo, hi uint64, bigHeld bool) {
 	}
 }
 
-// conflict returns a loan overlapping [lo, hi) not owned by g, if any.
+// conflict returns a loan overlapping [lo, hi) not owned by g, if any;
+// pins share the nil owner, so for a pin (g nil) only a group's loan
+// conflicts.
 // REQUIRES: bigHeld := t.lock(lo, hi).
 func (t *loanTable) conflict(lo, hi uint64, g *group, bigHeld bool) (loan, bool) {
 	hit := func(l loan) bool { return l.owner != g && l.lo < hi && lo < l.hi }
@@ -156,7 +167,7 @@ func (t *loanTable) take(lo, hi uint64, g *group) (closed bool, held loan, ok bo
 	return false, loan{}, true
 }
 
-// drop removes g's loans of [lo, hi).
+// drop removes g's loans of [lo, hi), or one pin of it when g is nil.
 func (t *loanTable) drop(lo, hi uint64, g *group) {
 	first, n, big := span(lo, hi)
 	if big {
@@ -170,10 +181,24 @@ func (t *loanTable) drop(lo, hi uint64, g *group) {
 	for k := 0; k < n; k++ {
 		s := &t.shards[(first+k)%loanShards]
 		s.mu.Lock()
-		s.loans = without(s.loans, g)
+		if g == nil {
+			s.loans, _ = removeLoan(s.loans, loan{lo: lo, hi: hi})
+		} else {
+			s.loans = without(s.loans, g)
+		}
 		s.mu.Unlock()
 	}
 }
+
+// pin records a copy of [lo, hi) unless the region is closed or a
+// group's loan overlaps it (held: that loan). The caller copies with no
+// lock held, then calls unpin(lo, hi).
+func (t *loanTable) pin(lo, hi uint64) (closed bool, held loan, ok bool) {
+	return t.take(lo, hi, nil)
+}
+
+// unpin drops a pin of [lo, hi).
+func (t *loanTable) unpin(lo, hi uint64) { t.drop(lo, hi, nil) }
 
 // without removes g's loans from ls in place.
 func without(ls []loan, g *group) []loan {
@@ -188,8 +213,8 @@ func without(ls []loan, g *group) []loan {
 }
 
 // lockAll locks every shard and bigMu; the returned count and first loan
-// describe what is held.
-func (t *loanTable) lockAll() (n int, first loan) {
+// describe the groups' loans, pins the copies' pins (each counted once).
+func (t *loanTable) lockAll() (n int, first loan, pins int) {
 	for i := range t.shards {
 		t.shards[i].mu.Lock()
 	}
@@ -197,6 +222,9 @@ func (t *loanTable) lockAll() (n int, first loan) {
 	seen := map[*group]bool{}
 	count := func(ls []loan) {
 		for _, l := range ls {
+			if l.owner == nil {
+				continue
+			}
 			if n == 0 {
 				first = l
 			}
@@ -213,7 +241,28 @@ func (t *loanTable) lockAll() (n int, first loan) {
 	for i := range t.shards {
 		count(t.shards[i].loans)
 	}
-	return n, first
+	// A pin is filed under every shard (or granule) it covers: count each
+	// once, by the shard or granule of its first byte (or in wide).
+	for _, l := range t.big.wide {
+		if l.owner == nil {
+			pins++
+		}
+	}
+	for k, ls := range t.big.byGranule {
+		for _, l := range ls {
+			if l.owner == nil && l.lo>>bigShift == k {
+				pins++
+			}
+		}
+	}
+	for i := range t.shards {
+		for _, l := range t.shards[i].loans {
+			if first, _, _ := span(l.lo, l.hi); l.owner == nil && first == i {
+				pins++
+			}
+		}
+	}
+	return n, first, pins
 }
 
 func (t *loanTable) unlockAll() {
@@ -223,15 +272,16 @@ func (t *loanTable) unlockAll() {
 	}
 }
 
-// closeIfIdle closes the table if no loan is held (or always, with
-// force) and reports how many groups hold loans and the first of them.
-func (t *loanTable) closeIfIdle(force bool) (held int, first loan) {
-	held, first = t.lockAll()
-	if held == 0 || force {
+// closeIfIdle closes the table if no loan or pin is held (or always,
+// with force) and reports how many groups hold loans, the first of them,
+// and how many copies hold pins.
+func (t *loanTable) closeIfIdle(force bool) (held int, first loan, pins int) {
+	held, first, pins = t.lockAll()
+	if held+pins == 0 || force {
 		t.closed = true
 	}
 	t.unlockAll()
-	return held, first
+	return held, first, pins
 }
 
 // bigLoans indexes the large loans: each under every 1 MiB granule it

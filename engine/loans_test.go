@@ -67,7 +67,7 @@ func TestLoanShards(t *testing.T) {
 			for k := uint64(0); k < 8; k++ {
 				lt.drop(4<<30+k<<20, 4<<30+k<<20+128<<10, far)
 			}
-			if n, _ := lt.closeIfIdle(false); n != 0 {
+			if n, _, _ := lt.closeIfIdle(false); n != 0 {
 				t.Fatalf("%d owners still hold loans after the drops", n)
 			}
 			if closed, _, _ := lt.take(0, 1, a); !closed {
@@ -146,7 +146,7 @@ func TestLoanTableConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if n, _ := lt.closeIfIdle(false); n != 0 {
+	if n, _, _ := lt.closeIfIdle(false); n != 0 {
 		t.Fatalf("%d owners hold loans after every drop", n)
 	}
 }
@@ -230,6 +230,62 @@ func BenchmarkLoansKVSwap(b *testing.B) {
 					t.drop(lo, lo+unit, owners[c])
 				}
 			})
+		})
+	}
+}
+
+// TestLoanPins: a copy's pin (no owner) never conflicts with another pin,
+// conflicts with a group's loan either way round, and is counted once by
+// closeIfIdle whatever its size (small: in several shards; large: under
+// several granules; wide), so an unregister sees every copy running and
+// none that ended.
+func TestLoanPins(t *testing.T) {
+	const page = 1 << loanShift
+	cases := []struct {
+		name   string
+		lo, hi uint64
+	}{
+		{"small, over a wrapping span", (loanShards - 1) * page, (loanShards + 2) * page},
+		{"large, over granules", 1<<20 - 128<<10, 4<<20 + 1},
+		{"wide", 0, 100 << 20},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var lt loanTable
+			g := &group{}
+			for i := 1; i <= 2; i++ { // the same range twice: two copies
+				if closed, _, ok := lt.pin(c.lo, c.hi); closed || !ok {
+					t.Fatalf("pin %d refused beside another pin", i)
+				}
+			}
+			if _, _, ok := lt.pin(c.lo+1, c.lo+2); !ok {
+				t.Fatal("an overlapping pin refused")
+			}
+			if _, _, pins := lt.closeIfIdle(false); pins != 3 || lt.closed {
+				t.Fatalf("closeIfIdle counted %d pins (closed %v), want 3 and open", pins, lt.closed)
+			}
+			if _, _, ok := lt.take(c.lo, c.lo+1, g); ok {
+				t.Fatal("a group's loan granted over a pin")
+			}
+			lt.unpin(c.lo+1, c.lo+2)
+			lt.unpin(c.lo, c.hi)
+			if _, _, pins := lt.closeIfIdle(false); pins != 1 {
+				t.Fatalf("after two unpins closeIfIdle counted %d pins, want 1", pins)
+			}
+			lt.unpin(c.lo, c.hi)
+			if _, _, ok := lt.take(c.lo, c.hi, g); !ok {
+				t.Fatal("a group's loan refused once every pin was dropped")
+			}
+			if _, held, ok := lt.pin(c.hi-1, c.hi); ok || held.owner != g {
+				t.Fatalf("a pin over a group's loan: granted %v, held by %p", ok, held.owner)
+			}
+			lt.drop(c.lo, c.hi, g)
+			if n, _, pins := lt.closeIfIdle(false); n != 0 || pins != 0 || !lt.closed {
+				t.Fatalf("idle table: %d loans, %d pins, closed %v", n, pins, lt.closed)
+			}
+			if closed, _, _ := lt.pin(c.lo, c.hi); !closed {
+				t.Fatal("a pin granted on a closed table")
+			}
 		})
 	}
 }

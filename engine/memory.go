@@ -197,12 +197,16 @@ func (s sized) Len() uint64 { return s.n }
 // submission without a timeout would be: default_timeout plus
 // quiesce_grace. On an error wrapping ErrUncertain the bytes past the
 // count returned may have changed, and the region is never freed (the
-// GPU may still write it). REQUIRES: r.mu.
+// GPU may still write it; it is marked so before the range is unpinned,
+// so an Unregister that finds no pin finds the mark). REQUIRES: the
+// range pinned.
 func (r *Region) deviceCopy(op string, p []byte, off uint64, write bool) (int, error) {
 	cut := time.Now().Add(r.e.cfg.DefaultTimeout.D() + r.e.cfg.QuiesceGrace.D())
 	n, err := r.e.stagedDeviceCopy(context.Background(), r.dev, off, p, write, cut)
 	if errors.Is(err, ErrUncertain) {
+		r.mu.Lock()
 		r.mu.uncertain = true
+		r.mu.Unlock()
 	}
 	if err != nil {
 		return int(n), &Error{Op: op, Name: r.name(), Kind: kindOr(err, KindIO),

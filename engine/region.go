@@ -3,8 +3,12 @@
 // raw addresses, and exclusive range loans held during I/O.
 //
 // Invariants:
-//   - A region's mapping stays mapped while any loan is outstanding;
-//     Unregister fails with ErrBusy instead of unmapping under I/O.
+//   - A region's mapping stays mapped while any loan or copy pin is
+//     outstanding; Unregister fails with ErrBusy instead of unmapping
+//     under I/O, and Engine.Close waits for pins before unmapping.
+//   - ReadAt/WriteAt hold no lock across their copy, only a pin of the
+//     range (loans.go): a 4 KiB copy never waits behind a large one into
+//     the same region.
 //   - Loans of different groups never overlap; ranges of one group may
 //     overlap and share that group's loan.
 //   - The engine's region index (Engine.mu) is sorted by base address and
@@ -13,8 +17,10 @@
 //     its unmap, page-rounded, and never exceeds the engine's
 //     max_registered_bytes: a registration past it fails before any page is
 //     mapped or populated.
-//   - Go code touches region bytes only through hostmem.Copy, so a fault
-//     on a truncated shared file is an error, never a crash.
+//   - Go code touches a shared file's bytes only through hostmem.Copy, so
+//     a fault on a truncated shared file is an error, never a crash;
+//     private host memory (never truncated) may also be reached in place
+//     while pinned (InPlace).
 
 package engine
 
@@ -44,6 +50,11 @@ type Region struct {
 	unpin func() error
 
 	loans loanTable // loans.go
+
+	// copying, nil outside tests, runs in ReadAt/WriteAt with the range
+	// pinned and before any byte moves (offset and length): a test holds
+	// one copy there.
+	copying func(off int64, n int)
 
 	mu struct {
 		sync.Mutex
@@ -210,7 +221,8 @@ func (e *Engine) addRegion(r *Region) (*Region, error) {
 }
 
 // Unregister removes the region and unmaps it. It fails with ErrBusy
-// while a transfer holds a loan on it; the region then stays usable.
+// while a transfer holds a loan on it or a ReadAt/WriteAt is copying;
+// the region then stays usable.
 func (e *Engine) Unregister(r *Region) error {
 	r.mu.Lock()
 	if r.mu.closed {
@@ -221,9 +233,13 @@ func (e *Engine) Unregister(r *Region) error {
 		r.mu.Unlock()
 		return errorf(KindBusy, "unregister", r.name(), "a device copy of unknown outcome may still write it: it stays allocated for good")
 	}
-	if n, l := r.loans.closeIfIdle(false); n > 0 {
+	switch n, l, pins := r.loans.closeIfIdle(false); {
+	case n > 0:
 		r.mu.Unlock()
 		return errorf(KindBusy, "unregister", r.name(), "%d live transfer(s) hold it, first in batches/%d", n, l.owner.b.id)
+	case pins > 0:
+		r.mu.Unlock()
+		return errorf(KindBusy, "unregister", r.name(), "%d ReadAt/WriteAt copies (a peer's request or the data file) are running on it", pins)
 	}
 	r.mu.closed = true
 	r.mu.Unlock()
@@ -281,7 +297,9 @@ func (e *Engine) releaseRegistered(bytes uint64) {
 func sizeText(n uint64) string { return config.Size(n).String() }
 
 // ReadAt copies region bytes into p (io.ReaderAt semantics). It fails
-// with ErrBusy while a transfer holds an overlapping loan.
+// with ErrBusy while a transfer holds an overlapping loan. Copies of
+// overlapping ranges are not ordered with each other: a ReadAt beside a
+// WriteAt of the same bytes may see some of each.
 func (r *Region) ReadAt(p []byte, off int64) (int, error) {
 	return r.copyAt(p, off, false)
 }
@@ -307,18 +325,21 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 		}
 		end = r.Len()
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mu.closed {
-		return 0, errorf(KindNotFound, op, r.name(), "unregistered")
-	}
-	// The range's loan shards stay locked for the copy: no loan of these
-	// bytes can be granted while it runs.
+	// The range is pinned, not locked, for the copy: copies of one region
+	// run side by side, no group's loan of these bytes is granted while
+	// it runs, and the mapping stays until it is unpinned (Unregister
+	// answers ErrBusy meanwhile).
 	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+end
-	bigHeld := r.loans.lock(lo, hi)
-	defer r.loans.unlock(lo, hi, bigHeld)
-	if l, busy := r.loans.conflict(lo, hi, nil, bigHeld); busy {
+	closed, l, ok := r.loans.pin(lo, hi)
+	switch {
+	case closed:
+		return 0, errorf(KindNotFound, op, r.name(), "unregistered")
+	case !ok:
 		return 0, errorf(KindBusy, op, r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
+	}
+	defer r.loans.unpin(lo, hi)
+	if r.copying != nil {
+		r.copying(off, int(end-uint64(off)))
 	}
 	if r.dev != nil {
 		return r.deviceCopy(op, p[:end-uint64(off)], uint64(off), write)
@@ -349,6 +370,38 @@ func (r *Region) copyAt(p []byte, off int64, write bool) (int, error) {
 		return int(done), nil
 	}
 	return int(done), errorf(KindIO, op, r.name(), "bytes [%d, %d) at offset %d: %w", off, end, uint64(off)+done, err)
+}
+
+// InPlace runs f on the region's bytes [off, off+n) with the range pinned
+// as for ReadAt/WriteAt (ErrBusy over a transfer's loan, ErrNotFound once
+// unregistered, ErrRange past the end; f then does not run), so a socket
+// can read into or write from them with no copy through a buffer. Only
+// private host memory (cpu or pinned) is reached in place: it is
+// populated at registration and never truncated, so no access to it
+// faults while pinned. For a shared file (a truncation would fault) or
+// device memory, ok is false, f does not run, and the caller copies with
+// ReadAt/WriteAt. f must not keep b past its return; its error is
+// returned as is.
+func (r *Region) InPlace(off int64, n int, f func(b []byte) error) (ok bool, err error) {
+	if !r.anon || r.m == nil {
+		return false, nil
+	}
+	if off < 0 || n < 0 || uint64(off) > r.Len() || uint64(n) > r.Len()-uint64(off) {
+		return true, errorf(KindRange, "access", r.name(), "[%d, %d+%d) beyond region size %d", off, off, n, r.Len())
+	}
+	lo, hi := r.BaseAddress()+uint64(off), r.BaseAddress()+uint64(off)+uint64(n)
+	closed, l, pinned := r.loans.pin(lo, hi)
+	switch {
+	case closed:
+		return true, errorf(KindNotFound, "access", r.name(), "unregistered")
+	case !pinned:
+		return true, errorf(KindBusy, "access", r.name(), "bytes [%d, %d) are loaned to batches/%d", l.lo-r.BaseAddress(), l.hi-r.BaseAddress(), l.owner.b.id)
+	}
+	defer r.loans.unpin(lo, hi)
+	if r.copying != nil {
+		r.copying(off, n)
+	}
+	return true, f(r.m.Bytes()[off : uint64(off)+uint64(n) : uint64(off)+uint64(n)])
 }
 
 // resolve finds the region holding [addr, addr+n). REQUIRES: nothing held.
@@ -397,6 +450,9 @@ func acquireLoans(g *group) error {
 		case closed:
 			releaseLoans(g, k)
 			return errorf(KindNotFound, "submit", r.name(), "unregistered before dispatch")
+		case !ok && l.owner == nil:
+			releaseLoans(g, k)
+			return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps [%#x, %#x), which a ReadAt/WriteAt (a peer's request or the data file) is copying", rr.req, rr.lo, rr.hi, l.lo, l.hi)
 		case !ok:
 			releaseLoans(g, k)
 			return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps a loan held by batches/%d", rr.req, rr.lo, rr.hi, l.owner.b.id)

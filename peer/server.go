@@ -10,10 +10,12 @@
 //     permission it was exported with; a refusal (permission, range,
 //     stale id, busy) happens before any byte of the region is touched
 //     and says so (AppliedNone).
-//   - A WRITE is acknowledged only after WriteAt returned: the bytes are
-//     in the region's memory (for a cuda:N region, engine.Region's
-//     WriteAt returns after the copy event of its pinned staging
-//     completed). A failed WRITE that may have changed the region (some
+//   - A WRITE is acknowledged only after its bytes are in the region's
+//     memory: received in place in full (DirectMemory: cpu and pinned
+//     regions, no payload checksum), or WriteAt returned (for a cuda:N
+//     region, after the copy event of its pinned staging completed). A
+//     payload cut part-way through an in-place receive ends the
+//     connection unacknowledged (effect unknown). A failed WRITE that may have changed the region (some
 //     bytes copied, or a device copy of unknown outcome) is answered with
 //     effect unknown, never none.
 //   - A frame that fails a check ends its connection: after a corrupt
@@ -50,6 +52,18 @@ import (
 type Memory interface {
 	ReadAt(p []byte, off int64) (int, error)
 	WriteAt(p []byte, off int64) (int, error)
+}
+
+// DirectMemory is Memory whose bytes a request can reach in place: the
+// server then receives a WRITE's payload straight into the region and
+// sends a READ's straight from it. InPlace runs f on [off, off+n) with
+// the range held against unregistering and transfers (a refusal returns
+// an error without running f); ok false: these bytes cannot be reached
+// in place (device memory, a shared file a truncation would fault), and
+// the server copies through a buffer with ReadAt/WriteAt.
+type DirectMemory interface {
+	Memory
+	InPlace(off int64, n int, f func(b []byte) error) (ok bool, err error)
 }
 
 // Export is one exported region.
@@ -443,10 +457,13 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 	br := bufio.NewReaderSize(pr, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
 	hb := make([]byte, wire.HeaderLen)
+	var h wire.Header
+	send := func(reply *wire.Frame) error { return s.sendReply(c, cnt, &h, reply) }
 	for {
 		pr.timeout = 0 // an idle connection may wait for ever
 		c.SetDeadline(time.Time{})
-		h, err := wire.ReadHeader(br, hb, lim)
+		var err error
+		h, err = wire.ReadHeader(br, hb, lim)
 		if err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 				return nil
@@ -488,11 +505,17 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, m.Length)
 			if refused != nil {
 				reply.Meta = refused.Marshal()
-			} else {
-				buf, reply.Meta = s.read(&m, &reply)
-				reply.Payload = buf
-				s.cfg.Credit.settle(cs, m.Length, uint64(len(buf)))
+				break
 			}
+			if sent, err := s.readInPlace(&m, &reply, cs, send); sent {
+				if err != nil {
+					return err
+				}
+				continue
+			}
+			buf, reply.Meta = s.read(&m, &reply)
+			reply.Payload = buf
+			s.cfg.Credit.settle(cs, m.Length, uint64(len(buf)))
 		case h.Type == wire.TypeWrite && role == wire.RoleLane:
 			s.writes.Add(1)
 			var m wire.Write
@@ -535,25 +558,33 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			return s.refuseFrame(c, &h, fmt.Errorf("%w: a %s frame with %d payload bytes is not a request on a %s connection",
 				wire.ErrCorrupt, h.Type, h.PayloadLen, roleName(role)))
 		}
-		// Counted before the reply goes out: a client that has its reply
-		// sees its request in the figures.
-		cnt.frames.Add(1)
-		cnt.sent.Add(uint64(len(reply.Payload)))
-		switch reply.Type {
-		case wire.TypeWriteAck:
-			cnt.recv.Add(h.PayloadLen)
-		case wire.TypeError:
-			cnt.errors.Add(1)
-		}
-		_, err = reply.Write(c)
+		err = send(&reply)
 		if buf != nil {
 			putBuf(buf)
 		}
 		if err != nil {
-			return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
+			return err
 		}
-		s.bytesOut.Add(uint64(len(reply.Payload)))
 	}
+}
+
+// sendReply sends reply to request h on c and counts it.
+func (s *Server) sendReply(c net.Conn, cnt *counters, h *wire.Header, reply *wire.Frame) error {
+	// Counted before the reply goes out: a client that has its reply
+	// sees its request in the figures.
+	cnt.frames.Add(1)
+	cnt.sent.Add(uint64(len(reply.Payload)))
+	switch reply.Type {
+	case wire.TypeWriteAck:
+		cnt.recv.Add(h.PayloadLen)
+	case wire.TypeError:
+		cnt.errors.Add(1)
+	}
+	if _, err := reply.Write(c); err != nil {
+		return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
+	}
+	s.bytesOut.Add(uint64(len(reply.Payload)))
+	return nil
 }
 
 func roleName(r wire.Role) string {
@@ -603,6 +634,39 @@ func memError(name string, n int, err error) *wire.Error {
 	return e
 }
 
+// readInPlace serves a READ of memory reachable in place (DirectMemory)
+// by sending the reply with the region's bytes as its payload, read by
+// the kernel straight from the region. sent false: the caller serves it
+// through a buffer (other memory, a refused request, or a payload
+// checksum, which must be computed over the bytes that are sent).
+//
+// The admitted credit cs is settled before the reply goes out, as for a
+// buffered READ.
+func (s *Server) readInPlace(m *wire.Read, reply *wire.Frame, cs *creditSender, send func(*wire.Frame) error) (sent bool, err error) {
+	if reply.PayloadCRC {
+		return false, nil
+	}
+	x, bad := s.lookup(m.Region, m.Offset, m.Length, wire.PermRead)
+	if bad != nil {
+		return false, nil
+	}
+	d, ok := x.Mem.(DirectMemory)
+	if !ok {
+		return false, nil
+	}
+	ok, err = d.InPlace(int64(m.Offset), int(m.Length), func(b []byte) error {
+		sent = true
+		reply.Type, reply.Payload = wire.TypeReadData, b
+		s.cfg.Credit.settle(cs, m.Length, uint64(len(b)))
+		return send(reply)
+	})
+	reply.Payload = nil // not kept past the pin
+	if !ok || !sent {
+		return false, nil // refused (busy, unregistered): read answers it
+	}
+	return true, err
+}
+
 // read fills the reply to a READ: its payload buffer and metadata.
 func (s *Server) read(m *wire.Read, reply *wire.Frame) ([]byte, []byte) {
 	x, bad := s.lookup(m.Region, m.Offset, m.Length, wire.PermRead)
@@ -636,6 +700,36 @@ func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, 
 	if s.hook != nil {
 		s.hook(hookWriteBody, h, c)
 	}
+	if d, ok := x.Mem.(DirectMemory); ok && h.Flags&wire.FlagPayloadCRC == 0 {
+		// Straight into the region: no buffer, no second copy. With a
+		// payload checksum the bytes go through a buffer: a checksum
+		// failure must leave the region untouched, and a concurrent
+		// writer of the same bytes must not fail the check.
+		var got error
+		ran := false
+		inPlace, err := d.InPlace(int64(m.Offset), int(h.PayloadLen), func(b []byte) error {
+			ran = true
+			got = wire.ReadPayload(br, h, b)
+			return got
+		})
+		switch {
+		case !inPlace:
+		case ran && got != nil:
+			// Part of the payload may be in the region: the connection
+			// ends unacknowledged, so the client's effect is unknown.
+			return nil, fmt.Errorf("write %d slice %d payload: %w", h.ID, h.Slice, got)
+		case err != nil:
+			// Refused before any byte moved: consume the payload so the
+			// lane stays in step.
+			if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
+				return nil, fmt.Errorf("discarding refused write %d: %w", h.ID, err)
+			}
+			return memError(x.Name, 0, err).Marshal(), nil
+		default:
+			s.bytesIn.Add(h.PayloadLen)
+			return s.written(h, c, reply), nil
+		}
+	}
 	buf := getBuf(h.PayloadLen)
 	defer putBuf(buf)
 	if err := wire.ReadPayload(br, h, buf); err != nil {
@@ -648,11 +742,17 @@ func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, 
 	if n, err := x.Mem.WriteAt(buf, int64(m.Offset)); err != nil {
 		return memError(x.Name, n, err).Marshal(), nil
 	}
+	return s.written(h, c, reply), nil
+}
+
+// written makes reply a WRITE's acknowledgement, once its bytes are in
+// the region.
+func (s *Server) written(h *wire.Header, c net.Conn, reply *wire.Frame) []byte {
 	if s.hook != nil {
 		s.hook(hookWriteApplied, h, c)
 	}
 	reply.Type = wire.TypeWriteAck
-	return nil, nil
+	return nil
 }
 
 // notify serves a NOTIFY: it reads the message and queues it. The reply
