@@ -78,8 +78,8 @@ type SubmitOptions struct {
 
 // deadline is a submission's absolute deadline: timeout from now, or
 // o.Deadline when that is earlier (with_deadline only shortens).
-func (o SubmitOptions) deadline(timeout time.Duration) time.Time {
-	d := time.Now().Add(timeout)
+func (o SubmitOptions) deadline(now time.Time, timeout time.Duration) time.Time {
+	d := now.Add(timeout)
 	if !o.Deadline.IsZero() && o.Deadline.Before(d) {
 		return o.Deadline
 	}
@@ -87,11 +87,14 @@ func (o SubmitOptions) deadline(timeout time.Duration) time.Time {
 }
 
 // deadlineOf is o's deadline with default_timeout for a Timeout <= 0.
-func (e *Engine) deadlineOf(o SubmitOptions) time.Time {
+func (e *Engine) deadlineOf(o SubmitOptions) time.Time { return e.deadlineAt(o, time.Now()) }
+
+// deadlineAt is deadlineOf for a submission that read the clock at now.
+func (e *Engine) deadlineAt(o SubmitOptions, now time.Time) time.Time {
 	if o.Timeout <= 0 {
-		return o.deadline(e.cfg.DefaultTimeout.D())
+		return o.deadline(now, e.cfg.DefaultTimeout.D())
 	}
-	return o.deadline(o.Timeout)
+	return o.deadline(now, o.Timeout)
 }
 
 // groupAdm is a group's admission record. Guarded by admission.mu.

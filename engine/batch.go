@@ -235,7 +235,13 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, err
 	}
-	g.first = len(b.mu.tasks)
+	// first is read here, under b.mu: once a caller copy finishes, its
+	// group may be recycled after a Free (group.go).
+	if b.mu.tasks == nil {
+		b.listsForLocked() // group.go
+	}
+	first := len(b.mu.tasks)
+	g.first = first
 	for i := range reqs {
 		b.mu.tasks = append(b.mu.tasks, task{length: reqs[i].extent(), g: g})
 	}
@@ -250,7 +256,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 			b.callerCopy(g)
 			b.deliver()
 		}
-		return TaskRange{First: g.first, Count: len(reqs)}, nil
+		return TaskRange{First: first, Count: len(reqs)}, nil
 	}
 	b.mu.queue = append(b.mu.queue, g)
 	start := !b.mu.worker
@@ -278,7 +284,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		w.submitThrough()
 		b.deliver() // a group it finished without I/O reports here
 	}
-	return TaskRange{First: g.first, Count: len(reqs)}, nil
+	return TaskRange{First: first, Count: len(reqs)}, nil
 }
 
 // acceptLocked says whether an admitted group of n requests may join the
@@ -636,8 +642,12 @@ func (b *Batch) Free() error {
 	quarantine := b.mu.unquiesced
 	b.changedLocked()
 	b.retiredLocked()
+	lists := b.detachGroupsLocked() // group.go
 	b.mu.Unlock()
 	e := b.e
+	if !quarantine {
+		e.recycle(lists)
+	}
 	e.mu.Lock()
 	delete(e.mu.batches, b.id)
 	if quarantine {

@@ -64,7 +64,9 @@ func (b *Batch) startCallerCopyLocked(g *group) bool {
 	}
 	// A group already past its deadline fails before any I/O; the
 	// worker's dispatch reports it (KindTimeout), as for a ring group.
-	if time.Now().After(g.deadline) {
+	// Its submission read the clock microseconds ago: only a deadline
+	// that was then less than deadlineSlack away needs another read.
+	if g.nearDeadline && time.Now().After(g.deadline) {
 		return false
 	}
 	for _, f := range b.mu.inflight {

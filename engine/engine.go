@@ -44,6 +44,8 @@ type Engine struct {
 	gds      gdsState      // cuFile; zero when no GDS backend
 	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
 	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
+	groups   sync.Pool     // recycled one-request groups (group.go says when)
+	lists    sync.Pool     // freed batches' task and group lists (*batchLists)
 	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
 	peerExec peerExec      // peer lanes (peerexec.go)
 	memExec  memExec       // memory segment lanes (memgroup.go)

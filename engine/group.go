@@ -15,6 +15,23 @@
 //   - A report of an unquiesced group has KindUnquiesced at the first
 //     unsuccessful request; a failed WRITE group's report has an unknown
 //     remote effect when any request of its affected span was submitted.
+//   - Reuse: a group object is recycled (Engine.groups) only when nothing
+//     can reach it any more, which is when its batch is freed by Free with
+//     no group active (never deferred, never quarantined), and only when
+//     it is a finished, drained one-request caller copy (callercopy.go).
+//     Until its batch is freed every task of the group points to it, so
+//     status and report readers of a live batch always read their own
+//     group. A caller copy is touched only by its submitter (or a host
+//     copy lane) and under b.mu, and its submitter lets go of it at the
+//     finish, under b.mu (SubmitWith reads the group's first task under
+//     b.mu, before the copy); Free takes b.mu after that, so it sees every
+//     write to the group and no goroutine holds it. Free empties the
+//     batch's task and group lists before it recycles, so a reader of the
+//     freed batch finds nothing rather than another batch's group.
+//     Groups of the ring, the off-ring executors, memory and remote
+//     targets are never recycled: their executors may touch them after
+//     they finish. The emptied task and group lists are pooled too,
+//     cleared, so no group stays reachable through them.
 
 package engine
 
@@ -73,8 +90,19 @@ type group struct {
 	lastSubmitted int // highest request index consumed by the kernel, or -1
 	final         *Report
 
+	// nearDeadline: the deadline was less than deadlineSlack after the
+	// submission's clock read, so starting it without I/O reads the
+	// clock again.
+	nearDeadline bool
+
 	inline groupInline // storage of a one-request group (groupinline.go)
 }
+
+// deadlineSlack bounds how late a group may start without reading the
+// clock again: a submission whose deadline was at least this far away
+// when it read the clock starts a caller copy within that read's
+// microseconds (under b.mu), so a second read could not find it late.
+const deadlineSlack = time.Second
 
 type hostRange struct {
 	region *Region
@@ -143,10 +171,14 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	if err != nil {
 		return nil, wrap(KindOf(err), verb, b.name(), err)
 	}
-	deadline := e.deadlineOf(opts)
-	g := newGroup(len(reqs))
+	// The submission's one clock read: the deadline, and whether it is so
+	// close that a caller copy must read the clock again (callercopy.go).
+	now := time.Now()
+	deadline := e.deadlineAt(opts, now)
+	g := e.newGroup(len(reqs))
 	g.b, g.op, g.seg, g.ent = b, op, seg, ent
 	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1
+	g.nearDeadline = deadline.Sub(now) < deadlineSlack
 	g.allowed = opts.Regions
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
@@ -415,6 +447,59 @@ func (g *group) fastPathEligible() bool {
 		g.ops[0].Iov[0].Len <= uint64(e.cfg.CallerFastPathBytes) && e.cfg.CallerFastPathWait > 0 &&
 		!e.adm.gates() && // admission may make it wait: never on the caller
 		(g.ent == nil || !g.ent.blocking) // its server may never answer (storewait.go)
+}
+
+// recyclable reports whether g may go back to the engine's pool once
+// its batch is freed (the invariant at the top of this file).
+func (g *group) recyclable() bool {
+	return g.caller && g.finished && !g.unquiesced && g.n == 1 && !g.offRing && g.mem == nil && g.remote == nil
+}
+
+// detachGroupsLocked empties the task and group lists of a batch that
+// Free just freed with no group active, and returns them; recycle them
+// after b.mu is released. REQUIRES: b.mu.
+func (b *Batch) detachGroupsLocked() batchLists {
+	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups}
+	b.mu.groups, b.mu.tasks = nil, nil
+	return l
+}
+
+// batchLists are a batch's task and group lists, which a freed batch
+// hands back for reuse with its groups.
+type batchLists struct {
+	tasks  []task
+	groups []*group
+}
+
+// recycle hands the recyclable groups of a freed batch, and its lists,
+// to the pools. REQUIRES: l came from detachGroupsLocked of a batch not
+// quarantined.
+func (e *Engine) recycle(l batchLists) {
+	for _, g := range l.groups {
+		if g.recyclable() {
+			e.groups.Put(g)
+		}
+	}
+	if cap(l.tasks) >= minPooledList {
+		clear(l.tasks) // no group stays reachable through a pooled list
+		clear(l.groups)
+		e.lists.Put(&batchLists{tasks: l.tasks[:0], groups: l.groups[:0]})
+	}
+}
+
+// minPooledList: shorter lists cost less to grow than to pool.
+const minPooledList = 64
+
+// listsForLocked gives a batch's first submission its task and group lists: a
+// freed batch's, as long as the new batch may fill them, else none
+// (append makes them). REQUIRES: b.mu; b has no task yet.
+func (b *Batch) listsForLocked() {
+	if b.capacity < minPooledList {
+		return
+	}
+	if l, ok := b.e.lists.Get().(*batchLists); ok {
+		b.mu.tasks, b.mu.groups = l.tasks, l.groups
+	}
 }
 
 func (g *group) unmapScratch() {

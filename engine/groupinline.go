@@ -11,6 +11,9 @@
 //     long as it; append beyond the inline capacity moves to the heap
 //     (a vector request with several ranges), which is always safe.
 //   - Groups of more than one request allocate as before.
+//   - A one-request group may come from the engine's pool of recycled
+//     groups (group.go states when a group is recycled); it is zeroed
+//     before it is handed out, so it carries nothing of its last use.
 
 package engine
 
@@ -26,9 +29,25 @@ type groupInline struct {
 }
 
 // newGroup returns a group with its per-request slices sized for n
-// requests, inline when n is 1.
-func newGroup(n int) *group {
-	g := &group{n: n}
+// requests, inline when n is 1. A one-request group is recycled when the
+// pool has one: 4 KiB clients allocated an 864-byte group per request,
+// 10-22 % of their CPU in the allocator and the first touch.
+func (e *Engine) newGroup(n int) *group {
+	if n == 1 {
+		if g, ok := e.groups.Get().(*group); ok {
+			*g = group{}
+			return g.init(1)
+		}
+	}
+	return newGroup(n)
+}
+
+// newGroup allocates a group for n requests.
+func newGroup(n int) *group { return new(group).init(n) }
+
+// init sizes a zero group's per-request slices for n requests.
+func (g *group) init(n int) *group {
+	g.n = n
 	if n == 1 {
 		g.ops, g.iovs, g.routes, g.policy = g.inline.op[:], g.inline.iov[:], g.inline.route[:], g.inline.policy[:]
 		g.ranges, g.bounds = g.inline.ranges[:0], g.inline.bounds[:0]
