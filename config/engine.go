@@ -170,8 +170,8 @@ func DefaultEngine() Engine {
 		ProgressFallbackInterval: Duration(50 * time.Millisecond),
 		MaxPendingNotifications:  1024,
 		MaxPendingNotifyBytes:    1 << 20,
-		StagingChunkCount:        64,
-		StagingChunkSize:         4 << 20,
+		StagingChunkCount:        256,
+		StagingChunkSize:         1 << 20,
 		GDSEnabled:               true,
 		GDSBatchDepth:            32,
 		IOUring: IOUring{
