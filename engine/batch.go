@@ -253,8 +253,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)
 		if !lane || !b.e.hostCopy.runCopy(g) {
-			b.callerCopy(g)
-			b.deliver()
+			b.callerCopy(g) // and delivers
 		}
 		return TaskRange{First: first, Count: len(reqs)}, nil
 	}
@@ -379,17 +378,40 @@ func (b *Batch) OnGroupDone(fn func(Report)) {
 
 // deliver hands finished groups' reports to onDone. A goroutine that
 // finds another delivering returns at once: the deliverer re-checks for
-// new reports after it lets go, so none is stranded, and an onDone that
+// new reports before it lets go, so none is stranded, and an onDone that
 // submits (and so comes back here) cannot deadlock.
 func (b *Batch) deliver() {
-	for {
-		if !b.deliverMu.TryLock() {
-			return
-		}
-		b.mu.Lock()
-		reps, fn := b.mu.notify, b.mu.onDone
-		b.mu.notify, b.spare = b.spare, nil
-		b.mu.Unlock()
+	if !b.deliverMu.TryLock() {
+		return
+	}
+	b.mu.Lock()
+	reps, fn, more := b.takeReportsLocked()
+	b.mu.Unlock()
+	if more {
+		b.runReports(reps, fn)
+	}
+}
+
+// takeReportsLocked takes the finished groups' reports for the deliverer,
+// or, when there are none, lets deliverMu go and reports false. Letting
+// go under b.mu is what strands no report: a group finishing after this
+// appends under b.mu, so its finisher's TryLock comes after the Unlock.
+// REQUIRES: b.mu, deliverMu (which it releases when it returns false).
+func (b *Batch) takeReportsLocked() ([]Report, func(Report), bool) {
+	if len(b.mu.notify) == 0 {
+		b.deliverMu.Unlock()
+		return nil, nil, false
+	}
+	reps, fn := b.mu.notify, b.mu.onDone
+	b.mu.notify, b.spare = b.spare, nil
+	return reps, fn, true
+}
+
+// runReports calls fn for reps, then for whatever finished meanwhile,
+// until none is left; it returns with deliverMu released.
+// REQUIRES: deliverMu, reps taken by takeReportsLocked; not b.mu.
+func (b *Batch) runReports(reps []Report, fn func(Report)) {
+	for more := true; more; {
 		for _, r := range reps {
 			if fn != nil { // unregistered meanwhile: reports are dropped
 				fn(r)
@@ -397,13 +419,9 @@ func (b *Batch) deliver() {
 		}
 		clear(reps) // keep no error or report alive through the reuse
 		b.spare = reps[:0]
-		b.deliverMu.Unlock()
 		b.mu.Lock()
-		more := len(b.mu.notify) > 0
+		reps, fn, more = b.takeReportsLocked()
 		b.mu.Unlock()
-		if !more {
-			return
-		}
 	}
 }
 

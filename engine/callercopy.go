@@ -94,7 +94,8 @@ func (b *Batch) startCallerCopyLocked(g *group) bool {
 }
 
 // callerCopy moves g's bytes on the calling goroutine and publishes each
-// op's outcome. REQUIRES: startCallerCopyLocked(g) returned true; not b.mu.
+// op's outcome, then delivers finished groups' reports (Batch.deliver).
+// REQUIRES: startCallerCopyLocked(g) returned true; not b.mu.
 func (b *Batch) callerCopy(g *group) {
 	if h := b.e.callerCopyHeld; h != nil && !g.lane {
 		h() // tests: the submitter holds its copy here
@@ -115,9 +116,20 @@ func (b *Batch) callerCopy(g *group) {
 	}
 	b.changedLocked()
 	w := b.mu.w
+	// Deliver in the same hold of b.mu: one acquisition fewer per
+	// request, which 32 submitters on one batch otherwise queue for.
+	var reps []Report
+	var fn func(Report)
+	deliver := b.deliverMu.TryLock()
+	if deliver {
+		reps, fn, deliver = b.takeReportsLocked()
+	}
 	b.mu.Unlock()
 	if w != nil {
 		w.poke() // a worker sleeping on in-flight work may exit or go on
+	}
+	if deliver {
+		b.runReports(reps, fn)
 	}
 }
 

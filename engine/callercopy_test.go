@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +229,75 @@ func TestOversizedGroupCountsNothing(t *testing.T) {
 	}
 	if st := e.Stats(); st.InflightGroups != 0 || st.InflightBytes != 0 {
 		t.Fatalf("in flight after a refused group: %d groups, %d bytes", st.InflightGroups, st.InflightBytes)
+	}
+}
+
+// TestCallerCopyReportNotStranded: a caller copy that finishes while
+// another goroutine is running the batch's OnGroupDone hook leaves its
+// report to that deliverer (hooks run one at a time, in finishing
+// order), and the deliverer hands it over once the hook returns, with no
+// further Submit to prompt it. The first hook is held until the second
+// Submit has returned, so the second report is deterministically queued
+// behind a busy deliverer.
+func TestCallerCopyReportNotStranded(t *testing.T) {
+	needIOUring(t)
+	shm, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	e := newEngine(t, nil)
+	path, _ := randomFile(t, shm, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	defer e.CloseFileSegment(seg, ioTimeout)
+	r := register(t, e, 8192)
+	b, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	inFirst, release := make(chan struct{}), make(chan struct{})
+	reports := make(chan int, 2)
+	var running atomic.Int32
+	b.OnGroupDone(func(rep engine.Report) {
+		if running.Add(1) != 1 {
+			t.Errorf("two hooks ran at once")
+		}
+		if rep.Err != nil {
+			t.Errorf("task %d: %v", rep.Tasks.First, rep.Err)
+		}
+		if rep.Tasks.First == 0 {
+			close(inFirst)
+			<-release
+		}
+		running.Add(-1)
+		reports <- rep.Tasks.First
+	})
+	before := e.Stats().CallerCopies
+	submit := func(i uint64) {
+		if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout); err != nil {
+			t.Error(err)
+		}
+	}
+	go submit(0) // delivers its own report and holds in the hook
+	<-inFirst
+	submit(1) // finishes while the first hook runs: left to its deliverer
+	if got := e.Stats().CallerCopies - before; got != 2 {
+		t.Fatalf("%d caller copies, want 2", got)
+	}
+	select {
+	case i := <-reports:
+		t.Fatalf("report of task %d delivered while the first hook was still running", i)
+	default:
+	}
+	close(release)
+	for want := 0; want < 2; want++ {
+		select {
+		case i := <-reports:
+			if i != want {
+				t.Fatalf("report of task %d, want task %d (finishing order)", i, want)
+			}
+		case <-time.After(ioTimeout):
+			t.Fatalf("report of task %d never delivered", want)
+		}
 	}
 }

@@ -85,6 +85,5 @@ func (b *Batch) laneCopy(g *group) {
 		return
 	}
 	b.e.st.laneCopies.Add(1)
-	b.callerCopy(g)
-	b.deliver()
+	b.callerCopy(g) // and delivers
 }
