@@ -378,25 +378,23 @@ func (b *Batch) OnGroupDone(fn func(Report)) {
 
 // deliver hands finished groups' reports to onDone. A goroutine that
 // finds another delivering returns at once: the deliverer re-checks for
-// new reports before it lets go, so none is stranded, and an onDone that
+// new reports after it lets go, so none is stranded, and an onDone that
 // submits (and so comes back here) cannot deadlock.
 func (b *Batch) deliver() {
 	if !b.deliverMu.TryLock() {
 		return
 	}
 	b.mu.Lock()
-	reps, fn, more := b.takeReportsLocked()
+	reps, fn, ok := b.takeReportsLocked()
 	b.mu.Unlock()
-	if more {
+	if ok {
 		b.runReports(reps, fn)
 	}
 }
 
 // takeReportsLocked takes the finished groups' reports for the deliverer,
-// or, when there are none, lets deliverMu go and reports false. Letting
-// go under b.mu is what strands no report: a group finishing after this
-// appends under b.mu, so its finisher's TryLock comes after the Unlock.
-// REQUIRES: b.mu, deliverMu (which it releases when it returns false).
+// or, when there are none, lets deliverMu go and reports false.
+// REQUIRES: b.mu, deliverMu (released when it returns false).
 func (b *Batch) takeReportsLocked() ([]Report, func(Report), bool) {
 	if len(b.mu.notify) == 0 {
 		b.deliverMu.Unlock()
@@ -408,10 +406,15 @@ func (b *Batch) takeReportsLocked() ([]Report, func(Report), bool) {
 }
 
 // runReports calls fn for reps, then for whatever finished meanwhile,
-// until none is left; it returns with deliverMu released.
+// and returns with deliverMu released. It lets go of deliverMu before
+// it looks for more, never while it waits for b.mu: a goroutine whose
+// group finishes then delivers its report itself instead of leaving it
+// to this one (which would have to wake it). A report appended before
+// the look is seen by it; one appended after it comes from a goroutine
+// whose TryLock follows the Unlock.
 // REQUIRES: deliverMu, reps taken by takeReportsLocked; not b.mu.
 func (b *Batch) runReports(reps []Report, fn func(Report)) {
-	for more := true; more; {
+	for {
 		for _, r := range reps {
 			if fn != nil { // unregistered meanwhile: reports are dropped
 				fn(r)
@@ -419,9 +422,20 @@ func (b *Batch) runReports(reps []Report, fn func(Report)) {
 		}
 		clear(reps) // keep no error or report alive through the reuse
 		b.spare = reps[:0]
+		b.deliverMu.Unlock()
 		b.mu.Lock()
-		reps, fn, more = b.takeReportsLocked()
+		more := len(b.mu.notify) > 0
 		b.mu.Unlock()
+		if !more || !b.deliverMu.TryLock() {
+			return
+		}
+		var ok bool
+		b.mu.Lock()
+		reps, fn, ok = b.takeReportsLocked()
+		b.mu.Unlock()
+		if !ok {
+			return
+		}
 	}
 }
 

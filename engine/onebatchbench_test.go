@@ -21,7 +21,10 @@ import (
 // is the parallel pread loop they are measured against. The gap between
 // one-batch and batches is what a batch serializes among its submitters;
 // run with -cpu 2,8,16 to see it grow with the submitters running at
-// once. Batches hold max_batch_requests tasks and are replaced when full.
+// once. waits/op is the share of requests whose report another goroutine
+// delivered after their Submit returned, so that their slot had to be
+// woken: the hooks of one batch run one at a time. Batches hold
+// max_batch_requests tasks and are replaced when full.
 func BenchmarkQD32(b *testing.B) {
 	if !haveIOUring {
 		b.Skip("io_uring backend not built")
@@ -67,6 +70,8 @@ func BenchmarkQD32(b *testing.B) {
 	run := func(b *testing.B, nb int) {
 		b.ReportAllocs()
 		per := slots / nb // slots per batch
+		var waits atomic.Int64
+		defer func() { b.ReportMetric(float64(waits.Load())/float64(b.N), "waits/op") }()
 		left := b.N
 		for left > 0 {
 			quota := min(left, nb*capacity)
@@ -116,6 +121,7 @@ func BenchmarkQD32(b *testing.B) {
 							}
 							owner[tr.First] = int32(s)
 							if state[tr.First].CompareAndSwap(0, 2) {
+								waits.Add(1)
 								<-wake[s]
 							}
 						}
