@@ -120,7 +120,10 @@ type Batch struct {
 		groups   []*group // every accepted group, in order
 		queue    []*group // accepted, not yet dispatched
 		inflight []*group // dispatched, not finished (worker-owned order)
-		active   int      // groups accepted and not finished
+		// hazards counts the groups in inflight that a file read may
+		// have to wait for other than through its memory (group.hazard).
+		hazards int
+		active  int // groups accepted and not finished
 		// laneCopies: caller copies queued or running on the host copy
 		// lanes; callerRun: caller copies since the last lane copy
 		// (lanecopy.go); callerCopying: caller copies running on their

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -168,6 +169,60 @@ func TestCallerCopyKeepsFences(t *testing.T) {
 	}
 	if got := regionBytes(t, dst); !bytes.Equal(got, pattern[:4096]) {
 		t.Fatal("the read ran ahead of the write it overlaps")
+	}
+}
+
+// TestCallerCopyWaitsForOverlappingRead: a small read into memory that a
+// read still in flight is filling must wait for it, not copy ahead of it
+// (a later group's bytes land last). With only reads in flight the
+// caller copy does not look at each of them: the memory overlap is
+// refused by the loans the read in flight holds. That read is held in
+// flight deterministically (dispatched, its op chosen, its bytes not yet
+// handed to the kernel) while the second is submitted.
+func TestCallerCopyWaitsForOverlappingRead(t *testing.T) {
+	needIOUring(t)
+	shm, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	spy.onPrepare = func(*engine.FileOp) {
+		first := false
+		once.Do(func() { first = true })
+		if first {
+			close(held)
+			<-release
+		}
+	}
+	e := newEngine(t, nil, spy)
+	path, orig := randomFile(t, shm, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	dst := register(t, e, 4096)
+	b, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	go b.Submit(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: dst.BaseAddress(), Length: 4096}}, nil, ioTimeout)
+	<-held
+	if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: dst.BaseAddress(), TargetOffset: 8192, Length: 4096}}, nil, ioTimeout); err != nil {
+		close(release)
+		t.Fatal(err)
+	}
+	ts, _ := b.TaskStatus(1)
+	copies := e.Stats().CallerCopies
+	close(release)
+	if ts.State == engine.TaskCompleted || copies != 0 {
+		t.Errorf("second read %v, caller copies %d: it was copied while the read into its memory was held", ts.State, copies)
+	}
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("state %v, %v", st, err)
+	}
+	if got := regionBytes(t, dst); !bytes.Equal(got, orig[8192:8192+4096]) {
+		t.Fatal("the memory holds the first read's bytes: the second ran ahead of it")
 	}
 }
 

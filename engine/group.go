@@ -438,6 +438,22 @@ func (g *group) conflicts(h *group) bool {
 	return false
 }
 
+// hazard reports whether a file read submitted while g is in flight
+// must be checked against g for more than an overlap of memory (which
+// loans refuse): g writes, is moved off the ring (and may be partly
+// dispatched wherever it stands in flight), or is not a file group.
+func (g *group) hazard() bool {
+	return g.op != OpRead || g.offRing || g.ent == nil || g.mem != nil || g.remote != nil
+}
+
+// inflightLocked puts g in flight. REQUIRES: b.mu.
+func (b *Batch) inflightLocked(g *group) {
+	b.mu.inflight = append(b.mu.inflight, g)
+	if g.hazard() {
+		b.mu.hazards++
+	}
+}
+
 // fastPathEligible: one contiguous host request of at most
 // caller_fast_path_bytes. Vectors keep the worker path (spec), even a
 // vector of one element, which would otherwise look scalar here.
@@ -553,6 +569,9 @@ func (g *group) finishLocked(drained bool) {
 	for k, h := range b.mu.inflight {
 		if h == g {
 			b.mu.inflight = append(b.mu.inflight[:k], b.mu.inflight[k+1:]...)
+			if g.hazard() {
+				b.mu.hazards--
+			}
 			break
 		}
 	}

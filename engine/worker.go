@@ -419,7 +419,7 @@ func (w *worker) fillLocked() {
 func (w *worker) dispatchLocked(g *group, now time.Time) bool {
 	b := w.b
 	g.dispatched = true
-	b.mu.inflight = append(b.mu.inflight, g)
+	b.inflightLocked(g)
 	live := false
 	for i := 0; i < g.n; i++ {
 		if b.mu.tasks[g.first+i].state == TaskPending {
