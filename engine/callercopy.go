@@ -18,7 +18,9 @@
 // Invariants:
 //   - Only where FIFO and fences allow the group to start now: nothing
 //     queued before it, no group partly dispatched, no overlap with a
-//     group in flight, no admission gate. The group is dispatched (in
+//     group in flight (for a read with only plain file reads in flight,
+//     the only overlap possible is of memory, and acquireLoans refuses
+//     it), no admission gate. The group is dispatched (in
 //     b.mu.inflight, loans held, tasks running) before the copy and
 //     finished after it under b.mu, so later groups fence against it as
 //     against any ring group, and status readers see it running.
