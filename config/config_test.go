@@ -103,6 +103,8 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{"staging", func(e *Engine) { e.IOUring.PinnedStaging = true; e.IOUring.StagingSlots = 1000 }, []string{"exceeds 1GiB"}},
 		{"dispatch", func(e *Engine) { e.RuntimeQueue.MaxDispatchOwners = 2000 }, []string{"runtime_queue.max_dispatch_owners (2000)"}},
 		{"credits", func(e *Engine) { e.MaxReceiverCreditSessions = 5000 }, []string{"max_receiver_credit_sessions (5000) must be in [0, 4096]"}},
+		{"pending notifications", func(e *Engine) { e.MaxPendingNotifications = 0 }, []string{"max_pending_notifications (0) must be in [1, 1048576]"}},
+		{"pending notification bytes", func(e *Engine) { e.MaxPendingNotifyBytes = 0 }, []string{"max_pending_notification_bytes (0B) must be in [1B, 1GiB]"}},
 		{"mlu NaN", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.NaN() }, []string{"runtime_queue.mlu_local_threshold (NaN) must be a finite number >= 0"}},
 		{"mlu +Inf", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.Inf(1) }, []string{"runtime_queue.mlu_local_threshold (+Inf) must be a finite number >= 0"}},
 		{"mlu -Inf", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.Inf(-1) }, []string{"runtime_queue.mlu_local_threshold (-Inf) must be a finite number >= 0"}},

@@ -266,7 +266,12 @@ func (c *Engine) validate(p *problems, pre string) {
 		p.addf("%sprogress_fallback_interval (%s) must be >= 0", pre, c.ProgressFallbackInterval)
 	}
 	p.between(pre+"max_receiver_credit_sessions", c.MaxReceiverCreditSessions, 0, MaxReceiverCreditSessions)
-	p.between(pre+"max_pending_notifications", c.MaxPendingNotifications, 0, 1<<20)
+	// The sender's bound on notifications waiting to be sent (the
+	// receiver's inbox has its own [peer] keys).
+	p.between(pre+"max_pending_notifications", c.MaxPendingNotifications, 1, 1<<20)
+	if c.MaxPendingNotifyBytes < 1 || c.MaxPendingNotifyBytes > 1<<30 {
+		p.addf("%smax_pending_notification_bytes (%s) must be in [1B, 1GiB]", pre, c.MaxPendingNotifyBytes)
+	}
 	p.between(pre+"staging_chunk_count", c.StagingChunkCount, 1, 1<<16)
 	p.between(pre+"staging_lanes", c.StagingLanes, 0, 256)
 	if total := uint64(c.StagingChunkCount) * uint64(c.StagingChunkSize); total > MaxStagingTotal {

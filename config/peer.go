@@ -47,11 +47,10 @@ type Peer struct {
 	// MaxHandshakes bounds the listener's connections accepted and not
 	// yet past the handshake; at the bound a newcomer displaces one.
 	MaxHandshakes int `toml:"max_handshakes"`
-	// MaxPendingNotifications bounds the notifications held at once: the
-	// inbox's unread ones (a receiver), and those whose submission has
-	// not finished sending them (a sender).
+	// MaxPendingNotifications bounds the inbox's unread notifications (a
+	// receiver); a sender's are bounded by engine.max_pending_notifications.
 	MaxPendingNotifications int `toml:"max_pending_notifications"`
-	// MaxPendingNotificationBytes bounds their message bytes the same way.
+	// MaxPendingNotificationBytes bounds the inbox's bytes the same way.
 	MaxPendingNotificationBytes Size `toml:"max_pending_notification_bytes"`
 	// MaxPendingNotificationsPerPeer bounds the unread ones from one
 	// sender, so one chatty peer cannot fill the inbox for all.

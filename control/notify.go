@@ -62,7 +62,7 @@ const MaxNotifyTargets = 16
 const (
 	defaultMaxNotificationBytes        = 64 << 10
 	defaultMaxPendingNotifications     = 1024
-	defaultMaxPendingNotificationBytes = 4 << 20
+	defaultMaxPendingNotificationBytes = 1 << 20
 )
 
 // The outcomes of one destination, as status shows them.
@@ -208,10 +208,10 @@ func (s *Service) newNotice(sub *Submission) (*notice, error) {
 	count, bytes := s.notes.count+len(n.dests), s.notes.bytes+n.bytes
 	switch {
 	case count > s.opts.MaxPendingNotifications:
-		return nil, detail(engine.KindExhausted, "notify: %d notifications pending, %d more would pass peer.max_pending_notifications (%d)",
+		return nil, detail(engine.KindExhausted, "notify: %d notifications pending, %d more would pass engine.max_pending_notifications (%d)",
 			s.notes.count, len(n.dests), s.opts.MaxPendingNotifications)
 	case bytes > s.opts.MaxPendingNotificationBytes:
-		return nil, detail(engine.KindExhausted, "notify: %d message bytes pending, %d more would pass peer.max_pending_notification_bytes (%d)",
+		return nil, detail(engine.KindExhausted, "notify: %d message bytes pending, %d more would pass engine.max_pending_notification_bytes (%d)",
 			s.notes.bytes, n.bytes, s.opts.MaxPendingNotificationBytes)
 	}
 	s.notes.count, s.notes.bytes = count, bytes

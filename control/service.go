@@ -94,8 +94,9 @@ type Options struct {
 	// received and returns it as one JSON line; nil: no peer listener.
 	NextNotification func(ctx context.Context) ([]byte, error)
 	// MaxNotificationBytes bounds one message; MaxPendingNotifications
-	// and MaxPendingNotificationBytes what waits to be sent (the [peer]
-	// keys of the same names; 0: their defaults).
+	// and MaxPendingNotificationBytes what waits to be sent
+	// (engine.max_pending_notifications and
+	// engine.max_pending_notification_bytes; 0: their defaults).
 	MaxNotificationBytes        int
 	MaxPendingNotifications     int
 	MaxPendingNotificationBytes int64

@@ -20,7 +20,13 @@ import (
 // on loopback, with extra [peer] keys, and returns it with its address.
 func startNotifyDaemon(t *testing.T, name, keyFile, extra string) (*mount, string) {
 	t.Helper()
-	m := startDaemon(t, daemonOpts{config: slowConfig + fmt.Sprintf("\n[peer]\nlisten = \"127.0.0.1:0\"\nname = %q\nkey_file = %q\n%s", name, keyFile, extra)})
+	return startNotifyDaemonConf(t, name, keyFile, slowConfig, extra)
+}
+
+// startNotifyDaemonConf is startNotifyDaemon on base (which has no [peer]).
+func startNotifyDaemonConf(t *testing.T, name, keyFile, base, extra string) (*mount, string) {
+	t.Helper()
+	m := startDaemon(t, daemonOpts{config: base + fmt.Sprintf("\n[peer]\nlisten = \"127.0.0.1:0\"\nname = %q\nkey_file = %q\n%s", name, keyFile, extra)})
 	sub := peerAddrRE.FindStringSubmatch(m.logText())
 	if sub == nil {
 		t.Fatalf("daemon %s did not log its peer address:\n%s", name, m.logText())
@@ -293,7 +299,8 @@ cat $M/ctl/batches/$B/wait`, a.dir, addrB)))
 func TestNotifyRetriesUntilReceiverListens(t *testing.T) {
 	dir := t.TempDir()
 	key := writeKey(t, dir, "peer.key", "the shared key of this test, long enough")
-	a, _ := startNotifyDaemon(t, "alpha", key, "max_pending_notifications = 1\nmax_pending_notifications_per_peer = 1\n")
+	// The sender's bound is the engine's key, not the inbox's [peer] one.
+	a, _ := startNotifyDaemonConf(t, "alpha", key, strings.Replace(slowConfig, "[engine]\n", "[engine]\nmax_pending_notifications = 1\n", 1), "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -324,9 +331,9 @@ func TestNotifyRetriesUntilReceiverListens(t *testing.T) {
 	n := a.clone(t)
 	r := a.run(t, fmt.Sprintf(`echo %s > "$M/ctl/batches/%s/submit"`, shq(doc("second")), n))
 	if r.code == 0 || !strings.Contains(r.stderr, eAGAIN) {
-		t.Fatalf("a second notify past peer.max_pending_notifications: %s, want %s", r, eAGAIN)
+		t.Fatalf("a second notify past engine.max_pending_notifications: %s, want %s", r, eAGAIN)
 	}
-	if e := a.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/error"`, n)); !strings.Contains(e, "would pass peer.max_pending_notifications (1)") {
+	if e := a.ok(t, fmt.Sprintf(`cat "$M/ctl/batches/%s/error"`, n)); !strings.Contains(e, "would pass engine.max_pending_notifications (1)") {
 		t.Fatalf("error file %q", e)
 	}
 	if k := a.taskCount(t, n); k != 0 {

@@ -81,11 +81,14 @@ type notifications struct {
 
 // newNotifications prepares both sides from [peer] and plugs them into
 // the control Service's options.
-func newNotifications(c config.Peer, opts *control.Options, tr *peer.Tracker, lg *slog.Logger) (*notifications, error) {
+// The sender's pending bound is the engine's (engine.max_pending_*: what
+// its submissions still have to send); the receiver's inbox is bounded by
+// [peer]'s keys of the same names.
+func newNotifications(c config.Peer, e config.Engine, opts *control.Options, tr *peer.Tracker, lg *slog.Logger) (*notifications, error) {
 	n := &notifications{epoch: peer.NewEpoch()}
 	opts.MaxNotificationBytes = int(c.MaxNotificationBytes)
-	opts.MaxPendingNotifications = c.MaxPendingNotifications
-	opts.MaxPendingNotificationBytes = int64(c.MaxPendingNotificationBytes)
+	opts.MaxPendingNotifications = e.MaxPendingNotifications
+	opts.MaxPendingNotificationBytes = int64(e.MaxPendingNotifyBytes)
 	opts.NotifyRetryInterval, opts.NotifyRetryMaxInterval = c.NotifyRetryInterval.D(), c.NotifyRetryMaxInterval.D()
 	if c.KeyFile == "" {
 		return n, nil
