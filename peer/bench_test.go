@@ -43,9 +43,8 @@ func BenchmarkLoopback(b *testing.B) {
 
 // BenchmarkSmallWrite is the 4 KiB WRITE round trip over loopback,
 // alone and beside a stream of 64 MiB WRITEs on the same Conn (4 lanes),
-// with its p50 and p99. The stream writes another region: a region's
-// copies are serialized by its owner (engine.Region holds its lock for a
-// copy), which is not the transport's to measure.
+// with its p50 and p99. The stream writes another region, so what is
+// measured is the transport alone, not the region's own copies.
 func BenchmarkSmallWrite(b *testing.B) {
 	for _, stream := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
