@@ -40,6 +40,48 @@ type PeerConn struct {
 	Since         time.Time `json:"since"`
 }
 
+// PeerListener is the peer listener's totals since it started: what the
+// per-connection entries cannot show, connections that never became
+// sessions (refused at the handshake, displaced while in it, ended by a
+// corrupt frame).
+type PeerListener struct {
+	Sessions    int    `json:"sessions"`    // open now
+	Lanes       int    `json:"lanes"`       // open now
+	Handshaking int    `json:"handshaking"` // connections in their handshake now
+	Refused     uint64 `json:"refused"`     // connections refused at the handshake (wrong key, network not allowed, superseded epoch)
+	Displaced   uint64 `json:"displaced"`   // closed in their handshake to make room (peer.max_handshakes)
+	Corrupt     uint64 `json:"corrupt"`     // connections ended by a frame that failed a check
+	Reads       uint64 `json:"reads"`       // requests served, refused ones included
+	Writes      uint64 `json:"writes"`
+	BytesIn     uint64 `json:"bytes_in"` // payload bytes
+	BytesOut    uint64 `json:"bytes_out"`
+	Notified    uint64 `json:"notified"`      // notifications queued in the inbox
+	InboxFull   uint64 `json:"inbox_full"`    // notifications answered busy
+	Pending     int    `json:"inbox_pending"` // notifications waiting in the inbox now
+}
+
+// listenerMetrics are the listener's series of /metrics.
+var listenerMetrics = []struct {
+	name, typ, help string
+	value           func(*PeerListener) float64
+}{
+	{"peer_listener_sessions", "gauge", "Peer sessions open on the listener.", func(l *PeerListener) float64 { return float64(l.Sessions) }},
+	{"peer_listener_handshaking", "gauge", "Connections in their handshake.", func(l *PeerListener) float64 { return float64(l.Handshaking) }},
+	{"peer_listener_refused_total", "counter", "Connections refused at the handshake.", func(l *PeerListener) float64 { return float64(l.Refused) }},
+	{"peer_listener_displaced_total", "counter", "Connections closed in their handshake to make room.", func(l *PeerListener) float64 { return float64(l.Displaced) }},
+	{"peer_listener_corrupt_total", "counter", "Connections ended by a frame that failed a check.", func(l *PeerListener) float64 { return float64(l.Corrupt) }},
+	{"peer_listener_inbox_full_total", "counter", "Notifications answered busy (inbox full).", func(l *PeerListener) float64 { return float64(l.InboxFull) }},
+}
+
+// appendListenerMetrics appends the listener's series to b.
+func appendListenerMetrics(b []byte, l *PeerListener) []byte {
+	for _, m := range listenerMetrics {
+		b = fmt.Appendf(b, "# HELP orbitefs_%s %s\n# TYPE orbitefs_%s %s\norbitefs_%s %s\n", m.name, m.help, m.name, m.typ,
+			m.name, strconv.FormatFloat(m.value(l), 'f', -1, 64))
+	}
+	return b
+}
+
 // PeersEnabled reports whether the daemon has peer figures.
 func (s *Service) PeersEnabled() bool { return s.opts.Peers != nil }
 

@@ -110,6 +110,9 @@ type Options struct {
 	// Peers, when set, lists the daemon's peer connections for /peers,
 	// /stats and /metrics (peers.go); nil: none are shown.
 	Peers func() []PeerConn
+	// PeerListener returns the peer listener's totals (peers.go); nil
+	// (or a nil result) without a listener.
+	PeerListener func() *PeerListener
 	// ExportsChanged, when set, is called after a registration with an
 	// export is added or removed. It must not block.
 	ExportsChanged func()
@@ -400,7 +403,17 @@ func (s *Service) Stats() []byte {
 		Cluster *ClusterStats `json:"cluster,omitempty"`
 		Issuer  any           `json:"receiver_credit_issuer,omitempty"`
 		Peers   *[]PeerConn   `json:"peers,omitempty"` // peers.go
-	}{st, cs, issuer, s.peerList()})
+		// Listener: the peer listener's totals; absent without one.
+		Listener *PeerListener `json:"peer_listener,omitempty"`
+	}{st, cs, issuer, s.peerList(), s.peerListener()})
+}
+
+// peerListener is the listener's totals, or nil without a listener.
+func (s *Service) peerListener() *PeerListener {
+	if s.opts.PeerListener == nil {
+		return nil
+	}
+	return s.opts.PeerListener()
 }
 
 // peerList is the peer connections, or nil without peer figures.
@@ -420,6 +433,9 @@ func (s *Service) Metrics() []byte {
 	b := RenderMetrics(s.e.Stats(), s.opts.Version)
 	if ps := s.peerList(); ps != nil {
 		b = appendPeerMetrics(b, *ps) // peers.go
+	}
+	if l := s.peerListener(); l != nil {
+		b = appendListenerMetrics(b, l)
 	}
 	if s.opts.Cluster != nil {
 		cs := s.opts.Cluster.ClusterStats()

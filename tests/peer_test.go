@@ -110,6 +110,13 @@ cmp <(head -c 4096 /dev/zero) $M/memory/ro/data && cmp <(head -c 4096 /dev/zero)
 	}
 	eventually(t, mountWait, "A logs the refused stranger", func() bool { return strings.Contains(a.logText(), `msg="peer refused"`) })
 	a.ok(t, `cmp $T/src $M/memory/kv/data`)
+	// The listener's totals show the refusal, which no connection entry can.
+	if st := a.ok(t, `grep -A14 '"peer_listener"' $M/stats`); !regexp.MustCompile(`"refused": [1-9]`).MatchString(st) {
+		t.Errorf("/stats peer_listener after a stranger: %s", st)
+	}
+	if m := a.ok(t, `grep '^orbitefs_peer_listener_refused_total' $M/metrics`); !regexp.MustCompile(`total [1-9]`).MatchString(m) {
+		t.Errorf("/metrics after a stranger: %s", m)
+	}
 }
 
 // A daemon told to listen for peers refuses to start, before mounting,

@@ -116,6 +116,7 @@ func runMount(args []string) int {
 	tracker := peer.NewTracker()
 	var psrvAt atomic.Pointer[peer.Server] // set once listening
 	sopts.Peers = peerFigures(tracker, psrvAt.Load)
+	sopts.PeerListener = listenerFigures(psrvAt.Load)
 	notes, err := newNotifications(cfg.Peer, ecfg, &sopts, tracker, lg)
 	if err != nil {
 		e.Close(time.Second)

@@ -182,6 +182,21 @@ func peerFigures(tr *peer.Tracker, srv func() *peer.Server) func() []control.Pee
 	}
 }
 
+// listenerFigures is the listener's totals for /stats and /metrics; nil
+// until the daemon listens.
+func listenerFigures(srv func() *peer.Server) func() *control.PeerListener {
+	return func() *control.PeerListener {
+		s := srv()
+		if s == nil {
+			return nil
+		}
+		st := s.Stats()
+		return &control.PeerListener{Sessions: st.Sessions, Lanes: st.Lanes, Handshaking: st.Handshaking,
+			Refused: st.Refused, Displaced: st.Displaced, Corrupt: st.Corrupt, Reads: st.Reads, Writes: st.Writes,
+			BytesIn: st.BytesIn, BytesOut: st.BytesOut, Notified: st.Notified, InboxFull: st.Full, Pending: st.Pending}
+	}
+}
+
 // remoteDialer returns how the daemon opens a peer's region as a segment
 // (tcp:// with one lane, hp_tcp:// and peer://NAME with [peer] lanes),
 // with [peer]'s key and timeouts, under the daemon's epoch (a receiver
