@@ -592,6 +592,12 @@ func (s *Service) Wait(ctx context.Context, bt *Batch) ([]byte, error) {
 		}
 		return nil, s.fail(bt.scope("wait"), err)
 	}
+	if st == engine.StateCancelled && s.stopCtx.Err() != nil {
+		// Shutdown's wake and the engine's Close (which cancels what has
+		// not started) race to end this wait; a waiter still blocked
+		// after the drain gets ESHUTDOWN either way, as documented.
+		return nil, s.fail(bt.scope("wait"), errClosing())
+	}
 	return []byte(st.String() + "\n"), nil
 }
 
