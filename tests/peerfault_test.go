@@ -350,6 +350,10 @@ func TestPeerFaultLoss(t *testing.T) {
 	}
 	b := f.startB(t, "32MiB")
 	a := f.startA(t, "32MiB", "io_timeout = \"1s\"\n", f.addrB)
+	// Open every lane before the loss: a handshake is bounded by
+	// io_timeout as a whole, and a lost SYN alone costs TCP's 1 s initial
+	// retransmission timeout. What is tested is frames under loss.
+	batch(t, a, "write", "h", "32MiB", "60s").want(t, "striped WRITE before the loss", "completed", "applied", 60*time.Second)
 	f.nft(t, "numgen random mod 100 < 3 counter drop", "numgen random mod 100 < 3 counter drop")
 	f.rate(t, "200mbit")
 	batch(t, a, "write", "h", "32MiB", "60s").want(t, "striped WRITE at 3 % loss", "completed", "applied", 60*time.Second)
