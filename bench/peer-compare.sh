@@ -46,8 +46,7 @@ mkdir -p "$out"
 : >"$out/runs.jsonl"
 
 A=orbpc-a B=orbpc-b ipa=198.18.255.1 ipb=198.18.255.2 port=7070
-inA() { nsenter --net=/var/run/netns/$A "$@"; }
-inB() { nsenter --net=/var/run/netns/$B "$@"; }
+. bench/netpair.sh
 daemon=""
 cleanup() {
 	[ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true
@@ -59,23 +58,14 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
-ip netns add $A
-ip netns add $B
-ip link add orbpca netns $A type veth peer name orbpcb netns $B
-inA ip addr add $ipa/30 dev orbpca
-inB ip addr add $ipb/30 dev orbpcb
-for x in "A orbpca" "B orbpcb"; do
-	set -- $x
-	in$1 ip link set dev "$2" up
-	in$1 ip link set dev lo up
-done
+netpair
 lossy_link() { # mtu 9000, no GSO: the link the loss figures are measured on
-	inA ip link set dev orbpca mtu 9000 gso_max_segs 1 gso_max_size 9000
-	inB ip link set dev orbpcb mtu 9000 gso_max_segs 1 gso_max_size 9000
+	inA ip link set dev "${A}0" mtu 9000 gso_max_segs 1 gso_max_size 9000
+	inB ip link set dev "${B}0" mtu 9000 gso_max_segs 1 gso_max_size 9000
 }
 plain_link() {
-	inA ip link set dev orbpca mtu 1500 gso_max_segs 65535 gso_max_size 65536
-	inB ip link set dev orbpcb mtu 1500 gso_max_segs 65535 gso_max_size 65536
+	inA ip link set dev "${A}0" mtu 1500 gso_max_segs 65535 gso_max_size 65536
+	inB ip link set dev "${B}0" mtu 1500 gso_max_segs 65535 gso_max_size 65536
 }
 
 head -c 32 /dev/urandom | base64 >"$out/key"

@@ -41,8 +41,7 @@ done
 mkdir -p "$out"
 
 A=orbps-a B=orbps-b ipa=198.18.254.1 ipb=198.18.254.2 port=7071
-inA() { nsenter --net=/var/run/netns/$A "$@"; }
-inB() { nsenter --net=/var/run/netns/$B "$@"; }
+. bench/netpair.sh
 daemon=""
 cleanup() {
 	[ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true
@@ -53,16 +52,9 @@ cleanup() {
 }
 trap cleanup EXIT
 cleanup
-ip netns add $A
-ip netns add $B
-ip link add orbpsa netns $A type veth peer name orbpsb netns $B
-inA ip addr add $ipa/30 dev orbpsa
-inB ip addr add $ipb/30 dev orbpsb
-for x in "A orbpsa" "B orbpsb"; do
-	set -- $x
-	in$1 ip link set dev "$2" mtu 9000 gso_max_segs 1 gso_max_size 9000 up
-	in$1 ip link set dev lo up
-done
+netpair
+inA ip link set dev "${A}0" mtu 9000 gso_max_segs 1 gso_max_size 9000
+inB ip link set dev "${B}0" mtu 9000 gso_max_segs 1 gso_max_size 9000
 
 head -c 32 /dev/urandom | base64 >"$out/key"
 chmod 600 "$out/key"
