@@ -51,8 +51,18 @@ func BenchmarkSmallWrite(b *testing.B) {
 			var exp memExports
 			exp.add(1, "kv", 1<<20, wire.PermReadWrite)
 			exp.add(2, "stream", 64<<20, wire.PermReadWrite)
-			s, _ := startServer(b, &exp, "127.0.0.1:0", testKey)
-			c := dial(b, addrOf(s), testKey, 4)
+			// One process: its server and client share one bulk gate.
+			gate := NewGate()
+			s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice, Gate: gate}, &exp)
+			if err := s.Listen("127.0.0.1:0"); err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			c, err := Dial(context.Background(), addrOf(s), Config{Name: "cli", Key: testKey, Lanes: 4, IOTimeout: 10 * time.Second, Gate: gate})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
 			go func() {

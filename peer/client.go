@@ -75,6 +75,9 @@ type Config struct {
 	// Host identifies this machine (HostID when empty); a server on the
 	// same host then sends the CUDA IPC handles of its device regions.
 	Host string
+	// Gate bounds the process's bulk payload copies (gate.go); nil: one
+	// of the Conn's own. A process's Conns and Server should share one.
+	Gate *Gate
 }
 
 // Conn is an authenticated connection to one peer. Safe for concurrent use.
@@ -128,6 +131,9 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	}
 	if cfg.Host == "" {
 		cfg.Host = HostID()
+	}
+	if cfg.Gate == nil {
+		cfg.Gate = NewGate()
 	}
 	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{}), since: time.Now()}
 	if c.log == nil {

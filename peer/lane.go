@@ -45,9 +45,10 @@ import (
 )
 
 type lane struct {
-	c   net.Conn
-	br  *bufio.Reader
-	lim wire.Limits
+	c    net.Conn
+	br   *bufio.Reader
+	lim  wire.Limits
+	gate *Gate // bulk payloads are copied in its slots (gate.go)
 
 	wmu  sync.Mutex // one frame written at a time
 	head []byte     // header and metadata of the frame being written; under wmu
@@ -108,8 +109,8 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		c.Close()
 		return nil, nil, nil, err
 	}
-	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout}, 64<<10)
-	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice},
+	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout, gate: cfg.Gate}, 64<<10)
+	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice}, gate: cfg.Gate,
 		used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
 	return l, ch, w, nil
 }
@@ -231,11 +232,11 @@ func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 		return false, errClosed
 	}
 	l.head = req.Append(l.head[:0])
-	bufs := net.Buffers{l.head}
+	bufs := [][]byte{l.head}
 	if len(req.Payload) > 0 {
 		bufs = append(bufs, req.Payload)
 	}
-	n, err := bufs.WriteTo(l.c)
+	n, err := l.gate.writev(l.c, bufs...)
 	l.cnt.sent.Add(uint64(n))
 	if err != nil {
 		return n > 0, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)

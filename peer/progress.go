@@ -58,6 +58,7 @@ func setUserTimeout(c net.Conn, d time.Duration) error {
 type progressReader struct {
 	c       net.Conn
 	timeout time.Duration
+	gate    *Gate // a bulk read is copied in its slots (gate.go)
 }
 
 func (r *progressReader) Read(p []byte) (int, error) {
@@ -66,7 +67,7 @@ func (r *progressReader) Read(p []byte) (int, error) {
 		if r.timeout > 0 {
 			r.c.SetReadDeadline(time.Now().Add(r.timeout))
 		}
-		n, err := r.c.Read(p)
+		n, err := r.gate.read(r.c, p)
 		if n == 0 && r.timeout > 0 && isTimeout(err) {
 			if q := unsent(r.c); q > 0 && q != last {
 				last = q

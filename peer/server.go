@@ -113,6 +113,9 @@ type ServerConfig struct {
 	// Host identifies this machine (HostID when empty): a client naming
 	// the same host gets the CUDA IPC handles of device regions.
 	Host string
+	// Gate bounds the process's bulk payload copies (gate.go); nil: one
+	// of the server's own. A process's Server and Conns should share one.
+	Gate *Gate
 }
 
 // Stats are a server's counters.
@@ -188,6 +191,9 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 	}
 	if cfg.MaxHandshakes <= 0 {
 		cfg.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if cfg.Gate == nil {
+		cfg.Gate = NewGate()
 	}
 	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger, hs: newHandshakes(cfg.MaxHandshakes)}
 	if s.log == nil {
@@ -453,7 +459,7 @@ func putBuf(b []byte) {
 // orderly end (the client closed).
 func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 	role := hello.Role
-	pr := &progressReader{c: c}
+	pr := &progressReader{c: c, gate: s.cfg.Gate}
 	br := bufio.NewReaderSize(pr, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
 	hb := make([]byte, wire.HeaderLen)
@@ -580,7 +586,11 @@ func (s *Server) sendReply(c net.Conn, cnt *counters, h *wire.Header, reply *wir
 	case wire.TypeError:
 		cnt.errors.Add(1)
 	}
-	if _, err := reply.Write(c); err != nil {
+	bufs := [][]byte{reply.Append(make([]byte, 0, wire.HeaderLen+len(reply.Meta)))}
+	if len(reply.Payload) > 0 {
+		bufs = append(bufs, reply.Payload)
+	}
+	if _, err := s.cfg.Gate.writev(c, bufs...); err != nil {
 		return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
 	}
 	s.bytesOut.Add(uint64(len(reply.Payload)))

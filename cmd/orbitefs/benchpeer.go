@@ -139,11 +139,12 @@ func benchPeerMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	gate := peer.NewGate() // one per process: the receiver and the client share it
 	var srv *peer.Server
 	if o.Op == "notify" {
 		max := max(o.Count, peer.DefaultMaxPending)
 		srv = peer.NewServer(peer.ServerConfig{Name: "bench-receiver", Key: key, IOTimeout: pc.IOTimeout.D(),
-			MaxSlice: uint64(pc.MaxSliceBytes), Inbox: peer.NewInbox(peer.InboxLimits{Max: max, MaxPerSender: max, MaxBytes: 64 << 20})},
+			MaxSlice: uint64(pc.MaxSliceBytes), Inbox: peer.NewInbox(peer.InboxLimits{Max: max, MaxPerSender: max, MaxBytes: 64 << 20}), Gate: gate},
 			noExports{})
 		listenHere := func() error { return srv.Listen(*listen) }
 		if *listenNetns != "" {
@@ -159,7 +160,7 @@ func benchPeerMain(args []string) int {
 	}
 	c, err := peer.Dial(ctx, *addr, peer.Config{Name: peerName(pc), Key: key, Lanes: pc.Lanes,
 		DialTimeout: pc.DialTimeout.D(), IOTimeout: pc.IOTimeout.D(), KeepAlive: pc.KeepAliveInterval.D(),
-		PayloadChecksum: pc.PayloadChecksum, MaxSlice: uint64(pc.MaxSliceBytes)})
+		PayloadChecksum: pc.PayloadChecksum, MaxSlice: uint64(pc.MaxSliceBytes), Gate: gate})
 	if err != nil {
 		return fail(err)
 	}

@@ -127,7 +127,7 @@ func runMount(args []string) int {
 	issuer := newIssuer(cfg.Peer.ReceiverCredit, &sopts)
 	sopts.DialCredit = creditDialer(cfg.Peer, notes, lg)
 	conns := &namedRemotes{} // peer:// segments' connections, by name
-	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, tracker, conns, lg); err != nil {
+	if sopts.DialRemote, err = remoteDialer(cfg.Peer, notes.epoch, notes.gate, tracker, conns, lg); err != nil {
 		e.Close(time.Second)
 		fmt.Fprintf(os.Stderr, "orbitefs mount: %v\n", err)
 		return 1

@@ -71,12 +71,15 @@ func peerName(c config.Peer) string {
 
 // notifications is the daemon's side of completion notifications: the
 // inbox its listener fills (nil without one) and the notifier its
-// submissions send through (nil without a key), under one epoch.
+// submissions send through (nil without a key), under one epoch. gate
+// is the daemon's one bulk gate, shared by its listener and every Conn
+// it dials: it bounds the process's bulk copies, whichever side.
 type notifications struct {
 	epoch    uint64
 	key      []byte
 	inbox    *peer.Inbox
 	notifier *peer.Notifier
+	gate     *peer.Gate
 }
 
 // newNotifications prepares both sides from [peer] and plugs them into
@@ -85,7 +88,7 @@ type notifications struct {
 // its submissions still have to send); the receiver's inbox is bounded by
 // [peer]'s keys of the same names.
 func newNotifications(c config.Peer, e config.Engine, opts *control.Options, tr *peer.Tracker, lg *slog.Logger) (*notifications, error) {
-	n := &notifications{epoch: peer.NewEpoch()}
+	n := &notifications{epoch: peer.NewEpoch(), gate: peer.NewGate()}
 	opts.MaxNotificationBytes = int(c.MaxNotificationBytes)
 	opts.MaxPendingNotifications = e.MaxPendingNotifications
 	opts.MaxPendingNotificationBytes = int64(e.MaxPendingNotifyBytes)
@@ -100,7 +103,7 @@ func newNotifications(c config.Peer, e config.Engine, opts *control.Options, tr 
 	n.key = key
 	n.notifier = peer.NewNotifier(peer.Config{Name: peerName(c), Epoch: n.epoch, Key: key,
 		DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), PayloadChecksum: c.PayloadChecksum,
-		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr})
+		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr, Gate: n.gate})
 	opts.Notify = func(ctx context.Context, to control.NotifyDest, submission, message string) (string, error) {
 		var d peer.Delivery
 		var err error
@@ -153,7 +156,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issu
 	}
 	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
 		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
-		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer, Superseded: superseded}, serviceExports{svc})
+		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer, Superseded: superseded, Gate: n.gate}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
 		return nil, err
 	}
@@ -205,7 +208,7 @@ func listenerFigures(srv func() *peer.Server) func() *control.PeerListener {
 // sends nothing unless the engine that answers is NAME with the epoch
 // the cluster lists, and the connection follows the cluster's view
 // (conns).
-func remoteDialer(c config.Peer, epoch uint64, tr *peer.Tracker, conns *namedRemotes, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
+func remoteDialer(c config.Peer, epoch uint64, gate *peer.Gate, tr *peer.Tracker, conns *namedRemotes, lg *slog.Logger) (func(context.Context, control.RemoteURI) (engine.Remote, error), error) {
 	if c.KeyFile == "" {
 		return nil, nil
 	}
@@ -220,7 +223,7 @@ func remoteDialer(c config.Peer, epoch uint64, tr *peer.Tracker, conns *namedRem
 		}
 		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Epoch: epoch, Key: key, Lanes: lanes,
 			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
-			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr})
+			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr, Gate: gate})
 		if err != nil {
 			return nil, err
 		}

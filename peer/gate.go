@@ -1,0 +1,182 @@
+// gate.go owns the bulk gate: the system calls that copy a bulk payload
+// (over SmallFrame) between memory and a socket run at most
+// GOMAXPROCS-1 at a time in a process, so a small request's socket is
+// noticed at once even under a saturating stream.
+//
+// Why: a goroutine parked on a socket is made runnable when a P's
+// scheduler finds nothing else to run and polls the network (or blocks
+// in the poll, waking the moment a packet lands), or else by the
+// runtime's monitor, which polls only when nobody has for 10 ms. Bulk
+// goroutines that copy megabytes keep every P busy, so without the gate
+// the small lane's reply (client) or request (server) waited for the
+// monitor: a 4 KiB round trip's p99 was 9-11 ms beside a 64 MiB stream.
+// Bulk goroutines waiting for a slot are parked, not runnable, so one P
+// runs dry and polls.
+//
+// Invariants:
+//   - A slot is held for one non-blocking system call and nothing else:
+//     a call that would block (EAGAIN) gives its slot back before it
+//     waits for the socket, so a slot is never held across a network
+//     wait and the gate cannot deadlock a peer's two sides in one
+//     process.
+//   - Small payloads (SmallFrame or less) and headers never take a slot:
+//     the small lane never waits behind a bulk copy.
+//   - A gated read or write behaves as the connection's own (deadlines,
+//     close, partial reads); only when the copies run changes.
+
+package peer
+
+import (
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Gate bounds the bulk payload copies of a process. One Gate should be
+// shared by every Conn and Server of a process (they share its Ps);
+// a nil Gate in Config or ServerConfig makes one of their own.
+type Gate struct {
+	slots chan struct{}
+	// waiting and held, when set (tests), run when a copy finds no free
+	// slot, and in a slot before its system call with the bytes it may
+	// copy.
+	waiting func()
+	held    func(n int)
+}
+
+// NewGate makes a gate of GOMAXPROCS-1 slots (at least 1), read now.
+func NewGate() *Gate { return newGate(max(1, runtime.GOMAXPROCS(0)-1)) }
+
+func newGate(n int) *Gate { return &Gate{slots: make(chan struct{}, n)} }
+
+func (g *Gate) enter(n int) {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		if g.waiting != nil {
+			g.waiting()
+		}
+		g.slots <- struct{}{}
+	}
+	if g.held != nil {
+		g.held(n)
+	}
+}
+
+func (g *Gate) leave() { <-g.slots }
+
+// rawConn is c's file descriptor access when p is a bulk payload that
+// the gate covers; nil otherwise.
+func (g *Gate) rawConn(c net.Conn, n int) syscall.RawConn {
+	if g == nil || n <= SmallFrame {
+		return nil
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// read is c.Read(p), each system call of a bulk p in a slot.
+func (g *Gate) read(c net.Conn, p []byte) (int, error) {
+	rc := g.rawConn(c, len(p))
+	if rc == nil {
+		return c.Read(p)
+	}
+	var n int
+	var serr error
+	err := rc.Read(func(fd uintptr) bool {
+		for {
+			g.enter(len(p))
+			n, serr = unix.Read(int(fd), p)
+			g.leave()
+			switch serr {
+			case unix.EINTR:
+				continue
+			case unix.EAGAIN:
+				return false // wait for the socket without a slot
+			}
+			return true
+		}
+	})
+	n = max(n, 0)
+	switch {
+	case err != nil:
+		return n, err
+	case serr != nil:
+		return n, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", serr)}
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+// writev writes bufs whole to c; a bulk frame's system calls each run
+// in a slot. It returns how many bytes went out.
+func (g *Gate) writev(c net.Conn, bufs ...[]byte) (int64, error) {
+	total := 0
+	for _, b := range bufs {
+		total += len(b)
+	}
+	rc := g.rawConn(c, total)
+	if rc == nil {
+		nb := net.Buffers(bufs)
+		return nb.WriteTo(c)
+	}
+	var sent int64
+	var serr error
+	err := rc.Write(func(fd uintptr) bool {
+		for len(bufs) > 0 {
+			g.enter(total - int(sent))
+			n, err := unix.Writev(int(fd), bufs)
+			g.leave()
+			if n > 0 {
+				sent += int64(n)
+				bufs = consume(bufs, n)
+			}
+			switch {
+			case err == nil && n > 0, err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return false // wait for room without a slot
+			case err == nil:
+				err = io.ErrShortWrite // no progress, no error: never loop on it
+			}
+			serr = err
+			return true
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return sent, err
+	case serr != nil:
+		return sent, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("writev", serr)}
+	}
+	return sent, nil
+}
+
+// consume drops the first n bytes of bufs.
+func consume(bufs [][]byte, n int) [][]byte {
+	for n > 0 && len(bufs) > 0 {
+		if n < len(bufs[0]) {
+			bufs[0] = bufs[0][n:]
+			return bufs
+		}
+		n -= len(bufs[0])
+		bufs = bufs[1:]
+	}
+	for len(bufs) > 0 && len(bufs[0]) == 0 {
+		bufs = bufs[1:]
+	}
+	return bufs
+}
