@@ -68,7 +68,7 @@ type lane struct {
 	// the peer is not reading yet counts, however much of it the
 	// socket buffers took.
 	frames atomic.Uint64
-	cnt    *counters     // its Conn's figures (stats.go)
+	cnt    *counters // its Conn's figures (stats.go)
 }
 
 // call is one request waiting for its reply.
