@@ -20,12 +20,13 @@ func TestClusterPeerSegmentFollowsNewAddress(t *testing.T) {
 	etcd := startEtcd(t)
 	key := writeKey(t, t.TempDir(), "peer.key", "the shared key of the cluster follow test")
 	a := startDaemon(t, daemonOpts{config: memberConfig("a", freeLoopbackPort(t), key, etcd)})
-	startB := func() *mount {
-		b := startDaemon(t, daemonOpts{config: memberConfig("b", freeLoopbackPort(t), key, etcd)})
+	startB := func(port int) *mount {
+		b := startDaemon(t, daemonOpts{config: memberConfig("b", port, key, etcd)})
 		b.ok(t, `echo '{"name":"kv","location":"cpu","bytes":"4MiB","export":"read_write"}' > $M/memory/register`)
 		return b
 	}
-	b := startB()
+	port := freeLoopbackPort(t)
+	b := startB(port)
 	eventually(t, 5*time.Second, "a lists b with its region", func() bool {
 		p, ok := clusterPeer(a, "b")
 		return ok && len(p.Regions) == 1
@@ -54,14 +55,18 @@ echo '{"name":"r","uri":"peer://b/kv","permission":"read_write"}' > $M/segments/
 	}
 
 	// b is back under its name on another port: the same segment follows.
-	b2 := startB()
+	port2 := freeLoopbackPort(t)
+	for port2 == port {
+		port2 = freeLoopbackPort(t)
+	}
+	b2 := startB(port2)
 	eventually(t, 5*time.Second, "a lists b's new epoch", func() bool {
 		p, ok := clusterPeer(a, "b")
 		return ok && p.Epoch != old.Epoch
 	})
 	now, _ := clusterPeer(a, "b")
-	if now.Addr == old.Addr {
-		t.Fatalf("b came back at its old address %s: the test needs another port", old.Addr)
+	if now.Addr != fmt.Sprintf("127.0.0.1:%d", port2) || old.Addr != fmt.Sprintf("127.0.0.1:%d", port) {
+		t.Fatalf("the cluster lists b at %s, then at %s; want ports %d, then %d", old.Addr, now.Addr, port, port2)
 	}
 	out = a.ok(t, write)
 	if !strings.HasPrefix(out, "completed") || !strings.Contains(out, `"remote_effect": "applied"`) {
