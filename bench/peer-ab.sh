@@ -7,8 +7,9 @@
 # in the second, one daemon per binary (A on port 7070, B on 7071) exports
 # a 1 GiB cpu region; from the first, every round runs with A's client
 # against A's daemon, then B's against B's: a 4 KiB WRITE round trip
-# alone, the same beside a 64 MiB WRITE stream (--stream), and 1 MiB
-# WRITE on hp_tcp (4 lanes, 16 in flight) and tcp (1 lane, 4 in flight).
+# alone, the same beside a 64 MiB WRITE stream (--stream), 1 MiB WRITE on
+# hp_tcp (4 lanes, 16 in flight) and tcp (1 lane, 4 in flight), and 1 MiB
+# READ on hp_tcp.
 # The load average is recorded before every run.
 #
 # usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-o OUTDIR]
@@ -78,13 +79,14 @@ run() { # variant label flags...
 }
 for r in $(seq "$rounds"); do
 	echo "round $r/$rounds $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-	for l in "4KiB beside 64MiB" "4KiB alone" "hp_tcp 1MiB" "tcp 1MiB"; do
+	for l in "4KiB beside 64MiB" "4KiB alone" "hp_tcp 1MiB" "tcp 1MiB" "hp_tcp 1MiB read"; do
 		for v in a b; do
 			case $l in
 			"4KiB beside 64MiB") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 --stream 64MiB ;;
 			"4KiB alone") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 ;;
 			"hp_tcp 1MiB") run $v "$l" --lanes 4 --op write --size 1MiB --concurrency 16 ;;
 			"tcp 1MiB") run $v "$l" --lanes 1 --op write --size 1MiB --concurrency 4 ;;
+			"hp_tcp 1MiB read") run $v "$l" --lanes 4 --op read --size 1MiB --concurrency 16 ;;
 			esac
 		done
 	done

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/peer/wire"
 )
 
@@ -43,17 +45,29 @@ func BenchmarkLoopback(b *testing.B) {
 
 // BenchmarkSmallWrite is the 4 KiB WRITE round trip over loopback,
 // alone and beside a stream of 64 MiB WRITEs on the same Conn (4 lanes),
-// with its p50 and p99. The stream writes another region, so what is
-// measured is the transport alone, not the region's own copies.
+// with its p50 and p99. The regions are engine regions of cpu memory,
+// received in place as in the daemon, and the stream writes another
+// one, so what is measured is the transport alone.
 func BenchmarkSmallWrite(b *testing.B) {
+	e, err := engine.New(config.DefaultEngine())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close(5 * time.Second)
+	var exp engineExports
+	for i, n := range []uint64{1 << 20, 64 << 20} {
+		r, err := e.RegisterMemory(n)
+		if err != nil {
+			b.Fatal(err)
+		}
+		exp = append(exp, Export{Descriptor: wire.Descriptor{ID: uint64(i + 1), Name: []string{"kv", "stream"}[i],
+			Location: "cpu", Bytes: n, Perm: wire.PermReadWrite}, Mem: r})
+	}
 	for _, stream := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
-			var exp memExports
-			exp.add(1, "kv", 1<<20, wire.PermReadWrite)
-			exp.add(2, "stream", 64<<20, wire.PermReadWrite)
 			// One process: its server and client share one bulk gate.
 			gate := NewGate()
-			s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice, Gate: gate}, &exp)
+			s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice, Gate: gate}, exp)
 			if err := s.Listen("127.0.0.1:0"); err != nil {
 				b.Fatal(err)
 			}
@@ -88,4 +102,18 @@ func BenchmarkSmallWrite(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")
 		})
 	}
+}
+
+// engineExports exports engine regions, by id.
+type engineExports []Export
+
+func (x engineExports) Exports() []Export { return x }
+
+func (x engineExports) Export(id uint64) (Export, bool) {
+	for _, e := range x {
+		if e.ID == id {
+			return e, true
+		}
+	}
+	return Export{}, false
 }
