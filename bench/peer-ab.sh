@@ -9,22 +9,25 @@
 # against A's daemon, then B's against B's: a 4 KiB WRITE round trip
 # alone, the same beside a 64 MiB WRITE stream (--stream), 1 MiB WRITE on
 # hp_tcp (4 lanes, 16 in flight) and tcp (1 lane, 4 in flight), and 1 MiB
-# READ on hp_tcp.
+# READ on hp_tcp; -m picks others of these measurements (comma-separated,
+# also "tcp 1MiB read").
 # The load average is recorded before every run.
 #
-# usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-o OUTDIR]
+# usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-m MEASUREMENTS] [-o OUTDIR]
 # Needs root, iproute2, jq and nsenter. Prints one JSON line per run to
 # OUTDIR/runs.jsonl and a Markdown table of medians (and each round) on
 # stdout.
 set -euo pipefail
 
 rounds=5 t=3 out="" bina="" binb=""
-while getopts "a:b:n:t:o:h" opt; do
+measurements="4KiB beside 64MiB,4KiB alone,hp_tcp 1MiB,tcp 1MiB,hp_tcp 1MiB read"
+while getopts "a:b:n:t:m:o:h" opt; do
 	case $opt in
 	a) bina=$(realpath "$OPTARG") ;;
 	b) binb=$(realpath "$OPTARG") ;;
 	n) rounds=$OPTARG ;;
 	t) t=$OPTARG ;;
+	m) measurements=$OPTARG ;;
 	o) out=$OPTARG ;;
 	*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 	esac
@@ -79,7 +82,8 @@ run() { # variant label flags...
 }
 for r in $(seq "$rounds"); do
 	echo "round $r/$rounds $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-	for l in "4KiB beside 64MiB" "4KiB alone" "hp_tcp 1MiB" "tcp 1MiB" "hp_tcp 1MiB read"; do
+	IFS=, read -ra ms <<<"$measurements"
+	for l in "${ms[@]}"; do
 		for v in a b; do
 			case $l in
 			"4KiB beside 64MiB") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 --stream 64MiB ;;
@@ -87,6 +91,8 @@ for r in $(seq "$rounds"); do
 			"hp_tcp 1MiB") run $v "$l" --lanes 4 --op write --size 1MiB --concurrency 16 ;;
 			"tcp 1MiB") run $v "$l" --lanes 1 --op write --size 1MiB --concurrency 4 ;;
 			"hp_tcp 1MiB read") run $v "$l" --lanes 4 --op read --size 1MiB --concurrency 16 ;;
+			"tcp 1MiB read") run $v "$l" --lanes 1 --op read --size 1MiB --concurrency 4 ;;
+			*) echo "peer-ab.sh: unknown measurement $l" >&2; exit 2 ;;
 			esac
 		done
 	done
