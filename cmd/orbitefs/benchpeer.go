@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -74,6 +75,7 @@ func benchPeerMain(args []string) int {
 	listenNetns := fs.String("listen-netns", "", "--op notify: network namespace file the receiver listens in")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the run to `FILE` (go tool pprof)")
+	traceFile := fs.String("trace", "", "write an execution trace of the run to `FILE` (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -175,6 +177,17 @@ func benchPeerMain(args []string) int {
 			return fail(fmt.Errorf("--cpuprofile: %w", err))
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *traceFile != "" {
+		f, err := os.Create(*traceFile)
+		if err != nil {
+			return fail(fmt.Errorf("--trace: %w", err))
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return fail(fmt.Errorf("--trace: %w", err))
+		}
+		defer trace.Stop()
 	}
 	var res bench.PeerResult
 	if o.Op == "notify" {
