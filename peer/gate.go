@@ -8,10 +8,10 @@
 // in the poll, waking the moment a packet lands), or else by the
 // runtime's monitor, which polls only when nobody has for 10 ms. Bulk
 // goroutines that copy megabytes keep every P busy, so without the gate
-// the small lane's reply (client) or request (server) waited for the
-// monitor: a 4 KiB round trip's p99 was 9-11 ms beside a 64 MiB stream.
-// Bulk goroutines waiting for a slot are parked, not runnable, so one P
-// runs dry and polls.
+// the small lane's reply (client) or request (server) waited until a
+// busy P happened to run dry: a 4 KiB round trip's p99 was 9-15 ms
+// beside a 64 MiB stream. Bulk goroutines waiting for a slot are
+// parked, not runnable, so one P runs dry and polls.
 //
 // Invariants:
 //   - A slot is held for one non-blocking system call and nothing else:
