@@ -288,7 +288,19 @@ func engineConfig(cfg *config.Daemon, engineJSON, qosPath string) (config.Engine
 		}
 		ecfg.QoS = q
 	}
-	if err := ecfg.Validate(); err != nil {
+	// The keys of the other sections bounded by engine keys
+	// (mount.default_batch_capacity by engine.max_batch_requests, ...)
+	// were checked against the TOML's [engine]: check them again
+	// against the engine that will run.
+	d := *cfg
+	d.Engine = ecfg
+	if err := d.Validate(); err != nil {
+		switch {
+		case engineJSON != "":
+			return config.Engine{}, fmt.Errorf("--engine-json %s: %w", engineJSON, err)
+		case qosPath != "":
+			return config.Engine{}, fmt.Errorf("--qos %s: %w", qosPath, err)
+		}
 		return config.Engine{}, err
 	}
 	return ecfg, nil
