@@ -55,16 +55,16 @@
 // only tried, so a hook may Submit, Cancel or Free). Batch.mu is held
 // when the scheduler hands a job to an executor (executor.run never
 // blocks and takes only its own queue lock): in the worker's fill, and
-// in finishOffRing when a task's end frees its group's window, so a lane
+// in finishTaskLocked when a task's end frees its group's window, so a lane
 // resolving a unit may hand out the group's next window. The executors' locks are
 // leaves, never held while another engine lock is taken, and no unit
 // resolves under them: stagedExec.mu and lanePool.mu (the fair queues),
-// offRing.mu (resolve drops it before finishOffRing takes Batch.mu),
+// offRing.mu (resolve drops it before finishTask takes Batch.mu),
 // stagingPool.mu, gpuState.streamMu, and gdsState.mu (which gdsRegister
 // holds while it reads Region.mu and calls cuFile, so Stats may wait for
 // a first registration). Executor code never names Batch.mu or a task:
 // its outcomes reach the batch through offRing.resolve, whose
-// finishOffRing takes Batch.mu with no executor lock held.
+// finishTask takes Batch.mu with no executor lock held.
 //
 // # Errors
 //

@@ -50,6 +50,8 @@ type Engine struct {
 	peerExec peerExec      // peer lanes (peerexec.go)
 	memExec  memExec       // memory segment lanes (memgroup.go)
 	ipcExec  *ipcExec      // CUDA IPC lanes (ipcexec.go)
+	// execs maps every route to its executor (route.go's routeTable).
+	execs [routeCount]executor
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -181,6 +183,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.peerExec = newPeerExec()
 	e.memExec = newMemExec(e)
 	e.ipcExec = newIPCExec(e)
+	e.routeTable() // route.go
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -306,12 +309,9 @@ func (e *Engine) Close(timeout time.Duration) error {
 		}
 		r.free()
 	}
-	e.staged.close()
-	e.hostCopy.close()
-	e.gdsExec.close()
-	e.peerExec.close()
-	e.memExec.close()
-	e.ipcExec.close()
+	for _, ex := range e.execs {
+		ex.close()
+	}
 	e.closeStaging()
 	e.closeCopyStage()
 	var first error

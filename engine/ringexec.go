@@ -25,6 +25,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ringExec is the ring executor: the engine's file transport, whose
+// rings it lends, one to each busy batch whose groups are on the ring
+// route. The batch worker fills its ring op by op (worker.go) rather than
+// handing it jobs: that keeps a batch's SQEs of many groups in one
+// submit, lets a submitter put its ops on the ring itself
+// (submitThrough) and lets the worker sleep in the ring's reap.
+type ringExec struct{ e *Engine }
+
+func (ringExec) transport() TransportKind { return TransportIOUring }
+
+func (ringExec) path() string { return ringPath }
+
+// close has nothing to stop: each batch gives its ring back (or abandons
+// a tainted one) when its worker exits, and the pool closes with its
+// backend at Engine.Close.
+func (ringExec) close() {}
+
+// lend lends a batch a ring from the pool. A caller that must not wait
+// (the fast path runs on the submitter) gets none, and no error, when
+// every ring is taken.
+func (r ringExec) lend(wait bool) (Queue, error) {
+	if wait {
+		return r.e.file.Acquire()
+	}
+	return r.e.file.TryAcquire()
+}
+
 // ringLiveLocked reports whether ops of this batch are on the ring.
 // REQUIRES: b.mu.
 func (w *worker) ringLiveLocked() bool {
@@ -178,7 +205,7 @@ func (w *worker) reap(wait time.Duration) {
 	_, err := w.q.Reap(wait, func(c Completion) {
 		w.inDrain.Store(true)
 		b.mu.Lock()
-		w.completeLocked(c)
+		b.completeLocked(c)
 		b.changedLocked()
 		b.mu.Unlock()
 		b.deliver()
@@ -192,11 +219,9 @@ func (w *worker) reap(wait time.Duration) {
 	b.mu.Unlock()
 }
 
-// completeLocked applies one CQE. REQUIRES: b.mu.
-func (w *worker) completeLocked(c Completion) { w.b.completeLocked(c) }
-
-// completeLocked applies the outcome of one ring op, or of one caller
-// copy (callercopy.go), as its CQE would. REQUIRES: b.mu.
+// completeLocked turns the result of one ring op, or of one caller copy
+// (callercopy.go) carried as its CQE would be, into the task's outcome
+// and ends the task on the one task path (task.go). REQUIRES: b.mu.
 func (b *Batch) completeLocked(c Completion) {
 	if c.Token >= uint64(len(b.mu.tasks)) {
 		return
@@ -220,7 +245,7 @@ func (b *Batch) completeLocked(c Completion) {
 		}
 		o.err = wrap(errnoKind(errno), g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
 	}
-	b.endTaskLocked(g, idx, o) // task.go
+	b.finishTaskLocked(g, idx, o) // task.go
 }
 
 // cutoffLocked ends groups whose CQEs are missing past deadline +

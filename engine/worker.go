@@ -235,16 +235,11 @@ func (w *worker) fill() bool {
 				// lanes (64 batches into cuda:0 hung on 64 rings).
 				break
 			}
-			var q Queue
-			var err error
-			if w.fast {
-				// The caller must not wait for another batch's ring: with
-				// none free, the group goes to a worker goroutine.
-				if q, err = b.e.file.TryAcquire(); q == nil && err == nil {
-					break
-				}
-			} else {
-				q, err = b.e.file.Acquire()
+			// The caller must not wait for another batch's ring: with
+			// none free, the group goes to a worker goroutine.
+			q, err := b.e.ring().lend(!w.fast)
+			if q == nil && err == nil {
+				break
 			}
 			if err != nil {
 				b.mu.Lock()
