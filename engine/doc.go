@@ -48,7 +48,7 @@
 //
 // # Lock order
 //
-// Engine.segMu; worker.ringMu (the ring's submission side), then
+// Engine.segMu; ringLane.mu (the ring's submission side), then
 // Batch.mu, then Engine.mu, then segEntry.mu, then Region.mu. No lock is
 // held across a blocking wait; Batch.mu is never held across a syscall on
 // the ring. OnGroupDone hooks run with no lock held (Batch.deliverMu is

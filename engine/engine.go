@@ -14,7 +14,7 @@
 //   - Close never closes a segment fd or unmaps a region an unquiesced
 //     group holds (the kernel may still complete through them); it
 //     reports ErrUnquiesced instead.
-//   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
+//   - Lock order: segMu; ringLane.mu, then Batch.mu, then Engine.mu,
 //     then segEntry.mu, then Region.mu. admission.mu (admission.go) comes
 //     after Batch.mu, and after Engine.mu when both are held (a batch
 //     head waiting for max_inflight_bytes, runqueue.go). No lock is held across a blocking

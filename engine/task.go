@@ -93,8 +93,7 @@ func (b *Batch) cancelTaskLocked(i int) {
 
 // failTokenLocked fails a running task whose op was never consumed by the
 // kernel. REQUIRES: b.mu.
-func (w *worker) failTokenLocked(tok uint64, err error) {
-	b := w.b
+func (b *Batch) failTokenLocked(tok uint64, err error) {
 	t := &b.mu.tasks[tok]
 	if t.state != TaskRunning {
 		return // already ended (the unquiesced cutoff)
