@@ -66,8 +66,9 @@ type Engine struct {
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
 	// unitHeld, nil outside tests, runs on an off-ring executor's lane
-	// before each unit's start check (offRing.startable), with the
-	// unit's absolute task index.
+	// before each unit's start check (offRing.startable), and before the
+	// ring's ops are prepared (ringLane.prepareChosen), with the unit's
+	// absolute task index.
 	unitHeld func(task int)
 	// callerCopyHeld, nil outside tests, runs on a submitter before its
 	// caller copy (callercopy.go): a test holds one copy running there.

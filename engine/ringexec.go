@@ -101,6 +101,9 @@ func (w *worker) ringLiveLocked() bool {
 // for that. REQUIRES: r.mu.
 func (r *ringLane) prepareChosen(b *Batch) {
 	for i := range r.toPrepare {
+		if h := b.e.unitHeld; h != nil {
+			h(int(r.toPrepare[i].Token)) // tests: an op is the ring's unit
+		}
 		if err := r.q.Prepare(&r.toPrepare[i]); err != nil {
 			r.failUnsent(b, r.toPrepare[i:], err)
 			break
