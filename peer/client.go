@@ -102,6 +102,11 @@ type Conn struct {
 	}
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// sliceDone, when set (tests), runs as a slice of a request has its
+	// reply (or failed to take a lane: l is nil), before the request
+	// records the outcome.
+	sliceDone func(idx uint32, l *lane, err error)
 }
 
 // Dial connects and authenticates to the peer at addr, opening its
@@ -293,11 +298,14 @@ func (c *Conn) keepAlive() {
 // getLane takes a lane for one request of n bytes (small ones on the
 // small lane): an idle one that is still in step, one with room in its
 // pipeline, or a new one. It fails only before anything was posted.
-func (c *Conn) getLane(ctx context.Context, n uint64) (*lane, error) {
+func (c *Conn) getLane(ctx context.Context, n uint64, rq *request) (*lane, error) {
 	small := n <= SmallFrame
 	for {
 		if err := c.Err(); err != nil {
 			return nil, err
+		}
+		if rq.stopped() {
+			return nil, errNotSent
 		}
 		c.lanes.mu.Lock()
 		ch := c.lanes.pick(small, n)
@@ -424,6 +432,56 @@ func (c *Conn) plan(n uint64) []piece {
 
 var errNotSent = errors.New("not sent: an earlier slice failed")
 
+// request is one Read or Write's state across its slices. Once one of
+// its slices failed, or a lane died under one of its slices (whose
+// failure its goroutine has not reported yet), the request sends no
+// more slices and dials no new lane for it: its outcome is already a
+// failure, and more frames would only add bytes of unknown effect.
+type request struct {
+	failed atomic.Bool
+
+	mu sync.Mutex
+	on map[*lane]int // slices in flight, by lane
+}
+
+func (rq *request) start(l *lane) {
+	rq.mu.Lock()
+	rq.on[l]++
+	rq.mu.Unlock()
+}
+
+// end records a slice's reply (or its failure, before the slice leaves
+// the lane's count, so that no other slice can see neither).
+func (rq *request) end(l *lane, failed bool) {
+	if failed {
+		rq.failed.Store(true)
+	}
+	rq.mu.Lock()
+	if rq.on[l]--; rq.on[l] == 0 {
+		delete(rq.on, l)
+	}
+	rq.mu.Unlock()
+}
+
+// stopped says whether the request must send no more slices; a nil
+// request (a lane taken for something else) never is.
+func (rq *request) stopped() bool {
+	if rq == nil {
+		return false
+	}
+	if rq.failed.Load() {
+		return true
+	}
+	rq.mu.Lock()
+	defer rq.mu.Unlock()
+	for l := range rq.on {
+		if l.isDead() {
+			return true
+		}
+	}
+	return false
+}
+
 // Read copies len(dst) bytes at off of the peer's region into dst. On
 // error dst holds an unspecified part of the bytes.
 func (c *Conn) Read(ctx context.Context, region string, off uint64, dst []byte) error {
@@ -449,7 +507,7 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 		res[i] = Slice{Offset: p.off, Len: p.n, Effect: EffectNone, Err: errNotSent}
 	}
 	var next atomic.Int64
-	var failed atomic.Bool
+	rq := &request{on: make(map[*lane]int)}
 	var wg sync.WaitGroup
 	// As many slices in flight as the lanes pipeline: a request cut into
 	// more slices than lanes keeps every lane busy across its round trips.
@@ -457,18 +515,15 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= len(ps) || failed.Load() {
+				if i >= len(ps) || rq.failed.Load() {
 					return
 				}
-				res[i].Effect, res[i].Err = c.slice(ctx, op, d, off, uint32(i), ps[i], buf)
-				if res[i].Err != nil {
-					failed.Store(true)
-				}
+				res[i].Effect, res[i].Err = c.slice(ctx, op, d, off, uint32(i), ps[i], buf, rq)
 			}
 		})
 	}
 	wg.Wait()
-	if !failed.Load() {
+	if !rq.failed.Load() {
 		return nil
 	}
 	e := &Error{Op: op, Peer: c.addr, Region: region, Effect: res[0].Effect}
@@ -489,11 +544,16 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 }
 
 // slice runs one slice on a lane and returns its effect.
-func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uint64, idx uint32, p piece, buf []byte) (Effect, error) {
-	l, err := c.getLane(ctx, p.n)
+func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uint64, idx uint32, p piece, buf []byte, rq *request) (Effect, error) {
+	l, err := c.getLane(ctx, p.n, rq)
 	if err != nil {
+		if c.sliceDone != nil {
+			c.sliceDone(idx, nil, err)
+		}
+		rq.failed.Store(true)
 		return EffectNone, err
 	}
+	rq.start(l)
 	f := wire.Frame{ID: c.nextID.Add(1), Slice: idx, PayloadCRC: c.cfg.PayloadChecksum}
 	b := buf[p.off : p.off+p.n]
 	var want wire.Type
@@ -506,6 +566,10 @@ func (c *Conn) slice(ctx context.Context, op string, d wire.Descriptor, base uin
 		f.Meta = (&wire.Read{Region: d.ID, Offset: base + p.off, Length: p.n}).Marshal()
 	}
 	posted, _, err := l.roundTrip(ctx, &f, want, dst)
+	if c.sliceDone != nil {
+		c.sliceDone(idx, l, err)
+	}
+	rq.end(l, err != nil)
 	c.putLane(l, p.n)
 	var r *remoteError
 	switch {

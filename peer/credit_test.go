@@ -188,7 +188,7 @@ func TestCreditRefusedReadNotServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := a.Conn()
-	l, err := c.getLane(ctx, 0)
+	l, err := c.getLane(ctx, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,8 +64,11 @@ type lane struct {
 	inflight int
 	queued   uint64
 
-	frames atomic.Uint64 // frames sent on this lane
-	cnt    *counters     // its Conn's figures (stats.go)
+	// frames counts frames whose sending began on this lane: a frame
+	// the peer is not reading yet counts, however much of it the
+	// socket buffers took.
+	frames atomic.Uint64
+	cnt    *counters // its Conn's figures (stats.go)
 }
 
 // call is one request waiting for its reply.
@@ -230,6 +233,7 @@ func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 	if l.isDead() {
 		return false, errClosed
 	}
+	l.frames.Add(1)
 	l.head = req.Append(l.head[:0])
 	bufs := net.Buffers{l.head}
 	if len(req.Payload) > 0 {
@@ -240,7 +244,6 @@ func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 	if err != nil {
 		return n > 0, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)
 	}
-	l.frames.Add(1)
 	l.cnt.frames.Add(1)
 	return true, nil
 }

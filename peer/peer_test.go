@@ -689,7 +689,7 @@ func TestRawFramesStayInsideExports(t *testing.T) {
 		{"write of read-only", wire.Frame{Type: wire.TypeWrite, Meta: (&wire.Write{Region: 2, Offset: 0}).Marshal(), Payload: pattern(4096, 9)}, wire.CodeDenied},
 		{"unknown id", wire.Frame{Type: wire.TypeWrite, Meta: (&wire.Write{Region: 99, Offset: 0}).Marshal(), Payload: pattern(16, 9)}, wire.CodeNotFound},
 	} {
-		l, err := c.getLane(ctx, 0)
+		l, err := c.getLane(ctx, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

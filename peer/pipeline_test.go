@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -172,5 +173,76 @@ func TestSlicesPipelineOnOneLane(t *testing.T) {
 	}
 	if err != nil || !bytes.Equal(r.bytes(), src) {
 		t.Fatalf("the write: %v (bytes equal: %v)", err, bytes.Equal(r.bytes(), src))
+	}
+}
+
+// Once a lane dies under some slices of a request, the request sends no
+// more slices: not on that lane, not on a new one. A 32 MiB WRITE is
+// eight 4 MiB slices, four in flight on the only lane. The server cuts
+// the lane at slice 1, once slice 0's acknowledgement reached the
+// client; slice 0's goroutine then takes slice 4 only once the lane is
+// dead, while slices 1-3, their replies in, are held before the request
+// records them (the window in which only the dead lane tells). Slice 4
+// must end not sent, on no lane.
+func TestNoSliceAfterItsLaneDied(t *testing.T) {
+	var exp memExports
+	exp.add(1, "kv", 32<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	acked := make(chan struct{})
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == hookWriteApplied && h.Slice == 1 {
+			select {
+			case <-acked:
+			case <-time.After(10 * time.Second):
+				t.Error("slice 0 was not acknowledged")
+			}
+			c.Close()
+		}
+	})
+	c := dial(t, addrOf(s), testKey, 1)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var first *lane
+	var later []string // what each slice after the first four met
+	c.sliceDone = func(idx uint32, l *lane, err error) {
+		switch {
+		case idx == 0:
+			mu.Lock()
+			first = l
+			mu.Unlock()
+			if err != nil {
+				t.Errorf("slice 0: %v", err)
+				return
+			}
+			close(acked)
+			for deadline := time.Now().Add(10 * time.Second); !l.isDead(); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Error("the lane did not die after the server closed it")
+					return
+				}
+			}
+		case idx < 4:
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+				t.Errorf("slice %d (%v): no later slice was tried", idx, err)
+			}
+		default:
+			mu.Lock()
+			later = append(later, fmt.Sprintf("slice %d: new lane %v, err %v", idx, l != nil && l != first, err))
+			if len(later) == 1 {
+				close(release)
+			}
+			mu.Unlock()
+		}
+	}
+	err := c.Write(context.Background(), "kv", 0, pattern(32<<20, 3))
+	if e := asError(t, err); e.Effect != EffectUnknown {
+		t.Fatalf("the write: effect %s (%v), want unknown", e.Effect, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(later) != 1 || later[0] != fmt.Sprintf("slice 4: new lane false, err %v", errNotSent) {
+		t.Fatalf("after the lane died: %q, want slice 4 not sent", later)
 	}
 }
