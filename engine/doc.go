@@ -26,17 +26,19 @@
 // and takes the group's admission charges before anything is queued, so a
 // rejected group leaves no trace. The scheduler is one worker goroutine
 // per busy batch (worker.go): it dispatches groups in FIFO order behind
-// fences, checks deadlines, takes loans and admission, and runs host
-// groups on its own ring (ringexec.go), keeping it full across group
+// fences, checks deadlines, takes loans and admission. route.go maps
+// every route to its executor, and the scheduler reaches each through
+// one seam (executor.go). Host groups go op by op onto the ring the ring
+// executor lends the batch (ringexec.go), kept full across group
 // boundaries. A group that leaves the ring is cut into units and handed
-// to executors through one interface (executor.go; route.go maps a route
-// to its executor): pinned staging to a GPU (staged.go), cuFile
+// to job executors: pinned staging to a GPU (staged.go), cuFile
 // (gdsexec.go) and host copy lanes for large requests on in-memory files
-// (hostcopy.go). They are engine-wide services, started on first use and
-// stopped at Close, whose lanes take units of every batch round-robin
-// (fairqueue.go). A small group may complete on its caller (the fast
-// path, the caller copy). Every executor's outcome ends its task through
-// task.go (endTaskLocked); a group's Report counts the consecutive
+// (hostcopy.go), among others. They are engine-wide services, started on
+// first use and stopped at Close, whose lanes take units of every batch
+// round-robin (fairqueue.go). A small group may complete on its caller
+// (the fast path, the caller copy). Every executor's outcome ends its
+// task through one path, task.go's finishTaskLocked (then endTaskLocked,
+// or failover's park); a group's Report counts the consecutive
 // successful prefix. A missing completion is waited for until
 // quiesce_grace after the deadline, then the group ends unquiesced and
 // keeps every resource the kernel might still touch.
