@@ -1,8 +1,11 @@
 // route.go owns transport selection: the one place that decides, per
-// request, which path moves its bytes.
+// request, which path moves its bytes, and the table that maps each
+// route to its executor (routeTable), which the scheduler and the status
+// readers reach every executor through.
 //
 // Routes:
-//   - routeRing: host memory <-> file on the batch worker's io_uring ring.
+//   - routeRing: host memory <-> file on the io_uring ring the ring
+//     executor lends the batch (ringexec.go).
 //   - routeStaged: any request touching device memory, through pinned
 //     staging chunks on io_uring rings (staged.go); the task reports
 //     transport io_uring.
@@ -16,6 +19,12 @@
 //     copied device to device through CUDA IPC (ipcexec.go); the task
 //     reports transport cuda_ipc. Every other request on a remote
 //     segment keeps routeRemote.
+//   - routeMem: between two regions of this engine, a memory segment
+//     (memgroup.go); the task reports transport memory.
+//   - routeCopy: a small group on an in-memory file that its submitter
+//     copies (callercopy.go); set at dispatch, when FIFO and fences let
+//     Submit start it at once, on requests routed to the ring; the task
+//     reports transport copy.
 //
 // Selection (spec "transport preference", with one documented narrowing):
 //   - transport gds: honoured when cuFile is usable and the request is

@@ -1,8 +1,10 @@
 // worker.go owns the batch scheduler: the transport-agnostic part of
 // executing a batch's groups (its worker goroutine, FIFO dispatch,
 // fences, deadlines at dispatch, loans, admission gates, the caller fast
-// path and submit-through). The ring executor it drives is ringexec.go;
-// device-memory groups go to the off-ring executors (offring.go).
+// path and submit-through). It names no executor: a group goes out in
+// the shape its routes chose (executor.go), ops onto the ring the ring
+// executor lends the batch (ringLane, ringexec.go) or windows of jobs to
+// the job executors route.go maps its routes to (offring.go).
 //
 // One worker per batch, started by the Submit that finds none running and
 // gone again once the batch has nothing queued or in flight, so an idle
