@@ -302,9 +302,13 @@ func TestStalledStoreShutdownBounded(t *testing.T) {
 	}
 
 	// The orderly shutdown takes at least shutdown_timeout (2s) for the
-	// drain plus 1s for the engine close: only the exit bound ends it
-	// sooner.
-	const exitTimeout, slack = 2500 * time.Millisecond, 400 * time.Millisecond
+	// drain plus 1s for the engine close and exits 0; the exit bound
+	// ends it with status 1 and a "forced exit" line, checked below.
+	// Past the bound, the forced exit itself waits up to 1 s for the
+	// engine's stats to log them, then the process exits: slack is that
+	// second and half a second for a loaded machine (it was 400 ms, and
+	// exits 2.65 s after the signal were seen under load).
+	const exitTimeout, slack = 2500 * time.Millisecond, 1500 * time.Millisecond
 	start := time.Now()
 	m.signal(t, syscall.SIGTERM)
 	code, err := m.waitExit(exitTimeout + slack)
