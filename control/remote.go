@@ -12,7 +12,9 @@
 //     open: a name the view does not list (the engine left) is
 //     KindNotFound before anything is dialed, and the dialer sends
 //     nothing to an engine that is not NAME with the epoch the view
-//     lists (it restarted since): KindNotFound too, effect none.
+//     lists (it restarted since): KindNotFound too, effect none. The
+//     dialer's connection resolves NAME again at every redial, so the
+//     segment follows the engine to a new address.
 
 package control
 

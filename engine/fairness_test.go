@@ -557,7 +557,10 @@ func BenchmarkQoSOtherTenantLatency(b *testing.B) {
 // submission of any priority.
 func TestPriorityAgingCountsTheWait(t *testing.T) {
 	needIOUring(t)
-	const aging = 200 * time.Millisecond
+	// L's wait, from E's grant to the grant after E, must stay under
+	// aging: 2 s is a budget for a loaded machine (at 200 ms, a CI run
+	// under -race and a load of 17 took longer, and L aged).
+	const aging = 2 * time.Second
 	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
 	e := newEngine(t, func(c *config.Engine) {
 		c.RuntimeQueue.Enabled = true
@@ -590,7 +593,7 @@ func TestPriorityAgingCountsTheWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "E to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 1 })
-	time.Sleep(aging + aging/2) // L, behind E, is older than priority_aging
+	time.Sleep(aging + 100*time.Millisecond) // L, behind E, is older than priority_aging
 	h := submitWith(t, e, seg, read4k(reg, 16384), engine.SubmitOptions{QoS: resolve(t, e, "", "", &high)})
 	waitFor(t, "E and H to wait", func() bool { return e.Stats().RuntimeQueue.Waiting == 2 })
 	release() // E has waited longest: it gets the window and stops in Prepare

@@ -47,7 +47,7 @@ type Remote interface {
 
 // RemoteInfo describes a remote region.
 type RemoteInfo struct {
-	Address string     `json:"address"` // host:port dialed
+	Address string     `json:"address"` // host:port dialed (at open, or at the last redial)
 	Peer    string     `json:"peer"`    // the name the peer proved at its handshake
 	Epoch   uint64     `json:"epoch"`   // the peer's epoch (at open, or at the last redial)
 	Region  string     `json:"region"`

@@ -13,9 +13,11 @@
 //     in the new epoch's descriptors; nothing is sent under an old
 //     descriptor, and a region of another size is refused (the segment
 //     was range-checked against the old one).
-//   - The redial accepts only the engine the segment opened (the same
-//     name, any epoch): another engine at the address is refused, and
-//     nothing is sent to it.
+//   - The redial goes to the address of the last Conn, or, for a Remote
+//     that follows a name (Follow), to the address the name resolves to
+//     at that redial; it accepts only the engine the segment opened (the
+//     same name, any epoch): another engine at the address is refused,
+//     and nothing is sent to it.
 //   - A request is sent a second time only when the first attempt found
 //     the peer restarted, or its epoch forgotten (Forget), before it
 //     posted anything (effect none): a WRITE that may have reached the
@@ -42,6 +44,9 @@ type Remote struct {
 	// Conn and before it uses it.
 	tookConn func(*Conn)
 
+	// resolve, when set (Follow), gives the address a redial dials.
+	resolve func(context.Context) (string, error)
+
 	mu struct {
 		sync.Mutex
 		c      *Conn
@@ -66,6 +71,16 @@ func OpenRemote(ctx context.Context, c *Conn, region string) (*Remote, error) {
 		Region: d.Name, Size: d.Bytes, Export: permission(d.Perm), Lanes: c.cfg.Lanes, Unit: c.cfg.MaxSlice,
 		IPC: remoteIPC(d)}
 	return r, nil
+}
+
+// Follow makes every later redial dial the address resolve returns (for
+// a peer named in a cluster, its current address in the cluster's view)
+// instead of the address of the last Conn, so a peer that came back at
+// another address is found again. A resolve error fails the request
+// with effect none (nothing was sent); it should match engine.ErrNotFound
+// when the name is not resolvable. Call Follow before the Remote is used.
+func (r *Remote) Follow(resolve func(context.Context) (string, error)) {
+	r.resolve = resolve
 }
 
 // permission is the engine's name for an export permission.
@@ -132,9 +147,10 @@ func (r *Remote) conn(ctx context.Context) (*Conn, error) {
 	return r.redial(ctx, c)
 }
 
-// redial replaces old, a failed Conn, with a new one to the same
-// address (unless another caller already did) and closes old. It fails
-// with effect none: nothing was sent.
+// redial replaces old, a failed Conn, with a new one (unless another
+// caller already did) to the same address or, following a name, to the
+// name's address now, and closes old. It fails with effect none:
+// nothing was sent.
 func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 	fail := func(kind engine.Kind, err error) (*Conn, error) {
 		var e *Error
@@ -159,22 +175,32 @@ func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 	case c != old && c.Err() == nil:
 		return c, nil // another caller redialed
 	}
-	n, err := Dial(ctx, c.addr, c.cfg)
+	addr, how := c.addr, "dialing again"
+	if r.resolve != nil {
+		a, err := r.resolve(ctx)
+		if err != nil {
+			return fail(engine.KindNotFound, fmt.Errorf("the connection failed (%v), and resolving %q again: %w", c.Err(), c.peerName, err))
+		}
+		if addr = a; addr != c.addr {
+			how = fmt.Sprintf("dialing %q at its new address %s", c.peerName, addr)
+		}
+	}
+	n, err := Dial(ctx, addr, c.cfg)
 	if err != nil {
-		return fail(engine.KindUnavailable, fmt.Errorf("the connection failed (%v), and dialing again: %w", c.Err(), err))
+		return fail(engine.KindUnavailable, fmt.Errorf("the connection failed (%v), and %s: %w", c.Err(), how, err))
 	}
 	var d wire.Descriptor
 	if n.peerName != c.peerName {
 		// Another engine took the address: its region of that name is
 		// not the one the segment opened (a peer://NAME segment never
 		// reaches an engine other than NAME).
-		err = &Error{Op: "redial", Peer: c.addr, Region: info.Region, Kind: engine.KindNotFound,
-			Err: fmt.Errorf("the engine at %s is now %q (epoch %016x), not %q: open the segment again", c.addr, n.peerName, n.peerEpoch, c.peerName)}
+		err = &Error{Op: "redial", Peer: addr, Region: info.Region, Kind: engine.KindNotFound,
+			Err: fmt.Errorf("the engine at %s is now %q (epoch %016x), not %q: open the segment again", addr, n.peerName, n.peerEpoch, c.peerName)}
 	} else {
 		d, err = n.descriptor(ctx, "redial", info.Region)
 	}
 	if err == nil && d.Bytes != info.Size {
-		err = &Error{Op: "redial", Peer: c.addr, Region: info.Region, Kind: engine.KindNotFound,
+		err = &Error{Op: "redial", Peer: addr, Region: info.Region, Kind: engine.KindNotFound,
 			Err: fmt.Errorf("the peer %q (epoch %016x) exports region %q with %d bytes, not the %d it had when the segment opened: open the segment again",
 				n.peerName, n.peerEpoch, info.Region, d.Bytes, info.Size)}
 	}
@@ -189,10 +215,11 @@ func (r *Remote) redial(ctx context.Context, old *Conn) (*Conn, error) {
 		return fail(engine.KindClosed, errClosed)
 	}
 	r.mu.c = n
+	r.mu.info.Address = n.addr
 	r.mu.info.Peer, r.mu.info.Epoch, r.mu.info.Export = n.peerName, n.peerEpoch, permission(d.Perm)
 	r.mu.info.IPC = remoteIPC(d) // the new epoch's handle (ipc.go)
 	r.mu.Unlock()
-	n.log.Info("peer redialed", "op", "peer", "peer", c.addr, "name", n.peerName, "region", info.Region,
+	n.log.Info("peer redialed", "op", "peer", "peer", n.addr, "old_peer", c.addr, "name", n.peerName, "region", info.Region,
 		"old_epoch", fmt.Sprintf("%016x", c.peerEpoch), "epoch", fmt.Sprintf("%016x", n.peerEpoch), "reason", c.Err())
 	c.Close()
 	return n, nil

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -389,5 +391,86 @@ func TestRemoteRedialRefusesAnotherEngine(t *testing.T) {
 	}
 	if s2.Stats().Writes != 0 || !bytes.Equal(kv.bytes(), make([]byte, 1<<20)) {
 		t.Fatal("the other engine's region was written")
+	}
+}
+
+// A Remote that follows a name (Follow) redials where the name resolves
+// at that moment: once its Conn is dropped (the view said the epoch
+// left), the peer back at another address with a new epoch is
+// reached there and the Remote's info shows the new address and epoch;
+// while the name resolves nowhere the request fails with effect none and
+// nothing is dialed; without Follow the redial stays at the old address.
+func TestRemoteFollowsResolvedAddress(t *testing.T) {
+	ctx := context.Background()
+	var exp1 memExports
+	exp1.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s1, _ := startServer(t, &exp1, "127.0.0.1:0", testKey)
+	var mu sync.Mutex
+	at, resolves := addrOf(s1), 0
+	open := func(follow bool) *Remote {
+		r, err := OpenRemote(ctx, dial(t, addrOf(s1), testKey, 1), "kv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if follow {
+			r.Follow(func(context.Context) (string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				resolves++
+				if at == "" {
+					return "", fmt.Errorf("no engine named srv: %w", engine.ErrNotFound)
+				}
+				return at, nil
+			})
+		}
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	r, fixed := open(true), open(false)
+	if _, err := r.WriteAt(ctx, pattern(4096, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	s1.Close()
+	waitClosed(t, addrOf(s1))
+	// The cluster's view reports the epoch gone (the daemon's pool
+	// forgets it so): the next request redials.
+	for _, x := range []*Remote{r, fixed} {
+		if !x.Forget(s1.Epoch(), "left") {
+			t.Fatal("Forget dropped no Conn")
+		}
+	}
+
+	mu.Lock()
+	at = ""
+	mu.Unlock()
+	eff, err := r.WriteAt(ctx, pattern(4096, 2), 0)
+	if eff != engine.EffectNone || !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("write while the name resolves nowhere: %v, effect %s", err, eff)
+	}
+
+	var exp2 memExports
+	kv := exp2.add(3, "kv", 1<<20, wire.PermReadWrite)
+	s2, _ := startServer(t, &exp2, "127.0.0.1:0", testKey)
+	mu.Lock()
+	at = addrOf(s2)
+	mu.Unlock()
+	src := pattern(4096, 3)
+	if eff, err := r.WriteAt(ctx, src, 0); err != nil || eff != engine.EffectApplied {
+		t.Fatalf("write after the peer came back at %s: %v, effect %s", addrOf(s2), err, eff)
+	}
+	if !bytes.Equal(kv.bytes()[:4096], src) {
+		t.Fatal("the write did not land in the peer at its new address")
+	}
+	if info := r.Info(); info.Address != addrOf(s2) || info.Epoch != s2.Epoch() {
+		t.Fatalf("info after the redial: %+v, want address %s, epoch %016x", info, addrOf(s2), s2.Epoch())
+	}
+	mu.Lock()
+	n := resolves
+	mu.Unlock()
+	if n != 2 {
+		t.Fatalf("resolved %d times, want once per redial (2)", n)
+	}
+	if eff, err := fixed.WriteAt(ctx, src, 0); eff != engine.EffectNone || !errors.Is(err, engine.ErrUnavailable) {
+		t.Fatalf("a Remote that does not follow: %v, effect %s; want it refused at the old address", err, eff)
 	}
 }

@@ -13,9 +13,11 @@
 package tests
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -157,19 +159,35 @@ var tcSent = regexp.MustCompile(`Sent (\d+) bytes`)
 
 // inFlight waits until at least n bytes went from A toward B through the
 // rate limit (tc's counter on A's end), so a fault made next lands in
-// the middle of a transfer.
+// the middle of a WRITE.
 func (f *faultNet) inFlight(t *testing.T, n int64) {
 	t.Helper()
-	eventually(t, 20*time.Second, "the transfer is under way", func() bool {
-		out, err := exec.Command("tc", "-s", "qdisc", "show", "dev", f.hostIf).CombinedOutput()
-		m := tcSent.FindSubmatch(out)
-		if err != nil || m == nil {
-			t.Fatalf("tc -s qdisc show dev %s: %v\n%s", f.hostIf, err, out)
-		}
-		var sent int64
-		fmt.Sscan(string(m[1]), &sent)
-		return sent >= n
-	})
+	eventually(t, 20*time.Second, "the transfer is under way", func() bool { return f.sent(t, false) >= n })
+}
+
+// readInFlight is inFlight for a READ: at least n bytes went from B
+// toward A through the rate limit on B's end.
+func (f *faultNet) readInFlight(t *testing.T, n int64) {
+	t.Helper()
+	eventually(t, 20*time.Second, "the READ is under way", func() bool { return f.sent(t, true) >= n })
+}
+
+// sent is tc's count of the bytes that left through the rate limit on
+// A's end (toward B), or on B's end (toward A) when fromB.
+func (f *faultNet) sent(t *testing.T, fromB bool) int64 {
+	t.Helper()
+	args := []string{"tc", "-s", "qdisc", "show", "dev", f.hostIf}
+	if fromB {
+		args = []string{"ip", "netns", "exec", f.ns, "tc", "-s", "qdisc", "show", "dev", f.nsIf}
+	}
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	m := tcSent.FindSubmatch(out)
+	if err != nil || m == nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	var n int64
+	fmt.Sscan(string(m[1]), &n)
+	return n
 }
 
 // unrate removes the limits.
@@ -200,12 +218,17 @@ func (r faultTask) String() string {
 // faultBatch is one submission's script: a fresh batch, sealed, waited
 // for; it prints the wait word and task 0.
 func faultBatch(op, seg, length, timeout string) string {
+	return faultBatchAt(op, seg, 0, length, timeout)
+}
+
+// faultBatchAt is faultBatch with the request at offset memOff of buf.
+func faultBatchAt(op, seg string, memOff int64, length, timeout string) string {
 	return fmt.Sprintf(`B=$(cat $M/ctl/batches/clone)
-echo '{"op":%q,"target":%q,"timeout":%q,"requests":[{"memory":"buf","offset":0,"target_offset":0,"length":%q}]}' > $M/ctl/batches/$B/submit
+echo '{"op":%q,"target":%q,"timeout":%q,"requests":[{"memory":"buf","offset":%d,"target_offset":0,"length":%q}]}' > $M/ctl/batches/$B/submit
 echo seal > $M/ctl/batches/$B/ctl
 cat $M/ctl/batches/$B/wait
 cat $M/ctl/batches/$B/tasks/0
-`, op, seg, timeout, length)
+`, op, seg, timeout, memOff, length)
 }
 
 func parseFaultTask(t *testing.T, out string, took time.Duration) faultTask {
@@ -456,6 +479,139 @@ func TestPeerFaultReset(t *testing.T) {
 	newData(t, a, "32MiB")
 	batch(t, a, "write", "r", "32MiB", "30s").want(t, "WRITE after the resets stopped", "completed", "applied", 30*time.Second)
 	sameBytes(t, a, b, "32MiB")
+}
+
+// A READ of 16 MiB from the peer into A's buf (at 2 MiB of a 20 MiB
+// registration), at 50 Mbit/s so it takes 2.7 s, is cut once B has sent
+// 4 MiB of it (tc's counter on B's end: the fault lands while the bytes
+// stream; its four 4 MiB slices were all requested at its start, so A
+// sends nothing after the cut and only the READ's own progress timeout
+// can end it in a partition): by a partition, within io_timeout of the
+// cut; by TCP
+// resets, at once; by kill -9 of the peer, at once. Each ends failed
+// with effect none (a READ never changes the peer's region); in A's
+// buf, the bytes outside the request are as before, its first
+// transferred_bytes are the peer's, and every byte of the rest of its
+// range is either as before or the peer's (a cut unit may have
+// received part of its bytes, nothing else lands there); the peer's
+// region is unchanged. Once the fault is gone (a restart for the kill,
+// on the same address) the next READ on the same segment completes
+// with every byte right.
+func TestPeerFaultReadMidTransfer(t *testing.T) {
+	cases := []struct {
+		name  string
+		more  string        // A's [peer] keys
+		bound time.Duration // from the cut to the task's end
+		gone  bool          // the fault ends the peer (its region cannot be read after)
+		fault func(t *testing.T, f *faultNet, b *mount)
+		heal  func(t *testing.T, f *faultNet, b *mount) *mount // the peer to read from next
+	}{
+		{
+			// No keep-alive: the READ's own progress timeout ends it, not
+			// a failed control connection.
+			name: "partition", more: "io_timeout = \"2s\"\nkeepalive_interval = \"0s\"\n", bound: 2*time.Second + slack,
+			fault: func(t *testing.T, f *faultNet, _ *mount) { f.nft(t, "counter drop", "counter drop") },
+			heal: func(t *testing.T, f *faultNet, b *mount) *mount {
+				if f.nftDropped(t) == 0 {
+					t.Fatal("no packet was dropped: the partition did not apply")
+				}
+				f.nftClear(t)
+				return b
+			},
+		},
+		{
+			name: "reset", more: "io_timeout = \"20s\"\n", bound: slack,
+			fault: func(t *testing.T, f *faultNet, _ *mount) { f.nft(t, "counter reject with tcp reset", "") },
+			heal: func(t *testing.T, f *faultNet, b *mount) *mount {
+				if f.nftDropped(t) == 0 {
+					t.Fatal("no reset was sent: the rule did not apply")
+				}
+				f.nftClear(t)
+				return b
+			},
+		},
+		{
+			name: "kill", more: "io_timeout = \"20s\"\n", bound: slack, gone: true,
+			fault: func(t *testing.T, _ *faultNet, b *mount) { b.signal(t, syscall.SIGKILL) },
+			heal: func(t *testing.T, f *faultNet, b *mount) *mount {
+				if _, err := b.waitExit(5 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+				b2 := f.startB(t, "16MiB")
+				b2.ok(t, `head -c 16777216 /dev/urandom > $M/memory/kv/data`)
+				return b2
+			},
+		},
+	}
+	const memOff, length, size = 2 << 20, 16 << 20, 20 << 20
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFaultNet(t)
+			b := f.startB(t, "16MiB")
+			b.ok(t, `head -c 16777216 /dev/urandom > $M/memory/kv/data`)
+			a := f.startA(t, "20MiB", c.more, f.addrB)
+			kv := readFile(t, b.dir+"/memory/kv/data", length)
+			before := readFile(t, a.dir+"/memory/buf/data", size)
+
+			f.rate(t, "50mbit") // 16 MiB takes 2.7 s: room to cut it
+			p := a.start(t, faultBatchAt("read", "r", memOff, "16MiB", "30s"))
+			f.readInFlight(t, 4<<20)
+			c.fault(t, f, b)
+			cut := time.Now()
+			res, ok := p.wait(10 * time.Second)
+			if !ok {
+				t.Fatalf("the READ cut by the %s still runs after 10 s", c.name)
+			}
+			r := parseFaultTask(t, res.stdout, time.Since(cut))
+			r.want(t, "READ cut by the "+c.name, "failed", "none", c.bound)
+			f.unrate(t)
+
+			after := readFile(t, a.dir+"/memory/buf/data", size)
+			if !bytes.Equal(after[:memOff], before[:memOff]) || !bytes.Equal(after[memOff+length:], before[memOff+length:]) {
+				t.Fatal("the failed READ changed A's memory outside its request")
+			}
+			got := after[memOff : memOff+length]
+			if r.Bytes > length || !bytes.Equal(got[:r.Bytes], kv[:r.Bytes]) {
+				t.Fatalf("the failed READ reports %d bytes transferred, but they are not the peer's", r.Bytes)
+			}
+			landed := 0
+			for i := range got {
+				switch got[i] {
+				case before[memOff+i]:
+				case kv[i]:
+					landed++
+				default:
+					t.Fatalf("byte %d of the failed READ's range is %#x: neither what was there (%#x) nor the peer's (%#x)", i, got[i], before[memOff+i], kv[i])
+				}
+			}
+			t.Logf("the failed READ left %d bytes of its range changed to the peer's", landed)
+			if !c.gone {
+				unchanged := readFile(t, b.dir+"/memory/kv/data", length)
+				if !bytes.Equal(unchanged, kv) {
+					t.Fatal("the failed READ changed the peer's region")
+				}
+			}
+
+			b = c.heal(t, f, b)
+			batch(t, a, "read", "r", "16MiB", "30s").want(t, "READ after the "+c.name, "completed", "none", 30*time.Second)
+			sameBytes(t, a, b, "16MiB")
+		})
+	}
+}
+
+// readFile reads n bytes of a file of a mount (the daemons are other
+// processes: the test may read their mounts directly).
+func readFile(t *testing.T, path string, n int) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != n {
+		t.Fatalf("%s has %d bytes, want %d", path, len(b), n)
+	}
+	return b
 }
 
 // ackRelay forwards connections to target in both directions; what the

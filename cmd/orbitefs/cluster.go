@@ -327,6 +327,12 @@ func sameRegions(a, b []discovery.Region) bool {
 	return true
 }
 
+// addrOf is the address the view lists for the live engine name.
+func (m *member) addrOf(name string) (string, bool) {
+	r, ok := m.w.Lookup(name)
+	return r.Addr, ok
+}
+
 // ClusterPeers is control.Cluster: the live engines, by name.
 func (m *member) ClusterPeers() []control.ClusterPeer {
 	recs := m.w.Records()

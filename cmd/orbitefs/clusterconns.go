@@ -14,10 +14,15 @@
 //     lapsed during a partition) and is refused nothing.
 //   - A segment removes its connection from the pool when it closes, so
 //     the pool holds only open segments.
+//   - A pooled connection's redial resolves its name again through the
+//     view (lookup), so an engine that came back at another address is
+//     followed there; a name the view does not list is not dialed.
 
 package main
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
 	"github.com/orbitefs/orbitefs/discovery"
@@ -32,6 +37,10 @@ const maxSuperseded = 64
 
 // namedRemotes are the open peer:// segments' connections, by engine name.
 type namedRemotes struct {
+	// lookup is the view's address of a live engine by name; nil (no
+	// view) leaves redials at the address of the open.
+	lookup func(name string) (addr string, ok bool)
+
 	mu sync.Mutex
 	m  map[string]map[*namedRemote]struct{}
 }
@@ -53,8 +62,18 @@ func (r *namedRemote) Close() error {
 	return r.Remote.Close()
 }
 
-// add pools r as a connection to the engine named name.
+// add pools r as a connection to the engine named name, whose redials
+// follow name's address in the view. Call it before r is used.
 func (p *namedRemotes) add(name string, r *peer.Remote) engine.Remote {
+	if lookup := p.lookup; lookup != nil {
+		r.Follow(func(context.Context) (string, error) {
+			addr, ok := lookup(name)
+			if !ok {
+				return "", fmt.Errorf("peer://%s: no engine of that name in the cluster: it left, or never joined (ls /cluster/peers): %w", name, engine.ErrNotFound)
+			}
+			return addr, nil
+		})
+	}
 	nr := &namedRemote{Remote: r, name: name, pool: p}
 	p.mu.Lock()
 	defer p.mu.Unlock()

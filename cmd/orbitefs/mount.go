@@ -135,6 +135,7 @@ func runMount(args []string) int {
 	var mem *member
 	if cfg.Cluster.Enabled() {
 		mem = newMember(cfg.Cluster, conns, lg)
+		conns.lookup = mem.addrOf // peer:// redials follow the view
 		sopts.Cluster = mem
 		sopts.ExportsChanged = mem.exportsChanged
 	}
