@@ -31,9 +31,11 @@ type stalledStore struct {
 }
 
 // newStore starts the store daemon and registers its 1 MiB region X.
+// It runs in its own process group: stopped, it must stay stopped until
+// the test continues it (daemonOpts.ownGroup).
 func newStore(t *testing.T) *stalledStore {
 	t.Helper()
-	m := startDaemon(t, daemonOpts{})
+	m := startDaemon(t, daemonOpts{ownGroup: true})
 	m.ok(t, `echo '{"name":"X","location":"cpu","bytes":"1MiB"}' > "$M/memory/register"`)
 	return &stalledStore{m: m, data: m.dir + "/memory/X/data"}
 }
