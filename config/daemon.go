@@ -215,6 +215,13 @@ func (d *Daemon) Validate() error {
 		p.addf("mount.log_level: %v", err)
 	}
 	d.Engine.validate(&p, "engine.")
+	// The sender's pending budget holds a notification's message while
+	// it waits to be sent: one of the largest size must fit, or a
+	// submission carrying it is refused with EAGAIN however long it
+	// retries (the inbox's own bound is checked in [peer]).
+	if d.Engine.MaxPendingNotifyBytes < d.Peer.MaxNotificationBytes {
+		p.addf("engine.max_pending_notification_bytes (%s) must be >= peer.max_notification_bytes (%s): one pending notification with the largest message must fit", d.Engine.MaxPendingNotifyBytes, d.Peer.MaxNotificationBytes)
+	}
 	d.Peer.validate(&p)
 	d.Cluster.validate(&p)
 	return p.err("invalid config")

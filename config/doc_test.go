@@ -1,16 +1,18 @@
 package config
 
-// doc_test.go holds docs/config.md's bounds column to what Load
-// validates: every bound written as numbers is tried at its edges (the
-// bound itself is accepted, one step past it refused, naming the key).
-// control's TestConfigDocCoversEveryKey holds the key list and the
-// defaults; this holds the bounds.
+// doc_test.go holds docs/config.md to the code: its key list and
+// defaults to default.toml and to the keys the decoder accepts (every
+// section), and its bounds column to what Load validates: every bound
+// written as numbers is tried at its edges (the bound itself is
+// accepted, one step past it refused, naming the key).
 
 import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -265,5 +267,99 @@ func TestConfigDocQoSDefaults(t *testing.T) {
 	}
 	if m[1] != DefaultMaxPriority.String() {
 		t.Errorf("docs/config.md gives max_priority the default %s; the code's is %s", m[1], DefaultMaxPriority)
+	}
+}
+
+// decoderKeys lists every dotted key the decoder accepts for a value of
+// type t (the toml tags, tables recursed into), prefixed by pre.
+func decoderKeys(t reflect.Type, pre string) []string {
+	var keys []string
+	for name, i := range tomlFields(t) {
+		f := t.Field(i).Type
+		if f.Kind() == reflect.Struct && !reflect.PointerTo(f).Implements(tomlUnmarshaler) {
+			keys = append(keys, decoderKeys(f, pre+name+".")...)
+			continue
+		}
+		keys = append(keys, pre+name)
+	}
+	return keys
+}
+
+// defaultTOMLKeys reads default.toml line by line: each key with the
+// text of its default, as written.
+func defaultTOMLKeys(t *testing.T) map[string]string {
+	t.Helper()
+	keys := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(DefaultTOML(), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = strings.Trim(line, "[]")
+		default:
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				t.Fatalf("default.toml line %q: want key = value on one line", line)
+			}
+			key := section + "." + strings.TrimSpace(k)
+			if _, dup := keys[key]; dup {
+				t.Fatalf("default.toml sets %s twice", key)
+			}
+			keys[key] = strings.TrimSpace(v)
+		}
+	}
+	return keys
+}
+
+// TestConfigDocCoversEveryKey holds three lists to one another: the keys
+// the decoder accepts, the keys default.toml sets, and the rows of
+// docs/config.md. A key the decoder accepts but default.toml does not
+// list, a row missing or giving another default, and a row for a key
+// that does not exist all fail, in every section.
+func TestConfigDocCoversEveryKey(t *testing.T) {
+	toml := defaultTOMLKeys(t)
+	code := decoderKeys(reflect.TypeFor[Daemon](), "")
+	sort.Strings(code)
+	sections := map[string]bool{}
+	for _, k := range code {
+		sections[k[:strings.Index(k, ".")]] = true
+		if _, ok := toml[k]; !ok {
+			t.Errorf("the decoder accepts %s, but default.toml does not list it with its default", k)
+		}
+	}
+	for k := range toml {
+		if i := sort.SearchStrings(code, k); i == len(code) || code[i] != k {
+			t.Errorf("default.toml sets %s, which the decoder does not accept", k)
+		}
+	}
+	for _, s := range []string{"mount", "engine", "peer", "cluster"} {
+		if !sections[s] {
+			t.Errorf("found no key of [%s] in the decoder", s)
+		}
+	}
+	rows := map[string]docRow{}
+	for _, r := range configDocRows(t) {
+		if _, dup := rows[r.key]; dup {
+			t.Errorf("docs/config.md documents %s twice", r.key)
+		}
+		rows[r.key] = r
+	}
+	for k, def := range toml {
+		r, ok := rows[k]
+		switch {
+		case !ok:
+			t.Errorf("docs/config.md has no row for %s (default %s)", k, def)
+		case r.def != def:
+			t.Errorf("docs/config.md gives %s the default %s; default.toml has %s", k, r.def, def)
+		}
+	}
+	for k := range rows {
+		if _, ok := toml[k]; !ok {
+			t.Errorf("docs/config.md documents %s, which is not a key", k)
+		}
+	}
+	if len(code) < 100 {
+		t.Errorf("found only %d keys in the decoder", len(code))
 	}
 }

@@ -234,7 +234,7 @@ func (c *Engine) validate(p *problems, pre string) {
 	p.between(pre+"max_allocated_batches", c.MaxAllocatedBatches, 1, 1<<20)
 	p.between(pre+"max_allocated_requests", c.MaxAllocatedRequests, 1, 1<<30)
 	if c.MaxAllocatedRequests < c.MaxBatchRequests {
-		p.addf("%smax_allocated_requests (%d) must be >= max_batch_requests (%d)", pre, c.MaxAllocatedRequests, c.MaxBatchRequests)
+		p.addf("%smax_allocated_requests (%d) must be >= %smax_batch_requests (%d)", pre, c.MaxAllocatedRequests, pre, c.MaxBatchRequests)
 	}
 	p.between(pre+"max_inflight_batches", c.MaxInflightBatches, 1, 1<<20)
 	if c.MaxInflightBytes == 0 {
@@ -244,7 +244,7 @@ func (c *Engine) validate(p *problems, pre string) {
 		p.addf("%smax_transfer_bytes (%d) must be in [1, %d]", pre, c.MaxTransferBytes, MaxSingleIO)
 	}
 	if c.MaxTransferBytes > c.MaxInflightBytes {
-		p.addf("%smax_transfer_bytes (%s) must be <= max_inflight_bytes (%s)", pre, c.MaxTransferBytes, c.MaxInflightBytes)
+		p.addf("%smax_transfer_bytes (%s) must be <= %smax_inflight_bytes (%s)", pre, c.MaxTransferBytes, pre, c.MaxInflightBytes)
 	}
 	p.between(pre+"max_vector_elements", c.MaxVectorElements, 1, MaxVectorElementsCeiling)
 	p.positiveDur(pre+"file_info_ttl", c.FileInfoTTL)
@@ -252,7 +252,7 @@ func (c *Engine) validate(p *problems, pre string) {
 	p.positiveDur(pre+"default_timeout", c.DefaultTimeout)
 	p.positiveDur(pre+"store_call_timeout", c.StoreCallTimeout)
 	if c.CallerFastPathBytes > c.MaxTransferBytes {
-		p.addf("%scaller_fast_path_bytes (%s) must be <= max_transfer_bytes (%s)", pre, c.CallerFastPathBytes, c.MaxTransferBytes)
+		p.addf("%scaller_fast_path_bytes (%s) must be <= %smax_transfer_bytes (%s)", pre, c.CallerFastPathBytes, pre, c.MaxTransferBytes)
 	}
 	p.between(pre+"lane_copy_probe", c.LaneCopyProbe, 0, 1<<20)
 	if c.CallerFastPathWait > Duration(time.Second) {
@@ -290,15 +290,21 @@ func (c *Engine) validate(p *problems, pre string) {
 	if u.PinnedStaging {
 		slot := (uint64(u.StagingSlotKB) + 3) &^ 3 // rounds up to 4 KiB
 		if total := slot << 10 * uint64(u.StagingSlots); total > MaxStagingTotal {
-			p.addf("%sio_uring.staging_slots (%d) * staging_slot_kb (%d) = %s exceeds 1GiB", pre, u.StagingSlots, slot, Size(total))
+			kb := fmt.Sprint(u.StagingSlotKB)
+			if slot != uint64(u.StagingSlotKB) {
+				kb += fmt.Sprintf(", rounded up to %d", slot)
+			}
+			p.addf("%sio_uring.staging_slots (%d) * %sio_uring.staging_slot_kb (%s) KiB = %s exceeds 1GiB", pre, u.StagingSlots, pre, kb, Size(total))
 		}
 	}
 
 	q := c.RuntimeQueue
 	p.between(pre+"runtime_queue.max_outstanding_owners", q.MaxOutstandingOwners, 1, 1<<20)
-	p.between(pre+"runtime_queue.max_dispatch_owners", q.MaxDispatchOwners, 1, q.MaxOutstandingOwners)
+	if q.MaxDispatchOwners < 1 || q.MaxDispatchOwners > q.MaxOutstandingOwners {
+		p.addf("%sruntime_queue.max_dispatch_owners (%d) must be in [1, %sruntime_queue.max_outstanding_owners (%d)]", pre, q.MaxDispatchOwners, pre, q.MaxOutstandingOwners)
+	}
 	if q.MaxDispatchBytes == 0 || q.MaxDispatchBytes > q.MaxOutstandingBytes {
-		p.addf("%sruntime_queue.max_dispatch_bytes (%s) must be in [1, max_outstanding_bytes (%s)]", pre, q.MaxDispatchBytes, q.MaxOutstandingBytes)
+		p.addf("%sruntime_queue.max_dispatch_bytes (%s) must be in [1, %sruntime_queue.max_outstanding_bytes (%s)]", pre, q.MaxDispatchBytes, pre, q.MaxOutstandingBytes)
 	}
 	if q.PromotionSlack < 0 {
 		p.addf("%sruntime_queue.promotion_slack (%s) must be >= 0", pre, q.PromotionSlack)
@@ -312,10 +318,10 @@ func (c *Engine) validate(p *problems, pre string) {
 		p.addf("%sruntime_queue.mlu_local_threshold (%g) must be a finite number >= 0", pre, q.MLULocalThreshold)
 	}
 	if q.StagingOwnerReserve < 0 || q.StagingOwnerReserve > q.MaxOutstandingOwners {
-		p.addf("%sruntime_queue.staging_owner_reserve (%d) must be in [0, max_outstanding_owners (%d)]", pre, q.StagingOwnerReserve, q.MaxOutstandingOwners)
+		p.addf("%sruntime_queue.staging_owner_reserve (%d) must be in [0, %sruntime_queue.max_outstanding_owners (%d)]", pre, q.StagingOwnerReserve, pre, q.MaxOutstandingOwners)
 	}
 	if q.StagingByteReserve > q.MaxOutstandingBytes {
-		p.addf("%sruntime_queue.staging_byte_reserve (%s) must be <= max_outstanding_bytes (%s)", pre, q.StagingByteReserve, q.MaxOutstandingBytes)
+		p.addf("%sruntime_queue.staging_byte_reserve (%s) must be <= %sruntime_queue.max_outstanding_bytes (%s)", pre, q.StagingByteReserve, pre, q.MaxOutstandingBytes)
 	}
 	// The spec: delay waits in the runtime queue, so it needs one.
 	if c.QoS.UsesDelay() && !q.Enabled {

@@ -81,3 +81,17 @@ func TestPeerNotificationBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingNotificationBytesFitAMessage: the sender's pending budget
+// below the largest message would refuse such a message with EAGAIN for
+// ever; the config is refused instead, naming both keys.
+func TestPendingNotificationBytesFitAMessage(t *testing.T) {
+	_, err := Parse("[engine]\nmax_pending_notification_bytes = \"32KiB\"\n")
+	want := "invalid config: engine.max_pending_notification_bytes (32KiB) must be >= peer.max_notification_bytes (64KiB): one pending notification with the largest message must fit"
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
+	if _, err := Parse("[engine]\nmax_pending_notification_bytes = \"32KiB\"\n[peer]\nmax_notification_bytes = \"32KiB\"\nmax_pending_notification_bytes = \"32KiB\"\n"); err != nil {
+		t.Errorf("a budget equal to the largest message is refused: %v", err)
+	}
+}

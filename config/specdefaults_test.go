@@ -6,6 +6,7 @@ package config
 // changed in code, default.toml and docs together still fails here.
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,7 +48,11 @@ func TestSpecDefaults(t *testing.T) {
 		{"runtime_queue.staging_owner_reserve", "staging_owner_reserve and staging_byte_reserve default to zero", d.RuntimeQueue.StagingOwnerReserve, 0},
 		{"runtime_queue.staging_byte_reserve", "staging_owner_reserve and staging_byte_reserve default to zero", uint64(d.RuntimeQueue.StagingByteReserve), uint64(0)},
 		{"runtime_queue.promotion_slack", "the default, zero, disables promotion", d.RuntimeQueue.PromotionSlack.D(), time.Duration(0)},
+		{"runtime_queue.deadline_aware", "FIFO orders eligible owners by admission; deadline_aware selects EDF", d.RuntimeQueue.DeadlineAware, false},
 		{"qos", "qos defaults to None", d.QoS == nil && d.QoSFile == "" && d.QoSJSON == "", true},
+		{"qos name ceiling", "names are trimmed and lowercased, at most 256 bytes", MaxQoSNameBytes, 256},
+		{"qos contracts ceiling", "at most 4096 contracts compile", MaxQoSContracts, 4096},
+		{"qos document ceiling", "input is limited to 1 MiB", MaxQoSDocumentBytes, 1 << 20},
 		{"max_receiver_credit_sessions", "defaults to zero (disabled)", d.MaxReceiverCreditSessions, 0},
 	}
 	for _, c := range cases {
@@ -86,6 +91,57 @@ func TestSpecReceiverCreditDefaults(t *testing.T) {
 	} {
 		if x.got != x.want {
 			t.Errorf("peer.receiver_credit.%s = %v, the spec says %v: %q", x.key, x.got, x.want, x.spec)
+		}
+	}
+}
+
+// TestSpecLimitsRefused: each limit the specification states is refused
+// one step past it, through the config file a user writes, with a
+// message naming the key, the value given and the bound.
+func TestSpecLimitsRefused(t *testing.T) {
+	for _, c := range []struct {
+		spec, toml, want string
+	}{
+		{"max_file_segments: maximum 4096", "[engine]\nmax_file_segments = 4097",
+			"invalid config: engine.max_file_segments (4097) must be in [1, 4096]"},
+		{"the limit is 1024 elements per vector", "[engine]\nmax_vector_elements = 1025",
+			"invalid config: engine.max_vector_elements (1025) must be in [1, 1024]"},
+		{"max_receiver_credit_sessions: a positive value (at most 4096)", "[engine]\nmax_receiver_credit_sessions = 4097",
+			"invalid config: engine.max_receiver_credit_sessions (4097) must be in [0, 4096]"},
+		{"capacity is positive", "[mount]\ndefault_batch_capacity = 0",
+			"invalid config: mount.default_batch_capacity (0) must be in [1, 4096]"},
+		{"capacity is at most max_batch_requests", "[mount]\ndefault_batch_capacity = 17\n[engine]\nmax_batch_requests = 16",
+			"invalid config: mount.default_batch_capacity (17) must be in [1, 16]"},
+		{"staging_slot_kb rounds up to a 4 KiB boundary; the checked total is at most 1 GiB",
+			"[engine.io_uring]\npinned_staging = true\nstaging_slot_kb = 4093\nstaging_slots = 257",
+			"invalid config: engine.io_uring.staging_slots (257) * engine.io_uring.staging_slot_kb (4093, rounded up to 4096) KiB = 1028MiB exceeds 1GiB"},
+		{"the checked total is at most 1 GiB", "[engine.io_uring]\npinned_staging = true\nstaging_slots = 257",
+			"invalid config: engine.io_uring.staging_slots (257) * engine.io_uring.staging_slot_kb (4096) KiB = 1028MiB exceeds 1GiB"},
+		{"queue depth must be at least 1", "[engine.io_uring]\nqueue_depth = 0",
+			"invalid config: engine.io_uring.queue_depth (0) must be in [1, 32768]"},
+		{"max_failover_attempts: zero pins the first route", "[engine]\nmax_failover_attempts = -1",
+			"invalid config: engine.max_failover_attempts (-1) must be in [0, 64]"},
+		{"the dispatch window sits inside the outstanding budget", "[engine.runtime_queue]\nmax_dispatch_owners = 1025",
+			"invalid config: engine.runtime_queue.max_dispatch_owners (1025) must be in [1, engine.runtime_queue.max_outstanding_owners (1024)]"},
+		{"ordinary admission can consume only the total minus each reserve", "[engine.runtime_queue]\nstaging_owner_reserve = 1025",
+			"invalid config: engine.runtime_queue.staging_owner_reserve (1025) must be in [0, engine.runtime_queue.max_outstanding_owners (1024)]"},
+		{"ordinary admission can consume only the total minus each reserve", "[engine.runtime_queue]\nstaging_byte_reserve = \"2GiB\"",
+			"invalid config: engine.runtime_queue.staging_byte_reserve (2GiB) must be <= engine.runtime_queue.max_outstanding_bytes (1GiB)"},
+		{"each physical owner must fit its window; max_bytes bounds the sum", "[peer.receiver_credit]\nbytes_per_sender = \"65MiB\"",
+			"invalid config: peer.receiver_credit.bytes_per_sender (65MiB) must be in [1, peer.receiver_credit.max_bytes (64MiB)]"},
+		{"max_requests bounds the sum", "[peer.receiver_credit]\nrequests_per_sender = 1025",
+			"invalid config: peer.receiver_credit.requests_per_sender (1025) must be in [1, peer.receiver_credit.max_requests (1024)]"},
+		{"pending hooks are sized by max_pending_notifications", "[engine]\nmax_pending_notifications = 0",
+			"invalid config: engine.max_pending_notifications (0) must be in [1, 1048576]"},
+	} {
+		_, err := Parse(c.toml)
+		if err == nil {
+			t.Errorf("%q accepted; the spec: %s", c.toml, c.spec)
+			continue
+		}
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != 1 || lines[0] != c.want {
+			t.Errorf("%q:\n got  %v\n want %s\n(the spec: %s)", c.toml, err, c.want, c.spec)
 		}
 	}
 }

@@ -5,8 +5,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-
-	"github.com/orbitefs/orbitefs/config"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated blocks in README.md and docs/mount.md")
@@ -59,52 +57,5 @@ func TestReferenceRendersTable(t *testing.T) {
 		if !strings.Contains(r, "| "+row.Name+" |") {
 			t.Errorf("reference lacks %s", row.Name)
 		}
-	}
-}
-
-// TestConfigDocCoversEveryKey checks docs/config.md against the embedded
-// default config: every key has a row naming it and its default.
-func TestConfigDocCoversEveryKey(t *testing.T) {
-	b, err := os.ReadFile("../docs/config.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "| `") {
-			cells := strings.Split(line, "|")
-			rows[strings.Trim(strings.TrimSpace(cells[1]), "`")] = line
-		}
-	}
-	section, keys := "", 0
-	for _, line := range strings.Split(config.DefaultTOML(), "\n") {
-		line = strings.TrimSpace(line)
-		switch {
-		case line == "" || strings.HasPrefix(line, "#"):
-		case strings.HasPrefix(line, "["):
-			section = strings.Trim(line, "[]")
-		default:
-			k, v, ok := strings.Cut(line, "=")
-			if !ok {
-				t.Fatalf("default.toml line %q", line)
-			}
-			key := section + "." + strings.TrimSpace(k)
-			keys++
-			row, ok := rows[key]
-			if !ok {
-				t.Errorf("docs/config.md has no row for %s", key)
-				continue
-			}
-			if def := "`" + strings.TrimSpace(v) + "`"; !strings.Contains(row, def) {
-				t.Errorf("docs/config.md row for %s does not give the default %s", key, def)
-			}
-			delete(rows, key)
-		}
-	}
-	for k := range rows {
-		t.Errorf("docs/config.md documents %s, which default.toml does not have", k)
-	}
-	if keys < 40 {
-		t.Errorf("parsed only %d keys from default.toml", keys)
 	}
 }

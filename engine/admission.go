@@ -365,14 +365,9 @@ func (a *admission) ownerDone(g *group, i int, got uint64) {
 	a.mu.Unlock()
 }
 
-// bwKey is request i's estimate: the ring's, or the one its off-ring
-// executor names.
+// bwKey is request i's estimate: the one its route's executor names.
 func (g *group) bwKey(i int) bwKey {
-	k := bwKey{path: ringPath}
-	if g.offRing {
-		_, ex := g.b.e.executor(g.routes[i])
-		k.path = ex.path()
-	}
+	k := bwKey{path: g.b.e.executor(g.routes[i]).path()}
 	if g.ent != nil {
 		k.dev = g.ent.dev
 	}

@@ -26,7 +26,7 @@
 package engine
 
 // deferSubmitLocked reports whether the ops just chosen by fillLocked may
-// wait for the worker's next submit. REQUIRES: b.mu, w.ringMu.
+// wait for the worker's next submit. REQUIRES: b.mu, w.ring.mu.
 func (w *worker) deferSubmitLocked() bool {
-	return !w.choseDirect && !w.fast && w.inDrain.Load()
+	return !w.ring.choseDirect && !w.fast && w.ring.inDrain.Load()
 }

@@ -191,3 +191,14 @@ func copyOp(g *group, op *FileOp) int32 {
 	}
 	return int32(n)
 }
+
+// callerCopyExec is the caller copy seen from the seam: it owns no
+// resource (the submitter's goroutine copies, or a host copy lane for a
+// lane copy, lanecopy.go), so close has nothing to stop.
+type callerCopyExec struct{}
+
+func (callerCopyExec) transport() TransportKind { return TransportCopy }
+
+func (callerCopyExec) path() string { return "caller_copy" }
+
+func (callerCopyExec) close() {}

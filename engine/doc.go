@@ -26,17 +26,19 @@
 // and takes the group's admission charges before anything is queued, so a
 // rejected group leaves no trace. The scheduler is one worker goroutine
 // per busy batch (worker.go): it dispatches groups in FIFO order behind
-// fences, checks deadlines, takes loans and admission, and runs host
-// groups on its own ring (ringexec.go), keeping it full across group
+// fences, checks deadlines, takes loans and admission. route.go maps
+// every route to its executor, and the scheduler reaches each through
+// one seam (executor.go). Host groups go op by op onto the ring the ring
+// executor lends the batch (ringexec.go), kept full across group
 // boundaries. A group that leaves the ring is cut into units and handed
-// to executors through one interface (executor.go; route.go maps a route
-// to its executor): pinned staging to a GPU (staged.go), cuFile
+// to job executors: pinned staging to a GPU (staged.go), cuFile
 // (gdsexec.go) and host copy lanes for large requests on in-memory files
-// (hostcopy.go). They are engine-wide services, started on first use and
-// stopped at Close, whose lanes take units of every batch round-robin
-// (fairqueue.go). A small group may complete on its caller (the fast
-// path, the caller copy). Every executor's outcome ends its task through
-// task.go (endTaskLocked); a group's Report counts the consecutive
+// (hostcopy.go), among others. They are engine-wide services, started on
+// first use and stopped at Close, whose lanes take units of every batch
+// round-robin (fairqueue.go). A small group may complete on its caller
+// (the fast path, the caller copy). Every executor's outcome ends its
+// task through one path, task.go's finishTaskLocked (then endTaskLocked,
+// or failover's park); a group's Report counts the consecutive
 // successful prefix. A missing completion is waited for until
 // quiesce_grace after the deadline, then the group ends unquiesced and
 // keeps every resource the kernel might still touch.
@@ -48,23 +50,23 @@
 //
 // # Lock order
 //
-// Engine.segMu; worker.ringMu (the ring's submission side), then
+// Engine.segMu; ringLane.mu (the ring's submission side), then
 // Batch.mu, then Engine.mu, then segEntry.mu, then Region.mu. No lock is
 // held across a blocking wait; Batch.mu is never held across a syscall on
 // the ring. OnGroupDone hooks run with no lock held (Batch.deliverMu is
 // only tried, so a hook may Submit, Cancel or Free). Batch.mu is held
 // when the scheduler hands a job to an executor (executor.run never
 // blocks and takes only its own queue lock): in the worker's fill, and
-// in finishOffRing when a task's end frees its group's window, so a lane
+// in finishTaskLocked when a task's end frees its group's window, so a lane
 // resolving a unit may hand out the group's next window. The executors' locks are
 // leaves, never held while another engine lock is taken, and no unit
 // resolves under them: stagedExec.mu and lanePool.mu (the fair queues),
-// offRing.mu (resolve drops it before finishOffRing takes Batch.mu),
+// offRing.mu (resolve drops it before finishTask takes Batch.mu),
 // stagingPool.mu, gpuState.streamMu, and gdsState.mu (which gdsRegister
 // holds while it reads Region.mu and calls cuFile, so Stats may wait for
 // a first registration). Executor code never names Batch.mu or a task:
 // its outcomes reach the batch through offRing.resolve, whose
-// finishOffRing takes Batch.mu with no executor lock held.
+// finishTask takes Batch.mu with no executor lock held.
 //
 // # Errors
 //

@@ -14,7 +14,7 @@
 //   - Close never closes a segment fd or unmaps a region an unquiesced
 //     group holds (the kernel may still complete through them); it
 //     reports ErrUnquiesced instead.
-//   - Lock order: segMu; worker.ringMu, then Batch.mu, then Engine.mu,
+//   - Lock order: segMu; ringLane.mu, then Batch.mu, then Engine.mu,
 //     then segEntry.mu, then Region.mu. admission.mu (admission.go) comes
 //     after Batch.mu, and after Engine.mu when both are held (a batch
 //     head waiting for max_inflight_bytes, runqueue.go). No lock is held across a blocking
@@ -50,6 +50,8 @@ type Engine struct {
 	peerExec peerExec      // peer lanes (peerexec.go)
 	memExec  memExec       // memory segment lanes (memgroup.go)
 	ipcExec  *ipcExec      // CUDA IPC lanes (ipcexec.go)
+	// execs maps every route to its executor (route.go's routeTable).
+	execs [routeCount]executor
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
 	// defaultPolicy is what a submission without a policy resolves to.
 	adm           *admission
@@ -64,8 +66,9 @@ type Engine struct {
 	// copy's deadline check (lanecopy.go): a test holds lane copies there.
 	laneCopyHeld func()
 	// unitHeld, nil outside tests, runs on an off-ring executor's lane
-	// before each unit's start check (offRing.startable), with the
-	// unit's absolute task index.
+	// before each unit's start check (offRing.startable), and before the
+	// ring's ops are prepared (ringLane.prepareChosen), with the unit's
+	// absolute task index.
 	unitHeld func(task int)
 	// callerCopyHeld, nil outside tests, runs on a submitter before its
 	// caller copy (callercopy.go): a test holds one copy running there.
@@ -181,6 +184,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.peerExec = newPeerExec()
 	e.memExec = newMemExec(e)
 	e.ipcExec = newIPCExec(e)
+	e.routeTable() // route.go
 	e.mu.segments = make(map[string]*segEntry)
 	e.mu.batches = make(map[uint64]*Batch)
 	e.adm = newAdmission(cfg)
@@ -306,12 +310,9 @@ func (e *Engine) Close(timeout time.Duration) error {
 		}
 		r.free()
 	}
-	e.staged.close()
-	e.hostCopy.close()
-	e.gdsExec.close()
-	e.peerExec.close()
-	e.memExec.close()
-	e.ipcExec.close()
+	for _, ex := range e.execs {
+		ex.close()
+	}
 	e.closeStaging()
 	e.closeCopyStage()
 	var first error

@@ -8,17 +8,20 @@ package engine_test
 //     each group's hook runs once;
 //   - cancel before start: a group fenced behind a held one is cancelled;
 //     its executor never sees it and its memory is untouched;
-//   - cancel unstarted (off-ring executors): with io_uring.queue_depth 1
-//     (the memory executor: always) a dispatched group hands its
-//     executor one task at a time; while the first task's units are held
-//     on the executor's lanes the second is still pending, a cancel ends
-//     it, and it never reaches a lane nor touches its memory;
+//   - cancel unstarted (every executor the worker dispatches to): with
+//     io_uring.queue_depth 1 (the memory executor: always) a dispatched
+//     group hands its executor one task at a time (the ring: one op on
+//     its ring); while the first task's units are held (on a lane, or
+//     before its op goes on the ring) the second is still pending, a
+//     cancel ends it, and it never reaches the executor nor touches its
+//     memory;
 //   - deadline: a group whose deadline passes while it waits fails
 //     Timeout with nothing moved;
 //   - short I/O: a file cut while the READ waits gives a short READ:
 //     Range, with exactly the bytes up to the new end transferred;
 //   - uncertain: where the executor can lose track of an outcome (a
-//     device copy, a cuFile call that never returns), the group ends
+//     device copy, a cuFile call that never returns, a ring CQE that
+//     never comes: lossytransport_test.go), the group ends
 //     unquiesced and its memory stays loaned, also when the group's
 //     next task was still to be handed out (queue depth 1);
 //   - remote effects (the peer executor, over the fake Remote of
@@ -65,13 +68,13 @@ type execCase struct {
 	// lanes: lane_copy_probe 1, so every caller copy runs on the host
 	// copy lanes (lanecopy.go); the bytes check counts them.
 	lanes bool
-	// offRing: the worker hands the group to an off-ring executor, whose
-	// lanes HoldUnits can hold.
+	// offRing: the worker hands the group to a job executor (offring.go),
+	// whose lanes HoldUnits can hold (the ring's ops it holds too).
 	offRing bool
 	// uncertain makes the next READ's outcome unknown and returns the
 	// READ's timeout; nil where the executor cannot lose track (a
-	// synchronous copy always returns; a real ring's lost CQE is covered
-	// by TestUnquiesced over the test ring backend).
+	// synchronous copy always returns). The ring's is a real ring whose
+	// CQEs the fixture's transport swallows (lossytransport_test.go).
 	uncertain func(f *execFixture) time.Duration
 	// peer: the target is a remote segment over a fake Remote whose
 	// units are peerUnit bytes.
@@ -91,8 +94,8 @@ type execCase struct {
 const peerUnit = 64 << 10
 
 var execCases = []execCase{
-	{name: "ring", fs: "tmpfs", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
-	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true},
+	{name: "ring", fs: "tmpfs", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, uncertain: loseCQEs},
+	{name: "ring O_DIRECT", fs: "ext4", n: 1 << 20, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, uncertain: loseCQEs},
 	{name: "caller copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy},
 	{name: "lane copy", fs: "tmpfs", n: 64 << 10, want: engine.TransportCopy, lanes: true},
 	{name: "host copy", fs: "tmpfs", n: 12 << 20, want: engine.TransportCopy, queued: true, offRing: true},
@@ -122,6 +125,13 @@ var execCases = []execCase{
 		}},
 }
 
+// loseCQEs makes the fixture's rings swallow every CQE from now on: the
+// real ring runs the READ, the engine never learns it did.
+func loseCQEs(f *execFixture) time.Duration {
+	f.lossy.lose.Store(true)
+	return 50 * time.Millisecond
+}
+
 // execFixture is a fresh engine with one file segment, local memory for
 // the case and a device region for the holding group of the fence checks.
 type execFixture struct {
@@ -130,6 +140,7 @@ type execFixture struct {
 	e      *engine.Engine
 	gpu    *fakeGPU
 	cufile *fakeGDS
+	lossy  *lossyTransport // the engine's file transport
 	path   string
 	orig   []byte
 	seg    *engine.Segment
@@ -146,7 +157,10 @@ func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.E
 	if c.gds {
 		f.cufile = &fakeGDS{}
 	}
-	f.e = gpuEngine(t, f.gpu, f.cufile, func(cfg *config.Engine) {
+	f.e = gpuEngineOver(t, f.gpu, f.cufile, func(tr engine.FileTransport) engine.FileTransport {
+		f.lossy = &lossyTransport{FileTransport: tr}
+		return f.lossy
+	}, func(cfg *config.Engine) {
 		cfg.QuiesceGrace = config.Duration(100 * time.Millisecond)
 		cfg.MaxTransferBytes = 64 << 20
 		if c.lanes {
@@ -430,8 +444,8 @@ func TestExecutorContract(t *testing.T) {
 				}
 			})
 			t.Run("cancel unstarted", func(t *testing.T) {
-				if !c.offRing {
-					t.Skip("not an off-ring executor: the ring and the copies have no lane to hold")
+				if !c.queued && !c.offRing {
+					t.Skip("the caller copy runs whole inside Submit: nothing of it is handed out later")
 				}
 				depth := func(cfg *config.Engine) { cfg.IOUring.QueueDepth = 1 }
 				if c.memseg {

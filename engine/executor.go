@@ -1,24 +1,46 @@
-// executor.go owns the seam between the scheduler and the executors
-// that move bytes off the batch worker's ring.
+// executor.go owns the seam between the scheduler and the executors:
+// every route's executor (route.go maps each route to one) is reached
+// only through these interfaces.
 //
 // The scheduler (worker.go, group.go, task.go, failover.go) dispatches a
-// group a window of tasks at a time (offring.go), marks the window's
-// tasks running and hands each route's share of them to that route's
-// executor as one job (offRing): the requests cut into units.
-// The executor moves the units on resources it owns engine-wide and
-// resolves each unit exactly once through offRing.resolve, which reports
-// a task once, after its last unit, through Batch.finishOffRing (the one
-// task path). The scheduler never names an executor: route selection
-// (route.go) maps a route to its executor; an executor never takes a
-// batch's lock, and never blocks the dispatching caller.
+// group in one of three shapes, which route selection decides, not the
+// scheduler:
+//   - ops on the batch's ring (the ring executor, ringexec.go): the
+//     worker writes a queue depth of one op per request into the ring
+//     lane the ring executor lent the batch;
+//   - a caller copy (callercopy.go): the submitter copies inside Submit;
+//   - jobs (offring.go): a window of tasks at a time, each route's share
+//     as one job cut into units, handed to that route's jobExecutor.
+//
+// Every executor's outcome for a task, whatever the shape, takes one path
+// (task.go's finishTaskLocked): ring CQEs and caller copies as
+// Completions (Batch.completeLocked), a job's units through
+// offRing.resolve, which reports a task once, after its last unit,
+// through Batch.finishTask. The scheduler never names an executor; an
+// executor never takes a batch's lock (the ring's CQEs are applied by
+// the batch worker under it), and never blocks the dispatching caller.
 //
 // Adding a transport is one executor (a type with these methods) and one
-// line in Engine.executor.
+// line in Engine.routeTable.
 
 package engine
 
-// executor moves the units of off-ring jobs.
+// executor is what the scheduler sees of every route's executor.
 type executor interface {
+	// transport is the kind a task on this executor reports.
+	transport() TransportKind
+	// path names the executor's data path in the measured bandwidth
+	// estimate (bandwidth.go).
+	path() string
+	// close stops the executor at Engine.Close, after every batch
+	// drained; what an unquiesced job may still touch stays retained.
+	close()
+}
+
+// jobExecutor is an executor the scheduler hands jobs: a window of a
+// group's tasks, cut into units (offring.go).
+type jobExecutor interface {
+	executor
 	// cut says how jobs for this executor are split into units: at most
 	// size bytes each, and with byPiece never across two pieces (cuFile
 	// moves one device range per call).
@@ -27,15 +49,9 @@ type executor interface {
 	// executor at once, given io_uring.queue_depth (a physical owner's
 	// tasks go together, whatever the window).
 	window(depth int) int
-	// path names the executor's data path in the measured bandwidth
-	// estimate (bandwidth.go).
-	path() string
 	// run takes a dispatched job without blocking; every unit of x
 	// resolves exactly once, also when the executor cannot start.
 	run(x *offRing)
-	// close stops the executor at Engine.Close, after every batch
-	// drained; what an unquiesced job may still touch stays retained.
-	close()
 }
 
 // The staged executor's share of the seam (staged.go holds the rest).
@@ -46,3 +62,5 @@ func (s *stagedExec) cut() (uint64, bool) { return uint64(s.e.cfg.StagingChunkSi
 func (s *stagedExec) window(depth int) int { return depth }
 
 func (s *stagedExec) path() string { return "staged_gpu" }
+
+func (s *stagedExec) transport() TransportKind { return TransportIOUring }

@@ -21,9 +21,11 @@ func (e *Engine) HoldCloses(f func()) { e.closeDrained = f }
 // used concurrently.
 func (e *Engine) HoldLaneCopies(f func()) { e.laneCopyHeld = f }
 
-// HoldUnits installs f as the hook every off-ring executor's lane runs
-// before a unit's start check (offRing.startable), with the unit's
-// absolute task index. Set before the engine is used concurrently.
+// HoldUnits installs f as the hook every executor runs before a unit
+// starts, with the unit's absolute task index: a job executor's lane
+// before the unit's start check (offRing.startable), the ring before an
+// op it was handed goes on the ring (ringLane.prepareChosen). Set before
+// the engine is used concurrently.
 func (e *Engine) HoldUnits(f func(task int)) { e.unitHeld = f }
 
 // HoldCallerCopies runs f on the submitter before each caller copy.

@@ -106,7 +106,7 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 		t.failovers++
 		p.g.routes[p.i] = next
 		b.e.st.failovers.Add(1)
-		b.e.log.Info("transport failover", "batch", b.id, "task", p.g.first+p.i, "to", next.transport(), "after", p.err)
+		b.e.log.Info("transport failover", "batch", b.id, "task", p.g.first+p.i, "to", b.e.executor(next).transport(), "after", p.err)
 		g, i := p.g, p.i
 		b.e.runOffRing(g, i, i+1, func(int) bool { return true })
 	}

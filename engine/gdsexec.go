@@ -271,6 +271,8 @@ func (gdsExec) cut() (uint64, bool) { return gdsSlice, true }
 
 func (gdsExec) path() string { return "gds" }
 
+func (gdsExec) transport() TransportKind { return TransportGDS }
+
 // gdsUnit runs one cuFile call. One that does not return by deadline +
 // quiesce_grace is left running on its own goroutine (its handle stays
 // busy for good) and the lane goes on with other units.

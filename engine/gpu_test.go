@@ -25,6 +25,12 @@ import (
 // units and lanes.
 func gpuEngine(t *testing.T, gpu *fakeGPU, gds *fakeGDS, mut func(*config.Engine)) *engine.Engine {
 	t.Helper()
+	return gpuEngineOver(t, gpu, gds, nil, mut)
+}
+
+// gpuEngineOver is gpuEngine whose file transport wrap wraps (nil: none).
+func gpuEngineOver(t *testing.T, gpu *fakeGPU, gds *fakeGDS, wrap func(engine.FileTransport) engine.FileTransport, mut func(*config.Engine)) *engine.Engine {
+	t.Helper()
 	needIOUring(t)
 	cfg := config.DefaultEngine()
 	cfg.StagingChunkCount = 8
@@ -35,6 +41,9 @@ func gpuEngine(t *testing.T, gpu *fakeGPU, gds *fakeGDS, mut func(*config.Engine
 	}
 	bs := []engine.Backend{}
 	for _, tr := range realTransports(cfg) {
+		if ft, ok := tr.(engine.FileTransport); ok && wrap != nil {
+			tr = wrap(ft)
+		}
 		bs = append(bs, tr)
 	}
 	bs = append(bs, gpu)

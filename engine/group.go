@@ -200,6 +200,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 				g.addPieces(i, &reqs[i], k)
 			}
 		}
+		g.rideAlong() // route.go
 	}
 	g.computeBounds()
 

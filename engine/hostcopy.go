@@ -68,6 +68,9 @@ func (hostCopyExec) cut() (uint64, bool) { return hostCopyUnit, true }
 
 func (hostCopyExec) path() string { return "host_copy" }
 
+// transport: a host copy moves bytes as a caller copy does.
+func (hostCopyExec) transport() TransportKind { return TransportCopy }
+
 // copyUnit moves unit k of job x with pread/pwrite on the buffered fd.
 func copyUnit(x *offRing, k int) {
 	g := x.g

@@ -67,6 +67,8 @@ func (*ipcExec) cut() (uint64, bool) { return ipcUnit, true }
 
 func (*ipcExec) path() string { return "cuda_ipc" }
 
+func (*ipcExec) transport() TransportKind { return TransportCUDAIPC }
+
 // Task states of an IPC request (remoteTarget.ipcRun).
 const (
 	ipcIdle    = iota // no copy started
@@ -247,12 +249,12 @@ func (e *Engine) runLegs(g *group, live []bool) {
 func (l *legs) start(from int) {
 	g := l.g
 	for from < g.n {
-		rt, ex := l.e.executor(g.routes[from])
+		rt := g.routes[from]
+		ex := l.e.jobExec(rt)
 		end := from
 		n := 0
 		for end < g.n {
-			r, _ := l.e.executor(g.routes[end])
-			if r != rt {
+			if g.routes[end] != rt {
 				break
 			}
 			if l.live[end] {

@@ -77,7 +77,7 @@ func (b *Batch) laneCopy(g *group) {
 		b.mu.Lock()
 		b.mu.laneCopies--
 		for i := 0; i < g.n; i++ {
-			b.endTaskLocked(g, i, outcome{drained: true, err: errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was copied", i)})
+			b.finishTaskLocked(g, i, outcome{drained: true, err: errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was copied", i)})
 		}
 		b.changedLocked()
 		b.mu.Unlock()

@@ -246,6 +246,8 @@ func (memExec) window(int) int { return 1 }
 
 func (memExec) path() string { return "memory" }
 
+func (memExec) transport() TransportKind { return TransportMemory }
+
 // copyOwnerUnit copies unit k of memory job x: one physical owner.
 func copyOwnerUnit(x *offRing, k int) {
 	g := x.g

@@ -15,8 +15,8 @@
 //
 // Invariants:
 //   - A unit resolves exactly once (resolve); a task reports once, when
-//     its last unit resolves, through Batch.finishOffRing and task.go's
-//     endTaskLocked (the path every executor's outcome takes). Before
+//     its last unit resolves, through Batch.finishTask (task.go's
+//     finishTaskLocked, the path every executor's outcome takes). Before
 //     that, each resolve that extends the task's fully successful prefix
 //     publishes it as the running task's byte count.
 //   - A unit starts only before its deadline and, for a WRITE, while no
@@ -380,7 +380,7 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 	x.mu.Unlock()
 	for _, r := range reports {
 		if r.final {
-			x.g.b.finishOffRing(x.g, r.i, r.transferred, r.err, r.effect, drained)
+			x.g.b.finishTask(x.g, r.i, outcome{r.transferred, r.err, r.effect, drained})
 			if x.leg != nil {
 				x.leg.taskDone(r.i, r.err)
 			}
@@ -415,7 +415,7 @@ func (x *offRing) advancePrefixLocked(i int) (uint64, bool) {
 }
 
 // progressOffRing publishes a running task's prefix so far; the final
-// count comes with its last unit (finishOffRing).
+// count comes with its last unit (finishTask).
 func (b *Batch) progressOffRing(g *group, i int, got uint64) {
 	b.mu.Lock()
 	if t := &b.mu.tasks[g.first+i]; t.state == TaskRunning && !t.parked && got > t.transferred {
@@ -470,27 +470,15 @@ func (x *offRing) failRest(err error) {
 	}
 }
 
-// finishOffRing publishes one off-ring task's outcome (or parks a failed
-// attempt that may fail over, failover.go) and finishes the group after
-// its last task.
-func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, effect RemoteEffect, drained bool) {
+// finishTask is finishTaskLocked for an executor that holds no engine
+// lock (offRing.resolve): it takes Batch.mu, then delivers the reports
+// of groups that ended and pokes the worker.
+func (b *Batch) finishTask(g *group, i int, o outcome) {
 	if g.remote != nil && g.remote.credit != nil {
-		g.remote.credit.end(i, err == nil, effect)
+		g.remote.credit.end(i, o.err == nil, o.effect)
 	}
 	b.mu.Lock()
-	t := &b.mu.tasks[g.first+i]
-	if t.state == TaskRunning {
-		if err != nil && b.retryableLocked(g, i, t, transferred, effect, drained) {
-			b.parkLocked(parked{g: g, i: i, transferred: transferred, err: err, effect: effect})
-		} else {
-			b.endTaskLocked(g, i, outcome{transferred, err, effect, drained})
-		}
-		if g.next < g.n && !g.finished {
-			// The group's next window, from here: waking the worker for
-			// it cost a goroutine round trip per window (60 us per
-			// owner of a memory group, one owner a window).
-			b.feedLocked(g, time.Now())
-		}
+	if b.finishTaskLocked(g, i, o) {
 		b.changedLocked()
 	}
 	w := b.mu.w
@@ -510,10 +498,9 @@ func (b *Batch) finishOffRing(g *group, i int, transferred uint64, err error, ef
 // cancel still stops them, and the deadline fails them before dispatch.
 // It reports whether every task of g has been dispatched; the worker
 // dispatches nothing behind g before (FIFO), and each finished task
-// pokes it, or feeds the group itself (finishOffRing). REQUIRES: b.mu.
+// pokes it, or feeds the group itself (finishTaskLocked). REQUIRES: b.mu.
 func (b *Batch) feedLocked(g *group, now time.Time) bool {
 	if g.window == 0 { // its first window
-		g.rideAlong()
 		g.window = b.e.window(g)
 	}
 	window := g.window
@@ -582,21 +569,21 @@ func (e *Engine) runOffRing(g *group, from, to int, live func(i int) bool) {
 		if !live(i) {
 			continue
 		}
-		rt, ex := e.executor(g.routes[i])
+		rt := g.routes[i]
 		if slices.Contains(seen, rt) {
 			continue
 		}
 		seen = append(seen, rt)
+		ex := e.jobExec(rt)
 		ex.run(e.newJob(g, rt, ex, from, to, func(j int) bool {
-			r, _ := e.executor(g.routes[j])
-			return live(j) && r == rt
+			return live(j) && g.routes[j] == rt
 		}))
 	}
 }
 
 // newJob cuts g's requests in [from, to) for which live holds into ex's
 // units.
-func (e *Engine) newJob(g *group, rt route, ex executor, from, to int, live func(j int) bool) *offRing {
+func (e *Engine) newJob(g *group, rt route, ex jobExecutor, from, to int, live func(j int) bool) *offRing {
 	size, byPiece := ex.cut()
 	if rt != routeIPC {
 		size = g.unitSize(size) // a peer's slice bounds a TCP unit, not a GPU copy
@@ -620,8 +607,7 @@ func (e *Engine) window(g *group) int {
 	}
 	n := e.cfg.IOUring.QueueDepth
 	for i := 0; i < g.n; i++ {
-		_, ex := e.executor(g.routes[i])
-		n = min(n, ex.window(e.cfg.IOUring.QueueDepth))
+		n = min(n, e.jobExec(g.routes[i]).window(e.cfg.IOUring.QueueDepth))
 	}
 	return max(n, 1)
 }

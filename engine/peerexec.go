@@ -53,6 +53,8 @@ func (peerExec) cut() (uint64, bool) { return 64 << 20, true }
 
 func (peerExec) path() string { return "peer" }
 
+func (peerExec) transport() TransportKind { return TransportTCP }
+
 // remoteTarget is a remote group's plan.
 type remoteTarget struct {
 	seg *RemoteSegment

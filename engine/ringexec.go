@@ -1,13 +1,14 @@
-// ringexec.go owns the ring executor: the batch worker's io_uring queue
-// seen from the task side. It writes the SQEs the scheduler (worker.go)
-// chose, submits them, reaps CQEs into task outcomes, retires a ring, and
-// ends groups whose CQEs are missing past deadline + quiesce_grace
-// (unquiesced). Off-ring executors (offring.go, staged.go, gdsexec.go)
-// run device-memory groups beside it.
+// ringexec.go owns the ring executor: the engine's io_uring rings, one
+// lent to each busy batch (ringLane), seen from the task side. It writes
+// the SQEs the scheduler (worker.go) chose, submits them, reaps CQEs into
+// task outcomes on the one task path (task.go's finishTaskLocked),
+// retires a ring, and ends groups whose CQEs are missing past deadline +
+// quiesce_grace (unquiesced). Executors that take jobs (executor.go,
+// offring.go) run beside it.
 //
 // Invariants:
-//   - The SQ side (prepareChosen, submit, releaseQueue) runs under
-//     worker.ringMu; the CQ side (reap) on the worker goroutine alone.
+//   - The SQ side (prepareChosen, submit, release) runs under
+//     ringLane.mu; the CQ side (reap) on the worker goroutine alone.
 //   - A task is completed/failed only from its CQE, a submit failure of
 //     its unconsumed SQE, or the unquiesced cutoff.
 //   - A ring with a missing CQE past deadline+quiesce_grace is tainted:
@@ -20,16 +21,74 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
 
+// ringExec is the ring executor: the engine's file transport, whose
+// rings it lends, one to each busy batch whose groups are on the ring
+// route. The batch worker fills its ring op by op (worker.go) rather than
+// handing it jobs: that keeps a batch's SQEs of many groups in one
+// submit, lets a submitter put its ops on the ring itself
+// (submitThrough) and lets the worker sleep in the ring's reap.
+type ringExec struct{ e *Engine }
+
+func (ringExec) transport() TransportKind { return TransportIOUring }
+
+func (ringExec) path() string { return ringPath }
+
+// close has nothing to stop: each batch gives its ring back (or abandons
+// a tainted one) when its worker exits, and the pool closes with its
+// backend at Engine.Close.
+func (ringExec) close() {}
+
+// lend lends a batch a ring from the pool. A caller that must not wait
+// (the fast path runs on the submitter) gets none, and no error, when
+// every ring is taken.
+func (r ringExec) lend(wait bool) (Queue, error) {
+	if wait {
+		return r.e.file.Acquire()
+	}
+	return r.e.file.TryAcquire()
+}
+
+// ringLane is the ring the ring executor lends one batch: the SQ side,
+// which the batch worker fills and a submitting caller may fill too
+// (submitThrough), and the CQ side, which the worker goroutine alone
+// reaps. It holds its ring only while the batch has ring work (worker.go
+// gives it back while the batch waits with nothing on it).
+type ringLane struct {
+	// mu serializes the SQ side between the worker and callers
+	// submitting through (submitThrough); it guards q's identity, pending
+	// and toPrepare. Lock order: mu, then Batch.mu. The CQ side (Reap)
+	// runs without it, on the worker goroutine only, which is also the
+	// only goroutine that changes q.
+	mu        sync.Mutex
+	q         Queue
+	pending   []uint64 // tokens prepared but not yet consumed by Submit
+	toPrepare []FileOp // ops chosen under Batch.mu, written to the ring after it
+	tainted   atomic.Bool
+	// inDrain is set by the reap callback while the worker applies a
+	// burst of CQEs without blocking, and cleared when Reap returns; see
+	// submitThrough (deferred buffered submissions, batchsubmit.go).
+	inDrain atomic.Bool
+	// choseDirect (guarded by Batch.mu) records that the last fillLocked
+	// chose an op on the O_DIRECT fd.
+	choseDirect bool
+}
+
+// onRing reports whether g's ops go on its batch's ring: it is neither
+// dispatched as jobs (offring.go) nor a caller copy (callercopy.go).
+func (g *group) onRing() bool { return !g.offRing && !g.caller }
+
 // ringLiveLocked reports whether ops of this batch are on the ring.
 // REQUIRES: b.mu.
 func (w *worker) ringLiveLocked() bool {
 	for _, g := range w.b.mu.inflight {
-		if !g.offRing && !g.caller && g.outstanding > 0 {
+		if g.onRing() && g.outstanding > 0 {
 			return true
 		}
 	}
@@ -39,71 +98,72 @@ func (w *worker) ringLiveLocked() bool {
 // prepareChosen writes the ops fillLocked chose to the ring. SQEs are
 // written outside the batch lock: preparing may register a fixed buffer
 // (pinning a large region takes long) and status readers must not wait
-// for that. REQUIRES: w.ringMu.
-func (w *worker) prepareChosen() {
-	for i := range w.toPrepare {
-		if err := w.q.Prepare(&w.toPrepare[i]); err != nil {
-			w.failUnsent(w.toPrepare[i:], err)
+// for that. REQUIRES: r.mu.
+func (r *ringLane) prepareChosen(b *Batch) {
+	for i := range r.toPrepare {
+		if h := b.e.unitHeld; h != nil {
+			h(int(r.toPrepare[i].Token)) // tests: an op is the ring's unit
+		}
+		if err := r.q.Prepare(&r.toPrepare[i]); err != nil {
+			r.failUnsent(b, r.toPrepare[i:], err)
 			break
 		}
-		w.pending = append(w.pending, w.toPrepare[i].Token)
+		r.pending = append(r.pending, r.toPrepare[i].Token)
 	}
-	w.toPrepare = w.toPrepare[:0]
+	r.toPrepare = r.toPrepare[:0]
 }
 
 // failUnsent fails ops that never reached the ring and taints it.
-func (w *worker) failUnsent(ops []FileOp, err error) {
-	b := w.b
+func (r *ringLane) failUnsent(b *Batch, ops []FileOp, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, op := range ops {
-		w.failTokenLocked(op.Token, err)
+		b.failTokenLocked(op.Token, err)
 	}
-	w.tainted.Store(true)
+	r.tainted.Store(true)
 	b.changedLocked()
 }
 
-// releaseQueue gives the ring back (or abandons a tainted one).
-// REQUIRES: w.ringMu, not b.mu.
-func (w *worker) releaseQueue() {
-	if w.q == nil {
+// release gives the ring back to the ring executor's pool (or abandons
+// a tainted one). REQUIRES: r.mu, not b.mu.
+func (r *ringLane) release() {
+	if r.q == nil {
 		return
 	}
-	if w.tainted.Load() {
-		w.q.Abandon()
+	if r.tainted.Load() {
+		r.q.Abandon()
 	} else {
-		w.q.Release()
+		r.q.Release()
 	}
-	w.q = nil
-	w.tainted.Store(false)
-	w.pending = w.pending[:0]
+	r.q = nil
+	r.tainted.Store(false)
+	r.pending = r.pending[:0]
 }
 
 // submit hands prepared ops to the kernel. A transient refusal leaves
 // them prepared for the next turn; a persistent one fails the unsent
-// tail and taints the ring. REQUIRES: w.ringMu.
-func (w *worker) submit() {
-	if len(w.pending) == 0 || w.q == nil {
+// tail and taints the ring. REQUIRES: r.mu.
+func (r *ringLane) submit(b *Batch) {
+	if len(r.pending) == 0 || r.q == nil {
 		return
 	}
-	n, err := w.q.Submit()
-	n = min(n, len(w.pending))
-	b := w.b
+	n, err := r.q.Submit()
+	n = min(n, len(r.pending))
 	b.mu.Lock()
-	for _, tok := range w.pending[:n] {
+	for _, tok := range r.pending[:n] {
 		t := &b.mu.tasks[tok]
 		t.submitted = true
 		if i := int(tok) - t.g.first; i > t.g.lastSubmitted {
 			t.g.lastSubmitted = i
 		}
 	}
-	w.pending = w.pending[:copy(w.pending, w.pending[n:])]
+	r.pending = r.pending[:copy(r.pending, r.pending[n:])]
 	if err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.EINTR) {
-		for _, tok := range w.pending {
-			w.failTokenLocked(tok, err)
+		for _, tok := range r.pending {
+			b.failTokenLocked(tok, err)
 		}
-		w.pending = w.pending[:0]
-		w.tainted.Store(true)
+		r.pending = r.pending[:0]
+		r.tainted.Store(true)
 		b.changedLocked()
 	}
 	b.mu.Unlock()
@@ -122,7 +182,7 @@ func (w *worker) reap(wait time.Duration) {
 	live, offLive := 0, 0
 	cutoff := time.Time{}
 	for _, g := range b.mu.inflight {
-		if g.offRing || g.caller {
+		if !g.onRing() {
 			offLive += g.outstanding // its executor enforces its own cutoff
 			continue
 		}
@@ -151,7 +211,7 @@ func (w *worker) reap(wait time.Duration) {
 			wait = min(wait, time.Millisecond)
 		}
 	}
-	if live == 0 || w.q == nil {
+	if live == 0 || w.ring.q == nil {
 		if (offLive > 0 || admWait) && wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -175,15 +235,15 @@ func (w *worker) reap(wait time.Duration) {
 	// burst first and submitting the replacements together made requests
 	// travel in convoys: a bare ring driven that way did 50.9k 4 KiB IOPS
 	// here, one resubmitting per completion 61.9k (fio: 55.6k).
-	_, err := w.q.Reap(wait, func(c Completion) {
-		w.inDrain.Store(true)
+	_, err := w.ring.q.Reap(wait, func(c Completion) {
+		w.ring.inDrain.Store(true)
 		b.mu.Lock()
-		w.completeLocked(c)
+		b.completeLocked(c)
 		b.changedLocked()
 		b.mu.Unlock()
 		b.deliver()
 	})
-	w.inDrain.Store(false)
+	w.ring.inDrain.Store(false)
 	b.mu.Lock()
 	if err != nil {
 		e.log.Warn("reap failed", "batch", b.id, "err", err)
@@ -192,11 +252,9 @@ func (w *worker) reap(wait time.Duration) {
 	b.mu.Unlock()
 }
 
-// completeLocked applies one CQE. REQUIRES: b.mu.
-func (w *worker) completeLocked(c Completion) { w.b.completeLocked(c) }
-
-// completeLocked applies the outcome of one ring op, or of one caller
-// copy (callercopy.go), as its CQE would. REQUIRES: b.mu.
+// completeLocked turns the result of one ring op, or of one caller copy
+// (callercopy.go) carried as its CQE would be, into the task's outcome
+// and ends the task on the one task path (task.go). REQUIRES: b.mu.
 func (b *Batch) completeLocked(c Completion) {
 	if c.Token >= uint64(len(b.mu.tasks)) {
 		return
@@ -220,7 +278,7 @@ func (b *Batch) completeLocked(c Completion) {
 		}
 		o.err = wrap(errnoKind(errno), g.op.String(), g.seg.name(), fmt.Errorf("requests[%d]: %w", idx, os.NewSyscallError(g.op.String(), errno)))
 	}
-	b.endTaskLocked(g, idx, o) // task.go
+	b.finishTaskLocked(g, idx, o) // task.go
 }
 
 // cutoffLocked ends groups whose CQEs are missing past deadline +
@@ -231,7 +289,7 @@ func (w *worker) cutoffLocked(now time.Time) {
 	grace := e.cfg.QuiesceGrace.D()
 	for k := 0; k < len(b.mu.inflight); k++ {
 		g := b.mu.inflight[k]
-		if g.offRing || g.caller || g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
+		if !g.onRing() || g.outstanding == 0 || now.Before(g.deadline.Add(grace)) {
 			continue
 		}
 		for i := 0; i < g.n; i++ {
@@ -252,7 +310,7 @@ func (w *worker) cutoffLocked(now time.Time) {
 		}
 		g.outstanding = 0
 		g.next = g.n
-		w.tainted.Store(true)
+		w.ring.tainted.Store(true)
 		e.st.unquiesced.Add(1)
 		e.log.Error("group unquiesced", "batch", b.id, "task", g.first, "segment", g.seg.uri)
 		g.finishLocked(false)

@@ -1,8 +1,11 @@
 // route.go owns transport selection: the one place that decides, per
-// request, which path moves its bytes.
+// request, which path moves its bytes, and the table that maps each
+// route to its executor (routeTable), which the scheduler and the status
+// readers reach every executor through.
 //
 // Routes:
-//   - routeRing: host memory <-> file on the batch worker's io_uring ring.
+//   - routeRing: host memory <-> file on the io_uring ring the ring
+//     executor lends the batch (ringexec.go).
 //   - routeStaged: any request touching device memory, through pinned
 //     staging chunks on io_uring rings (staged.go); the task reports
 //     transport io_uring.
@@ -16,6 +19,12 @@
 //     copied device to device through CUDA IPC (ipcexec.go); the task
 //     reports transport cuda_ipc. Every other request on a remote
 //     segment keeps routeRemote.
+//   - routeMem: between two regions of this engine, a memory segment
+//     (memgroup.go); the task reports transport memory.
+//   - routeCopy: a small group on an in-memory file that its submitter
+//     copies (callercopy.go); set at dispatch, when FIFO and fences let
+//     Submit start it at once, on requests routed to the ring; the task
+//     reports transport copy.
 //
 // Selection (spec "transport preference", with one documented narrowing):
 //   - transport gds: honoured when cuFile is usable and the request is
@@ -55,51 +64,52 @@ const (
 	routeIPC
 )
 
-// transport is the kind a task on this route reports.
-func (r route) transport() TransportKind {
-	switch r {
-	case routeGDS:
-		return TransportGDS
-	case routeMem:
-		return TransportMemory
-	case routeCopy, routeHostCopy:
-		return TransportCopy
-	case routeRemote:
-		return TransportTCP
-	case routeIPC:
-		return TransportCUDAIPC
+// routeCount is the number of routes (the size of Engine.execs).
+const routeCount = int(routeIPC) + 1
+
+// routeTable maps every route to its executor: the one place that names
+// them. Adding a transport is its executor and one line here.
+func (e *Engine) routeTable() {
+	e.execs = [routeCount]executor{
+		routeRing:     ringExec{e},
+		routeStaged:   e.staged,
+		routeGDS:      e.gdsExec,
+		routeMem:      e.memExec,
+		routeCopy:     callerCopyExec{},
+		routeHostCopy: e.hostCopy,
+		routeRemote:   e.peerExec,
+		routeIPC:      e.ipcExec,
 	}
-	return TransportIOUring
 }
 
-// executor returns the executor that runs an off-ring job of route rt.
-func (e *Engine) executor(rt route) (route, executor) {
-	switch rt {
-	case routeGDS:
-		return routeGDS, e.gdsExec
-	case routeHostCopy:
-		return routeHostCopy, e.hostCopy
-	case routeRemote:
-		return routeRemote, e.peerExec
-	case routeMem:
-		return routeMem, e.memExec
-	case routeIPC:
-		return routeIPC, e.ipcExec
-	}
-	return routeStaged, e.staged
-}
+// ring returns the ring executor (routeRing's), whose rings the batch
+// workers fill.
+func (e *Engine) ring() ringExec { return e.execs[routeRing].(ringExec) }
 
-// rideAlong routes the host requests a group that leaves the ring left
-// on the ring route: through staging when the group touches device
-// memory, else on the host copy lanes (the task reports the route that
-// moved it). REQUIRES: b.mu (the group is being dispatched).
+// executor returns the executor of route rt.
+func (e *Engine) executor(rt route) executor { return e.execs[rt] }
+
+// jobExec returns the executor of route rt, which takes jobs: every
+// route of a group dispatched as jobs (g.offRing) does, once rideAlong
+// moved its host requests off the ring route.
+func (e *Engine) jobExec(rt route) jobExecutor { return e.execs[rt].(jobExecutor) }
+
+// rideAlong routes the host requests of a group that leaves the ring
+// (dispatched as jobs) off the ring route: through staging when the
+// group touches device memory (the task reports io_uring, as on the
+// ring), else on the host copy lanes (it reports copy). Called once the
+// group's routes are chosen, before anyone can read them.
 func (g *group) rideAlong() {
 	device := false
 	for i := 0; i < g.n; i++ {
 		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
 	}
 	for i := 0; i < g.n; i++ {
-		if g.routes[i] == routeRing && !device {
+		switch {
+		case g.routes[i] != routeRing:
+		case device:
+			g.routes[i] = routeStaged
+		default:
 			g.routes[i] = routeHostCopy
 		}
 	}

@@ -1,11 +1,13 @@
 // task.go owns a task's state: the public states, the per-task record,
 // and every transition (failing the rest of a group, failing an op the
 // kernel never took, cancelling, and ending a running task with an
-// executor's outcome, endTaskLocked), together with the counters each of
-// them moves. Executors only produce outcomes: the ring's CQEs and the
-// caller copy in ringexec.go, the off-ring lanes through offring.go;
-// failover.go may park a failed attempt before its outcome is final. The
-// ring's unquiesced cutoff (ringexec.go) ends a whole group at once.
+// executor's outcome, finishTaskLocked and endTaskLocked), together with
+// the counters each of them moves. Executors only produce outcomes, and
+// every outcome takes one path, finishTaskLocked: the ring's CQEs and the
+// caller copy's results (as Completions, ringexec.go), the off-ring
+// lanes' units (offring.go); failover.go may park a failed attempt there
+// before its outcome is final. The ring's unquiesced cutoff (ringexec.go)
+// ends a whole group at once.
 //
 // Invariants:
 //   - A task's state only moves forward: pending -> running ->
@@ -19,6 +21,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // TaskState is one task's state.
@@ -55,7 +58,7 @@ type task struct {
 func (b *Batch) taskStatusLocked(i int) TaskStatus {
 	t := &b.mu.tasks[i]
 	return TaskStatus{Index: i, State: t.state, Length: t.length, Transferred: t.transferred,
-		Transport: t.g.routes[i-t.g.first].transport(), FailoverCount: t.failovers, PhysicalOwner: t.g.ownerIndex(i - t.g.first), Err: t.err, RemoteEffect: t.remoteEffect()}
+		Transport: b.e.executor(t.g.routes[i-t.g.first]).transport(), FailoverCount: t.failovers, PhysicalOwner: t.g.ownerIndex(i - t.g.first), Err: t.err, RemoteEffect: t.remoteEffect()}
 }
 
 // cancelTaskLocked marks a pending task cancelled, with every alias of
@@ -90,13 +93,12 @@ func (b *Batch) cancelTaskLocked(i int) {
 
 // failTokenLocked fails a running task whose op was never consumed by the
 // kernel. REQUIRES: b.mu.
-func (w *worker) failTokenLocked(tok uint64, err error) {
-	b := w.b
+func (b *Batch) failTokenLocked(tok uint64, err error) {
 	t := &b.mu.tasks[tok]
 	if t.state != TaskRunning {
 		return // already ended (the unquiesced cutoff)
 	}
-	b.endTaskLocked(t.g, int(tok)-t.g.first, outcome{
+	b.finishTaskLocked(t.g, int(tok)-t.g.first, outcome{
 		err: wrap(KindIO, t.g.op.String(), b.name(), fmt.Errorf("task %d not submitted: %w", tok, err)), drained: true})
 }
 
@@ -193,8 +195,36 @@ type outcome struct {
 	drained     bool
 }
 
+// finishTaskLocked is the one task path: every executor's outcome for a
+// running task arrives here (ring CQEs and caller copies through
+// Batch.completeLocked, off-ring units through offRing.resolve and
+// finishTask, a lane copy that missed its deadline, an op the kernel
+// never took). A failed attempt that may fail over is parked
+// (failover.go); any other outcome ends the task (endTaskLocked). A group
+// dispatched a window at a time (offring.go) gets its next window from
+// here, on the goroutine that ended the task: waking the worker for it
+// cost a goroutine round trip per window (60 us per owner of a memory
+// group, one owner a window). It reports whether the task was running
+// (a late outcome of a task the unquiesced cutoff ended changes
+// nothing). REQUIRES: b.mu.
+func (b *Batch) finishTaskLocked(g *group, i int, o outcome) bool {
+	t := &b.mu.tasks[g.first+i]
+	if t.state != TaskRunning {
+		return false
+	}
+	if o.err != nil && b.retryableLocked(g, i, t, o.transferred, o.effect, o.drained) {
+		b.parkLocked(parked{g: g, i: i, transferred: o.transferred, err: o.err, effect: o.effect})
+	} else {
+		b.endTaskLocked(g, i, o)
+	}
+	if g.offRing && g.next < g.n && !g.finished {
+		b.feedLocked(g, time.Now())
+	}
+	return true
+}
+
 // endTaskLocked makes running task i of g final: every executor's outcome
-// ends here (ring CQEs, the caller copy, the off-ring lanes), and so do
+// ends here (through finishTaskLocked, or failover's decision), and so do
 // the counters it moves, the task's window share, and the group's end
 // after its last task. REQUIRES: b.mu.
 func (b *Batch) endTaskLocked(g *group, i int, o outcome) {

@@ -1,8 +1,10 @@
 // worker.go owns the batch scheduler: the transport-agnostic part of
 // executing a batch's groups (its worker goroutine, FIFO dispatch,
 // fences, deadlines at dispatch, loans, admission gates, the caller fast
-// path and submit-through). The ring executor it drives is ringexec.go;
-// device-memory groups go to the off-ring executors (offring.go).
+// path and submit-through). It names no executor: a group goes out in
+// the shape its routes chose (executor.go), ops onto the ring the ring
+// executor lends the batch (ringLane, ringexec.go) or windows of jobs to
+// the job executors route.go maps its routes to (offring.go).
 //
 // One worker per batch, started by the Submit that finds none running and
 // gone again once the batch has nothing queued or in flight, so an idle
@@ -21,7 +23,7 @@
 // (submit anything left prepared, exit when idle). A Submit that finds the worker running puts its group
 // on the ring itself (submitThrough) when the worker is not using the SQ
 // side, so the group does not wait for the worker to wake from its reap.
-// The SQ side is serialized by ringMu; the CQ side belongs to the worker
+// The SQ side is serialized by ring.mu; the CQ side belongs to the worker
 // goroutine alone, as liburing allows.
 //
 // A batch's first group, when small, may run on the submitting caller
@@ -31,8 +33,8 @@
 // Nothing is ever resubmitted.
 //
 // Invariants:
-//   - Only the worker goroutine (or the caller acting as it) changes w.q,
-//     and only under ringMu; SQEs are written under ringMu but outside
+//   - Only the worker goroutine (or the caller acting as it) changes w.ring.q,
+//     and only under ring.mu; SQEs are written under ring.mu but outside
 //     Batch.mu (registering a fixed buffer can be slow).
 //   - A task is marked running exactly when its op is chosen for the
 //     ring (ringexec.go says how it ends).
@@ -42,7 +44,6 @@
 package engine
 
 import (
-	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -50,38 +51,24 @@ import (
 type worker struct {
 	b *Batch
 
-	// ringMu serializes the ring's SQ side between the worker and callers
-	// submitting through (submitThrough); it guards q's identity, pending
-	// and toPrepare. Lock order: ringMu, then Batch.mu. The CQ side (Reap)
-	// runs without it, on the worker goroutine only, which is also the
-	// only goroutine that changes q.
-	ringMu    sync.Mutex
-	q         Queue
-	pending   []uint64 // tokens prepared but not yet consumed by Submit
-	toPrepare []FileOp // ops chosen under Batch.mu, written to the ring after it
-	tainted   atomic.Bool
-	exited    bool // guarded by Batch.mu: no caller may use this worker's ring
+	// ring is the ring the ring executor lends the batch while its groups
+	// are on the ring route (ringexec.go).
+	ring   ringLane
+	exited bool // guarded by Batch.mu: no caller may use this worker's ring
 	// stalled (guarded by Batch.mu) is set when the last fill stopped at
 	// a fence or a full ring: only a completion can unblock the queue, so
 	// the worker may sleep in Reap. Otherwise a group queued after the
-	// fill (a caller's submitThrough lost the race for ringMu) makes the
+	// fill (a caller's submitThrough lost the race for ring.mu) makes the
 	// worker turn again at once instead of sleeping until the next CQE.
 	stalled bool
 	// fast: running on the submitting caller (fastPath), so never wait
 	// for a ring. Set before the worker is published, cleared under
-	// ringMu: another caller's submitThrough reads it.
+	// ring.mu: another caller's submitThrough reads it.
 	fast bool
 	// wake is poked by off-ring executors after each task, so a worker
 	// with nothing on its ring learns that a fence may have cleared, and
 	// by admission when capacity this worker waits for frees.
 	wake chan struct{}
-	// inDrain is set by the reap callback while the worker applies a
-	// burst of CQEs without blocking, and cleared when Reap returns; see
-	// submitThrough (deferred buffered submissions, batchsubmit.go).
-	inDrain atomic.Bool
-	// choseDirect (guarded by Batch.mu) records that the last fillLocked
-	// chose an op on the O_DIRECT fd.
-	choseDirect bool
 	// admWait (guarded by Batch.mu) is set when the last fill stopped at
 	// an admission gate (runqueue.go): the worker sleeps on wake, no
 	// later than admUntil (the waiting group's deadline, or the moment
@@ -141,20 +128,20 @@ func (w *worker) fastPath() {
 		}
 	}
 	e.st.fastPathHandoffs.Add(1)
-	w.ringMu.Lock()
+	w.ring.mu.Lock()
 	w.fast = false // before the goroutine owns w
-	w.ringMu.Unlock()
+	w.ring.mu.Unlock()
 	w.start()
 }
 
 // turn is one loop iteration of the worker goroutine.
 func (w *worker) turn(wait time.Duration) bool {
-	w.ringMu.Lock()
+	w.ring.mu.Lock()
 	more := w.fill()
 	if more {
-		w.submit()
+		w.ring.submit(w.b)
 	}
-	w.ringMu.Unlock()
+	w.ring.mu.Unlock()
 	w.syncCredit()
 	if !more {
 		w.b.deliver()
@@ -172,11 +159,11 @@ func (w *worker) turn(wait time.Duration) bool {
 // worker holds the SQ side, has no usable ring or is exiting, the group
 // stays queued and the worker dispatches it.
 func (w *worker) submitThrough() {
-	if !w.ringMu.TryLock() {
+	if !w.ring.mu.TryLock() {
 		return
 	}
-	defer w.ringMu.Unlock()
-	if w.q == nil || w.tainted.Load() {
+	defer w.ring.mu.Unlock()
+	if w.ring.q == nil || w.ring.tainted.Load() {
 		return
 	}
 	b := w.b
@@ -185,19 +172,19 @@ func (w *worker) submitThrough() {
 		b.mu.Unlock()
 		return
 	}
-	n := len(w.toPrepare)
-	w.choseDirect = false
+	n := len(w.ring.toPrepare)
+	w.ring.choseDirect = false
 	w.fillLocked()
 	deferred := w.deferSubmitLocked()
 	b.mu.Unlock()
-	if len(w.toPrepare) > n {
+	if len(w.ring.toPrepare) > n {
 		b.e.st.submitThrough.Add(1)
 	}
-	w.prepareChosen()
+	w.ring.prepareChosen(w.b)
 	if deferred {
 		return
 	}
-	w.submit()
+	w.ring.submit(w.b)
 }
 
 // exitLocked marks the worker gone. REQUIRES: b.mu.
@@ -215,11 +202,11 @@ func (w *worker) exitLocked() {
 
 // fill dispatches queued groups and prepares ops while the ring has
 // space. It returns false (after releasing the ring) when the batch is
-// idle. REQUIRES: w.ringMu.
+// idle. REQUIRES: w.ring.mu.
 func (w *worker) fill() bool {
 	b := w.b
 	for {
-		if w.q == nil && !w.tainted.Load() {
+		if w.ring.q == nil && !w.ring.tainted.Load() {
 			b.mu.Lock()
 			idle := len(b.mu.queue) == 0 && len(b.mu.inflight) == 0
 			if idle {
@@ -235,16 +222,11 @@ func (w *worker) fill() bool {
 				// lanes (64 batches into cuda:0 hung on 64 rings).
 				break
 			}
-			var q Queue
-			var err error
-			if w.fast {
-				// The caller must not wait for another batch's ring: with
-				// none free, the group goes to a worker goroutine.
-				if q, err = b.e.file.TryAcquire(); q == nil && err == nil {
-					break
-				}
-			} else {
-				q, err = b.e.file.Acquire()
+			// The caller must not wait for another batch's ring: with
+			// none free, the group goes to a worker goroutine.
+			q, err := b.e.ring().lend(!w.fast)
+			if q == nil && err == nil {
+				break
 			}
 			if err != nil {
 				b.mu.Lock()
@@ -258,29 +240,29 @@ func (w *worker) fill() bool {
 				b.mu.Unlock()
 				continue
 			}
-			w.q = q
+			w.ring.q = q
 		}
 		break
 	}
 	b.mu.Lock()
-	if !w.tainted.Load() {
+	if !w.ring.tainted.Load() {
 		w.fillLocked()
 	}
 	if len(b.mu.queue) == 0 && len(b.mu.inflight) == 0 {
 		w.exitLocked()
 		b.mu.Unlock()
-		w.releaseQueue()
+		w.ring.release()
 		return false
 	}
 	// A worker that waits (for admission, off-ring groups or a fence) with
 	// nothing on its ring gives the ring back while it sleeps, so waiting
 	// batches can never hold every ring of the pool from the batch that
 	// is next in order, nor from the staging lanes of their own groups.
-	idleWait := (w.admWait || !w.ringNeededLocked()) && len(w.toPrepare) == 0 && len(w.pending) == 0 && !w.ringLiveLocked()
+	idleWait := (w.admWait || !w.ringNeededLocked()) && len(w.ring.toPrepare) == 0 && len(w.ring.pending) == 0 && !w.ringLiveLocked()
 	b.mu.Unlock()
-	w.prepareChosen()
-	if idleWait && !w.tainted.Load() {
-		w.releaseQueue()
+	w.ring.prepareChosen(w.b)
+	if idleWait && !w.ring.tainted.Load() {
+		w.ring.release()
 	}
 	return true
 }
@@ -319,10 +301,10 @@ func (w *worker) fillLocked() {
 		}
 	}()
 	space := func() int {
-		if w.q == nil {
+		if w.ring.q == nil {
 			return 1 // no ring: only off-ring heads are dispatched (fill)
 		}
-		return w.q.Space() - len(w.toPrepare)
+		return w.ring.q.Space() - len(w.ring.toPrepare)
 	}
 	// One clock read per fill: it runs without blocking, and a clock read
 	// per group cost 5 % of a 4 KiB tmpfs run (docs/performance.md).
@@ -331,7 +313,7 @@ func (w *worker) fillLocked() {
 	w.admWait, w.admUntil = false, time.Time{}
 	for space() > 0 {
 		var g *group
-		if w.q == nil && w.ringNeededLocked() {
+		if w.ring.q == nil && w.ringNeededLocked() {
 			w.stalled = false // the worker turns again and takes a ring
 			return
 		}
@@ -399,9 +381,9 @@ func (w *worker) fillLocked() {
 			op := g.ops[i]
 			op.Token = uint64(g.first + i)
 			if op.File.Key == g.ent.direct.Key && g.ent.direct.FD >= 0 {
-				w.choseDirect = true
+				w.ring.choseDirect = true
 			}
-			w.toPrepare = append(w.toPrepare, op)
+			w.ring.toPrepare = append(w.ring.toPrepare, op)
 			t.state = TaskRunning
 			g.outstanding++
 			g.next++
@@ -463,9 +445,9 @@ func (w *worker) settle() bool {
 
 func (w *worker) settleRing() bool {
 	b := w.b
-	w.ringMu.Lock()
-	defer w.ringMu.Unlock()
-	w.submit()
+	w.ring.mu.Lock()
+	defer w.ring.mu.Unlock()
+	w.ring.submit(w.b)
 	b.mu.Lock()
 	drained := true
 	for _, g := range b.mu.inflight {
@@ -474,16 +456,16 @@ func (w *worker) settleRing() bool {
 			break
 		}
 	}
-	abandon := w.tainted.Load() && w.q != nil && drained
+	abandon := w.ring.tainted.Load() && w.ring.q != nil && drained
 	exit := len(b.mu.queue) == 0 && len(b.mu.inflight) == 0
 	if exit {
 		w.exitLocked()
 	}
 	b.mu.Unlock()
 	if abandon || exit {
-		// A tainted ring goes once its live ops drained; releaseQueue
+		// A tainted ring goes once its live ops drained; ringLane.release
 		// abandons rather than pools it.
-		w.releaseQueue()
+		w.ring.release()
 	}
 	return !exit
 }

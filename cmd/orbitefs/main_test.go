@@ -34,3 +34,33 @@ func TestUsageListsEverything(t *testing.T) {
 		}
 	})
 }
+
+// TestMountPointArgument: a mount command line without its MOUNTPOINT,
+// with a flag after it (Go's flags stop at the first argument) or with
+// a second argument says what is wrong, not only the usage.
+func TestMountPointArgument(t *testing.T) {
+	for _, c := range []struct {
+		args      []string
+		dir, want string
+	}{
+		{[]string{"/tmp/m"}, "/tmp/m", ""},
+		{[]string{"--debug", "/tmp/m"}, "/tmp/m", ""},
+		{nil, "", "no MOUNTPOINT given"},
+		{[]string{"--debug"}, "", "no MOUNTPOINT given"},
+		{[]string{"/tmp/m", "--debug"}, "", "--debug after MOUNTPOINT /tmp/m: flags go before it (orbitefs mount --debug /tmp/m)"},
+		{[]string{"/tmp/m", "/tmp/n"}, "", "one MOUNTPOINT expected, got 2 arguments: /tmp/m /tmp/n"},
+	} {
+		fl := mountFlags(&mountArgs{})
+		if err := fl.Parse(c.args); err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		dir, err := mountPoint(fl)
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if dir != c.dir || got != c.want {
+			t.Errorf("orbitefs mount %s: got %q, error %q; want %q, error %q", strings.Join(c.args, " "), dir, got, c.dir, c.want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -60,6 +61,23 @@ func mountFlags(a *mountArgs) *flag.FlagSet {
 	return fl
 }
 
+// mountPoint is the one argument left after the flags. Go's flag
+// package stops at the first argument that is not a flag, so a flag
+// written after MOUNTPOINT is an extra argument: say so, rather than
+// leave the user with the usage text alone.
+func mountPoint(fl *flag.FlagSet) (string, error) {
+	switch args := fl.Args(); {
+	case len(args) == 0:
+		return "", errors.New("no MOUNTPOINT given")
+	case len(args) > 1 && strings.HasPrefix(args[1], "-"):
+		return "", fmt.Errorf("%s after MOUNTPOINT %s: flags go before it (orbitefs mount %s %s)", args[1], args[0], strings.Join(args[1:], " "), args[0])
+	case len(args) > 1:
+		return "", fmt.Errorf("one MOUNTPOINT expected, got %d arguments: %s", len(args), strings.Join(args, " "))
+	default:
+		return args[0], nil
+	}
+}
+
 func runMount(args []string) int {
 	var a mountArgs
 	fl := mountFlags(&a)
@@ -70,11 +88,12 @@ func runMount(args []string) int {
 		return 2
 	}
 	cfgPath, debug, qosPath, engineJSON := &a.cfgPath, &a.debug, &a.qosPath, &a.engineJSON
-	if fl.NArg() != 1 {
+	dir, err := mountPoint(fl)
+	if err != nil {
+		fmt.Fprintf(fl.Output(), "orbitefs mount: %v\n\n", err)
 		fl.Usage()
 		return 2
 	}
-	dir := fl.Arg(0)
 
 	cfg, err := config.Load(*cfgPath)
 	if err == nil {
@@ -269,7 +288,19 @@ func engineConfig(cfg *config.Daemon, engineJSON, qosPath string) (config.Engine
 		}
 		ecfg.QoS = q
 	}
-	if err := ecfg.Validate(); err != nil {
+	// The keys of the other sections bounded by engine keys
+	// (mount.default_batch_capacity by engine.max_batch_requests, ...)
+	// were checked against the TOML's [engine]: check them again
+	// against the engine that will run.
+	d := *cfg
+	d.Engine = ecfg
+	if err := d.Validate(); err != nil {
+		switch {
+		case engineJSON != "":
+			return config.Engine{}, fmt.Errorf("--engine-json %s: %w", engineJSON, err)
+		case qosPath != "":
+			return config.Engine{}, fmt.Errorf("--qos %s: %w", qosPath, err)
+		}
 		return config.Engine{}, err
 	}
 	return ecfg, nil

@@ -281,8 +281,7 @@ const peerUsage = `usage: orbitefs peer read|write|regions --addr HOST:PORT|peer
 The key, lanes and timeouts come from --config's [peer] section. peer://NAME
 is resolved through the etcd of --config's [cluster] section; the engine
 answering must be NAME with the epoch etcd lists (else nothing is sent).
-N is a size
-(4096, "4MiB"). ` + "`orbitefs peer read -h`" + ` prints every flag.
+N is a size (4096, "4MiB"). ` + "`orbitefs peer read -h`" + ` prints every flag.
 `
 
 // peerArgs are `orbitefs peer OP`'s flags.
