@@ -4,8 +4,11 @@
 // I/O timeout; without a bound they cost a goroutine and a socket each,
 // and a bound that refused newcomers would let such a flood lock real
 // peers out. So at the bound a newcomer displaces a waiting connection:
-// the oldest that has not yet sent a complete hello (a peer sends its
-// hello at once, so these are the silent ones), else the oldest of all.
+// the oldest that has sent nothing (a peer sends its hello at once, so
+// these are the silent ones), else the oldest of all. Sent means a
+// complete hello read, or bytes waiting in the socket: a peer's hello
+// can sit there unread while its goroutine waits for a CPU, and on a
+// loaded machine that wait outlasts a flood's filling of the bound.
 //
 // Invariants:
 //   - At most MaxHandshakes connections are in their handshake at once;
@@ -53,7 +56,7 @@ func (h *handshakes) begin(c net.Conn) *shaking {
 	if len(h.list) >= h.max {
 		i := 0
 		for j, s := range h.list {
-			if !s.hello {
+			if !s.hello && !pending(s.c) {
 				i = j
 				break
 			}

@@ -98,3 +98,56 @@ func TestHandshakeFlood(t *testing.T) {
 		t.Fatalf("no displaced connection logged:\n%.2000s", lb.String())
 	}
 }
+
+// TestHandshakesSpareAnUnreadHello: at the bound, a connection whose
+// hello has arrived but was not read yet (its goroutine still waits for
+// a CPU, as on a loaded machine) is not taken for a silent one; the
+// silent connection behind it is displaced instead. Without the look at
+// the socket the older, speaking one was closed: a flood fast enough to
+// fill the bound in that wait locked a real peer out.
+func TestHandshakesSpareAnUnreadHello(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	// pair returns the server's end of a new connection, after the
+	// client wrote say on it and it arrived (never read here).
+	pair := func(say string) net.Conn {
+		t.Helper()
+		cli, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		srv, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		if say != "" {
+			if _, err := cli.Write([]byte(say)); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(5 * time.Second); !pending(srv); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the client's bytes never reached the server's socket")
+				}
+			}
+		}
+		return srv
+	}
+	h := newHandshakes(2)
+	speaking := h.begin(pair("a hello, not read yet"))
+	silent := h.begin(pair(""))
+	h.begin(pair(""))
+	if h.end(speaking) {
+		t.Fatal("the connection with an unread hello was displaced; the silent one behind it should have been")
+	}
+	if !h.end(silent) {
+		t.Fatal("the silent connection was not displaced")
+	}
+	if _, displaced := h.stats(); displaced != 1 {
+		t.Fatalf("%d displaced, want 1", displaced)
+	}
+}

@@ -204,6 +204,14 @@ type daemonOpts struct {
 	// `ip netns exec` would also give it a mount namespace of its own,
 	// hiding its mount from the test).
 	netns string
+	// ownGroup runs the daemon in a process group of its own, for a
+	// daemon the test stops (SIGSTOP): in the test's group, a stopped
+	// member makes the kernel send SIGHUP and SIGCONT to every member
+	// when the group is orphaned and one of them exits (the test binary
+	// started from a shell that exited, another package's test binary
+	// ending beside it), which resumes the daemon in the middle of its
+	// stall.
+	ownGroup bool
 }
 
 // startDaemon starts `orbitefs mount [--config F] DIR` as a separate
@@ -282,7 +290,7 @@ func startDaemon(t *testing.T, o daemonOpts) *mount {
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	// If the test binary dies without cleanup, the daemon gets SIGTERM
 	// and unmounts itself.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: o.ownGroup}
 	if err := m.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", bin, err)
 	}

@@ -299,8 +299,10 @@ func testCancelOne(t *testing.T, m *mount) {
 	if st := m.state(t, b.n); st != "open" {
 		t.Errorf("batch after cancel 4000: %s", st)
 	}
-	// Find the running task and try to cancel it.
-	out := m.ok(t, fmt.Sprintf(`for i in $(seq 0 40); do s=$(jq -r .state "$M/ctl/batches/%s/tasks/$i"); [ "$s" = running ] && { echo $i; break; }; done; true`, b.n))
+	// Find the running task and try to cancel it: one jq reads the
+	// tasks (41 shells and jq processes in a row took more than the
+	// script's 30 s on a loaded machine while the batch copied).
+	out := m.ok(t, fmt.Sprintf(`cd "$M/ctl/batches/%s/tasks" && jq -rn 'first(inputs | select(.state == "running") | .index) // empty' $(seq 0 40)`, b.n))
 	if i := strings.TrimSpace(out); i != "" {
 		r := m.run(t, fmt.Sprintf(`echo cancel %s > "$M/ctl/batches/%s/ctl"`, i, b.n))
 		// It may have finished in between; then cancel is a no-op.

@@ -310,7 +310,7 @@ echo seal > "$B/ctl"; timeout 5 cat "$B/wait"`, n, dst))
 // still remove the mount (fusectl abort, lazy unmount) and release a
 // shell blocked on it.
 func TestHarnessAbortsHungDaemon(t *testing.T) {
-	m := startDaemon(t, daemonOpts{termWait: time.Second})
+	m := startDaemon(t, daemonOpts{termWait: time.Second, ownGroup: true})
 	m.ok(t, `cat "$M/version" > /dev/null`)
 	m.signal(t, syscall.SIGSTOP)
 	blocked := m.start(t, `exec cat "$M/stats"`)

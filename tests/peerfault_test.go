@@ -724,6 +724,12 @@ func TestPeerFaultRelayAcks(t *testing.T) {
 	rl := startAckRelay(t, f.addrB)
 	a := f.startA(t, "8MiB", "io_timeout = \"2s\"\nkeepalive_interval = \"0s\"\n", rl.ln.Addr().String())
 
+	// Open the lanes before the delay: a lane's handshake, bounded by
+	// io_timeout as a whole, would wait out two delayed answers (1 s of
+	// the 2 s) and leave a loaded machine 1 s for everything else. What
+	// is tested is acks, delayed and lost.
+	batch(t, a, "write", "r", "8MiB", "20s").want(t, "WRITE before the delay", "completed", "applied", 20*time.Second)
+	newData(t, a, "8MiB")
 	rl.set(500*time.Millisecond, false)
 	r := batch(t, a, "write", "r", "8MiB", "20s")
 	r.want(t, "WRITE with acks delayed 500 ms", "completed", "applied", 10*time.Second)
