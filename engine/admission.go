@@ -350,6 +350,24 @@ func (a *admission) returnShare(g *group, i int, got uint64, now time.Time) {
 	a.bw.done(g.bwKey(i), n, got, now)
 }
 
+// rerouted moves owner i's window bytes from the estimate of its old
+// route (from) to its new one's (a failover): the failed attempt counts
+// on its path with nothing moved, and the bytes go back, with what the
+// next attempt moved, where they are now (returnShare). REQUIRES: b.mu.
+func (a *admission) rerouted(g *group, i int, from bwKey) {
+	if !a.rq.Enabled {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if i >= len(g.adm.win) || g.adm.win[i] == 0 {
+		return
+	}
+	now := time.Now()
+	a.bw.done(from, g.adm.win[i], 0, now)
+	a.bw.start(g.bwKey(i), g.adm.win[i], now)
+}
+
 // ownerDone returns owner i's window share as it completes, feeding the
 // bandwidth estimate with the bytes it moved. Safe for any owner; does
 // nothing for one that holds no share.

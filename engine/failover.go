@@ -104,7 +104,9 @@ func (b *Batch) advanceLocked(n int, retry bool) int {
 			continue
 		}
 		t.failovers++
+		from := p.g.bwKey(p.i)
 		p.g.routes[p.i] = next
+		b.e.adm.rerouted(p.g, p.i, from) // its window bytes follow it (admission.go)
 		b.e.st.failovers.Add(1)
 		b.e.log.Info("transport failover", "batch", b.id, "task", p.g.first+p.i, "to", b.e.executor(next).transport(), "after", p.err)
 		g, i := p.g, p.i

@@ -345,3 +345,34 @@ func TestFailoverWriteCleanRejection(t *testing.T) {
 		t.Fatal("the file lacks the device's bytes")
 	}
 }
+
+// TestFailoverKeepsBandwidthBalanced: with the runtime queue on, a task
+// that fails over from cuFile to staging gives back the bytes its window
+// share put in flight on the path that took them (the cuFile one), so
+// once it completes no path shows bytes in flight: none left stuck on
+// gds (its rate would look ever busier), none taken off staged_gpu that
+// it never had (its count wrapping, every later deadline infeasible).
+func TestFailoverKeepsBandwidthBalanced(t *testing.T) {
+	r := newFailoverRig(t, func(c *config.Engine) { c.RuntimeQueue.Enabled = true })
+	r.gds.failReads.Store(1)
+	b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Address: r.dev.BaseAddress(), Length: 256 << 10}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskCompleted || ts.FailoverCount != 1 {
+		t.Fatalf("the read: %+v, want completed after one failover", ts)
+	}
+	bw := r.e.Stats().RuntimeQueue.Bandwidth
+	for _, s := range bw {
+		if s.InflightBytes != 0 {
+			t.Fatalf("bandwidth estimates once the read completed: %+v, want no bytes in flight on any path", bw)
+		}
+	}
+	if len(bw) == 0 {
+		t.Fatal("no bandwidth estimate: the runtime queue granted no window share")
+	}
+}

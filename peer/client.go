@@ -310,7 +310,9 @@ func (c *Conn) getLane(ctx context.Context, n uint64, rq *request) (*lane, error
 		if err := c.Err(); err != nil {
 			return nil, err
 		}
-		if rq.stopped() {
+		if stop, err := rq.stopped(ctx); err != nil {
+			return nil, err
+		} else if stop {
 			return nil, errNotSent
 		}
 		c.lanes.mu.Lock()
@@ -442,12 +444,20 @@ var errNotSent = errors.New("not sent: an earlier slice failed")
 // its slices failed, or a lane died under one of its slices (whose
 // failure its goroutine has not reported yet), the request sends no
 // more slices and dials no new lane for it: its outcome is already a
-// failure, and more frames would only add bytes of unknown effect.
+// failure, and more frames would only add bytes of unknown effect. A
+// lane may also die just after its slice's reply arrived: the slice was
+// applied, so a dead lane only stops the request once its slices there
+// have ended and one of them failed.
 type request struct {
 	failed atomic.Bool
 
-	mu sync.Mutex
-	on map[*lane]int // slices in flight, by lane
+	mu    sync.Mutex
+	on    map[*lane]int // slices in flight, by lane
+	ended chan struct{} // closed (and replaced) when a slice ends
+}
+
+func newRequest() *request {
+	return &request{on: make(map[*lane]int), ended: make(chan struct{})}
 }
 
 func (rq *request) start(l *lane) {
@@ -466,26 +476,40 @@ func (rq *request) end(l *lane, failed bool) {
 	if rq.on[l]--; rq.on[l] == 0 {
 		delete(rq.on, l)
 	}
+	close(rq.ended)
+	rq.ended = make(chan struct{})
 	rq.mu.Unlock()
 }
 
 // stopped says whether the request must send no more slices; a nil
-// request (a lane taken for something else) never is.
-func (rq *request) stopped() bool {
+// request (a lane taken for something else) never is. While a lane
+// died under some of its slices, it waits for them to end (a dead
+// lane's round trips end at once) and tells by their outcome.
+func (rq *request) stopped(ctx context.Context) (bool, error) {
 	if rq == nil {
-		return false
+		return false, nil
 	}
-	if rq.failed.Load() {
-		return true
-	}
-	rq.mu.Lock()
-	defer rq.mu.Unlock()
-	for l := range rq.on {
-		if l.isDead() {
-			return true
+	for {
+		if rq.failed.Load() {
+			return true, nil
+		}
+		rq.mu.Lock()
+		dead := false
+		for l := range rq.on {
+			if l.isDead() {
+				dead = true
+				break
+			}
+		}
+		ended := rq.ended
+		rq.mu.Unlock()
+		if !dead {
+			return false, nil
+		}
+		if err := wait(ctx, ended); err != nil {
+			return true, err
 		}
 	}
-	return false
 }
 
 // Read copies len(dst) bytes at off of the peer's region into dst. On
@@ -513,7 +537,7 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 		res[i] = Slice{Offset: p.off, Len: p.n, Effect: EffectNone, Err: errNotSent}
 	}
 	var next atomic.Int64
-	rq := &request{on: make(map[*lane]int)}
+	rq := newRequest()
 	var wg sync.WaitGroup
 	// As many slices in flight as the lanes pipeline: a request cut into
 	// more slices than lanes keeps every lane busy across its round trips.

@@ -120,14 +120,17 @@ func (g *Gate) read(c net.Conn, p []byte) (int, error) {
 	return n, nil
 }
 
-// writev writes bufs whole to c; a bulk frame's system calls each run
-// in a slot. It returns how many bytes went out.
-func (g *Gate) writev(c net.Conn, bufs ...[]byte) (int64, error) {
-	total := 0
-	for _, b := range bufs {
-		total += len(b)
+// writev writes a frame's head (header and metadata) and its payload
+// whole to c; the system calls of a bulk payload's frame each run in a
+// slot (the head does not count: a frame of SmallFrame payload bytes is
+// small). It returns how many bytes went out.
+func (g *Gate) writev(c net.Conn, head, payload []byte) (int64, error) {
+	bufs := [][]byte{head}
+	if len(payload) > 0 {
+		bufs = append(bufs, payload)
 	}
-	rc := g.rawConn(c, total)
+	total := len(head) + len(payload)
+	rc := g.rawConn(c, len(payload))
 	if rc == nil {
 		nb := net.Buffers(bufs)
 		return nb.WriteTo(c)

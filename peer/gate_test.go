@@ -3,6 +3,7 @@ package peer
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -127,7 +128,7 @@ func TestGateReleasedAcrossWaits(t *testing.T) {
 	defer drained() // a failed test still ends: the stuck write completes
 	stuck := make(chan error, 1)
 	go func() {
-		_, err := g.writev(stuckA, pattern(big, 1))
+		_, err := g.writev(stuckA, nil, pattern(big, 1))
 		stuck <- err
 	}()
 	<-entered
@@ -135,7 +136,7 @@ func TestGateReleasedAcrossWaits(t *testing.T) {
 	got := readAll(b, 1<<20)
 	done := make(chan error, 1)
 	go func() {
-		_, err := g.writev(a, pattern(1<<20, 2))
+		_, err := g.writev(a, nil, pattern(1<<20, 2))
 		done <- err
 	}()
 	select {
@@ -159,66 +160,85 @@ func TestGateReleasedAcrossWaits(t *testing.T) {
 }
 
 // A bulk payload read (server) or write (client) held in the only slot
-// of its side's gate does not hold up a 4 KiB WRITE on the small lane:
-// small frames never take a slot.
+// of its side's gate does not hold up a small request (a 4 KiB one, or
+// one of exactly SmallFrame, header and metadata besides) on the small
+// lane, a WRITE or a READ: small frames never take a slot.
 func TestSmallPassesHeldGate(t *testing.T) {
 	for _, side := range []string{"client", "server"} {
-		t.Run(side, func(t *testing.T) {
-			var exp memExports
-			r := exp.add(1, "kv", 2<<20, wire.PermReadWrite)
-			g := newGate(1)
-			held, release := make(chan struct{}), make(chan struct{})
-			var once sync.Once
-			g.held = func(n int) {
-				if n >= 512<<10 { // the 1 MiB payload, not the 4 KiB one
-					once.Do(func() { close(held); <-release })
-				}
+		for _, op := range []string{"write", "read"} {
+			for _, size := range []int{4096, SmallFrame} {
+				t.Run(fmt.Sprintf("%s/%s/%d", side, op, size), func(t *testing.T) {
+					testSmallPassesHeldGate(t, side, op, size)
+				})
 			}
-			scfg := ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice}
-			ccfg := Config{Name: "cli", Key: testKey, Lanes: 1, IOTimeout: 10 * time.Second}
-			if side == "client" {
-				ccfg.Gate = g
-			} else {
-				scfg.Gate = g
-			}
-			s := NewServer(scfg, &exp)
-			if err := s.Listen("127.0.0.1:0"); err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
-			c, err := Dial(context.Background(), addrOf(s), ccfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			big := pattern(1<<20, 1)
-			var wg sync.WaitGroup
-			var bigErr error
-			wg.Go(func() { bigErr = c.Write(context.Background(), "kv", 0, big) })
-			<-held
-			small := pattern(4096, 3)
-			smallDone := make(chan error, 1)
-			go func() { smallDone <- c.Write(context.Background(), "kv", 1<<20, small) }()
-			select {
-			case err = <-smallDone:
-			case <-time.After(10 * time.Second):
-				close(release)
-				wg.Wait()
-				<-smallDone
-				t.Fatalf("a 4 KiB write waited while the %s's bulk copy held the only slot", side)
-			}
-			close(release)
-			wg.Wait()
-			if err != nil {
-				t.Fatalf("a 4 KiB write while the %s's bulk copy holds the only slot: %v", side, err)
-			}
-			if bigErr != nil {
-				t.Fatalf("the 1 MiB write: %v", bigErr)
-			}
-			b := r.bytes()
-			if !bytes.Equal(b[:1<<20], big) || !bytes.Equal(b[1<<20:1<<20+4096], small) {
-				t.Fatal("the region's bytes differ from those written")
-			}
-		})
+		}
+	}
+}
+
+func testSmallPassesHeldGate(t *testing.T, side, op string, size int) {
+	var exp memExports
+	r := exp.add(1, "kv", 2<<20, wire.PermReadWrite)
+	g := newGate(1)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	g.held = func(n int) {
+		if n >= 512<<10 { // the 1 MiB payload, not the small one
+			once.Do(func() { close(held); <-release })
+		}
+	}
+	scfg := ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice}
+	ccfg := Config{Name: "cli", Key: testKey, Lanes: 1, IOTimeout: 10 * time.Second}
+	if side == "client" {
+		ccfg.Gate = g
+	} else {
+		scfg.Gate = g
+	}
+	s := NewServer(scfg, &exp)
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, err := Dial(context.Background(), addrOf(s), ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big := pattern(1<<20, 1)
+	var wg sync.WaitGroup
+	var bigErr error
+	wg.Go(func() { bigErr = c.Write(context.Background(), "kv", 0, big) })
+	<-held
+	small := pattern(size, 3)
+	smallDone := make(chan error, 1)
+	go func() {
+		if op == "write" {
+			smallDone <- c.Write(context.Background(), "kv", 1<<20, small)
+			return
+		}
+		smallDone <- c.Read(context.Background(), "kv", 1<<20, small)
+	}()
+	select {
+	case err = <-smallDone:
+	case <-time.After(10 * time.Second):
+		close(release)
+		wg.Wait()
+		<-smallDone
+		t.Fatalf("a %d-byte %s waited while the %s's bulk copy held the only slot", size, op, side)
+	}
+	close(release)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("a %d-byte %s while the %s's bulk copy holds the only slot: %v", size, op, side, err)
+	}
+	if bigErr != nil {
+		t.Fatalf("the 1 MiB write: %v", bigErr)
+	}
+	want := small
+	if op == "read" {
+		want = make([]byte, size) // the region's bytes there were never written
+	}
+	b := r.bytes()
+	if !bytes.Equal(b[:1<<20], big) || !bytes.Equal(small, want) || !bytes.Equal(b[1<<20:1<<20+size], want) {
+		t.Fatal("the bytes differ from those written")
 	}
 }

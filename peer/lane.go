@@ -236,11 +236,7 @@ func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 	}
 	l.frames.Add(1)
 	l.head = req.Append(l.head[:0])
-	bufs := [][]byte{l.head}
-	if len(req.Payload) > 0 {
-		bufs = append(bufs, req.Payload)
-	}
-	n, err := l.gate.writev(l.c, bufs...)
+	n, err := l.gate.writev(l.c, l.head, req.Payload)
 	l.cnt.sent.Add(uint64(n))
 	if err != nil {
 		return n > 0, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)

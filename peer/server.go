@@ -586,11 +586,8 @@ func (s *Server) sendReply(c net.Conn, cnt *counters, h *wire.Header, reply *wir
 	case wire.TypeError:
 		cnt.errors.Add(1)
 	}
-	bufs := [][]byte{reply.Append(make([]byte, 0, wire.HeaderLen+len(reply.Meta)))}
-	if len(reply.Payload) > 0 {
-		bufs = append(bufs, reply.Payload)
-	}
-	if _, err := s.cfg.Gate.writev(c, bufs...); err != nil {
+	head := reply.Append(make([]byte, 0, wire.HeaderLen+len(reply.Meta)))
+	if _, err := s.cfg.Gate.writev(c, head, reply.Payload); err != nil {
 		return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
 	}
 	s.bytesOut.Add(uint64(len(reply.Payload)))
