@@ -13,7 +13,19 @@
 // beside a 64 MiB stream. Bulk goroutines waiting for a slot are
 // parked, not runnable, so one P runs dry and polls.
 //
+// The gate is engaged only while a small READ or WRITE is about: one is
+// in flight in the process (client), or one ended or was answered
+// within the last gateLinger. Otherwise bulk copies pass without a
+// slot: holding a P idle costs a bulk-only process its thread
+// wake-ups (every goroutine made runnable wakes the idle P's thread,
+// which polls, finds nothing and sleeps again: about twice the futex
+// and epoll_pwait calls per GiB), and there is no small request for the
+// idle P to notice.
+//
 // Invariants:
+//   - While the gate is engaged, at most its slot count of bulk system
+//     calls run at once; whether it is engaged is decided at each system
+//     call, so a copy under way is gated from its next call on.
 //   - A slot is held for one non-blocking system call and nothing else:
 //     a call that would block (EAGAIN) gives its slot back before it
 //     waits for the socket, so a slot is never held across a network
@@ -31,7 +43,9 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,6 +55,12 @@ import (
 // a nil Gate in Config or ServerConfig makes one of their own.
 type Gate struct {
 	slots chan struct{}
+	base  time.Time    // the origin of until
+	small atomic.Int64 // small round trips in flight (client)
+	until atomic.Int64 // engaged until then (nanoseconds since base)
+	// linger is how long the gate stays engaged after a small round
+	// trip (gateLinger; tests set their own).
+	linger time.Duration
 	// waiting and held, when set (tests), run when a copy finds no free
 	// slot, and in a slot before its system call with the bytes it may
 	// copy.
@@ -48,10 +68,66 @@ type Gate struct {
 	held    func(n int)
 }
 
+// gateLinger is how long a small round trip keeps the gate engaged
+// after it: long enough to span the gap between a client's small
+// requests at a steady rate (and so to be engaged before a server
+// reads the next one), short enough that a bulk-only process is
+// soon ungated.
+const gateLinger = 250 * time.Millisecond
+
 // NewGate makes a gate of GOMAXPROCS-1 slots (at least 1), read now.
 func NewGate() *Gate { return newGate(max(1, runtime.GOMAXPROCS(0)-1)) }
 
-func newGate(n int) *Gate { return &Gate{slots: make(chan struct{}, n)} }
+func newGate(n int) *Gate {
+	return &Gate{slots: make(chan struct{}, n), base: time.Now(), linger: gateLinger}
+}
+
+// smallBegin and smallEnd bracket a small round trip on the client: the
+// gate is engaged from before its request goes out until linger after
+// its reply is in, so the reply is noticed at once.
+func (g *Gate) smallBegin() {
+	if g != nil {
+		g.small.Add(1)
+	}
+}
+
+func (g *Gate) smallEnd() {
+	if g != nil {
+		g.smallSeen()
+		g.small.Add(-1)
+	}
+}
+
+// smallSeen engages the gate for linger from now: a server answered a
+// small request, and the next is likely near.
+func (g *Gate) smallSeen() {
+	if g == nil {
+		return
+	}
+	t := int64(time.Since(g.base) + g.linger)
+	for {
+		old := g.until.Load()
+		if old >= t || g.until.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+// engaged says whether bulk copies take a slot now.
+func (g *Gate) engaged() bool {
+	return g.small.Load() > 0 || int64(time.Since(g.base)) < g.until.Load()
+}
+
+// gated runs call in a slot while the gate is engaged, else at once.
+func (g *Gate) gated(n int, call func()) {
+	if !g.engaged() {
+		call()
+		return
+	}
+	g.enter(n)
+	call()
+	g.leave()
+}
 
 func (g *Gate) enter(n int) {
 	select {
@@ -86,7 +162,8 @@ func (g *Gate) rawConn(c net.Conn, n int) syscall.RawConn {
 	return rc
 }
 
-// read is c.Read(p), each system call of a bulk p in a slot.
+// read is c.Read(p), each system call of a bulk p in a slot while the
+// gate is engaged.
 func (g *Gate) read(c net.Conn, p []byte) (int, error) {
 	rc := g.rawConn(c, len(p))
 	if rc == nil {
@@ -96,9 +173,7 @@ func (g *Gate) read(c net.Conn, p []byte) (int, error) {
 	var serr error
 	err := rc.Read(func(fd uintptr) bool {
 		for {
-			g.enter(len(p))
-			n, serr = unix.Read(int(fd), p)
-			g.leave()
+			g.gated(len(p), func() { n, serr = unix.Read(int(fd), p) })
 			switch serr {
 			case unix.EINTR:
 				continue
@@ -122,7 +197,7 @@ func (g *Gate) read(c net.Conn, p []byte) (int, error) {
 
 // writev writes a frame's head (header and metadata) and its payload
 // whole to c; the system calls of a bulk payload's frame each run in a
-// slot (the head does not count: a frame of SmallFrame payload bytes is
+// slot while the gate is engaged (the head does not count: a frame of SmallFrame payload bytes is
 // small). It returns how many bytes went out.
 func (g *Gate) writev(c net.Conn, head, payload []byte) (int64, error) {
 	bufs := [][]byte{head}
@@ -139,9 +214,9 @@ func (g *Gate) writev(c net.Conn, head, payload []byte) (int64, error) {
 	var serr error
 	err := rc.Write(func(fd uintptr) bool {
 		for len(bufs) > 0 {
-			g.enter(total - int(sent))
-			n, err := unix.Writev(int(fd), bufs)
-			g.leave()
+			var n int
+			var err error
+			g.gated(total-int(sent), func() { n, err = unix.Writev(int(fd), bufs) })
 			if n > 0 {
 				sent += int64(n)
 				bufs = consume(bufs, n)

@@ -57,6 +57,8 @@ func readAll(c net.Conn, n int) chan []byte {
 // first is done; both arrive whole.
 func TestGateBoundsBulkCopies(t *testing.T) {
 	g := newGate(1)
+	g.smallBegin() // a small round trip in flight engages the gate
+	defer g.smallEnd()
 	held, waiting, release := make(chan struct{}, 2), make(chan struct{}, 1), make(chan struct{})
 	var once sync.Once
 	g.held = func(int) {
@@ -111,6 +113,8 @@ func TestGateBoundsBulkCopies(t *testing.T) {
 // nothing does not stop a write on another connection.
 func TestGateReleasedAcrossWaits(t *testing.T) {
 	g := newGate(1)
+	g.smallBegin()
+	defer g.smallEnd()
 	entered := make(chan struct{}, 1)
 	g.held = func(int) {
 		select {
@@ -179,6 +183,7 @@ func testSmallPassesHeldGate(t *testing.T, side, op string, size int) {
 	var exp memExports
 	r := exp.add(1, "kv", 2<<20, wire.PermReadWrite)
 	g := newGate(1)
+	g.linger = time.Hour // engaged by the first small WRITE below, for the test
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	g.held = func(n int) {
@@ -203,11 +208,20 @@ func testSmallPassesHeldGate(t *testing.T, side, op string, size int) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// A small WRITE engages the gate of each side: the client's as its
+	// round trip ends, the server's as it answers.
+	if err := c.Write(context.Background(), "kv", 1<<20+SmallFrame, pattern(16, 4)); err != nil {
+		t.Fatal(err)
+	}
 	big := pattern(1<<20, 1)
 	var wg sync.WaitGroup
 	var bigErr error
 	wg.Go(func() { bigErr = c.Write(context.Background(), "kv", 0, big) })
-	<-held
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the %s's bulk copy never took a slot after a small round trip", side)
+	}
 	small := pattern(size, 3)
 	smallDone := make(chan error, 1)
 	go func() {
@@ -240,5 +254,76 @@ func testSmallPassesHeldGate(t *testing.T, side, op string, size int) {
 	b := r.bytes()
 	if !bytes.Equal(b[:1<<20], big) || !bytes.Equal(small, want) || !bytes.Equal(b[1<<20:1<<20+size], want) {
 		t.Fatal("the bytes differ from those written")
+	}
+}
+
+// Bulk copies take a slot only while the gate is engaged: with the only
+// slot taken and no small round trip about, a bulk write goes at once; a
+// small round trip in flight (client) or answered within linger
+// (server) makes the next one wait for the slot; once linger has passed
+// after it, bulk writes go at once again.
+func TestGateEngagedBySmall(t *testing.T) {
+	g := newGate(1)
+	g.linger = 200 * time.Millisecond
+	waiting := make(chan struct{}, 1)
+	g.waiting = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	g.slots <- struct{}{} // the only slot, taken
+	write := func(i int) chan error {
+		a, b := tcpPair(t)
+		got := readAll(b, 1<<20)
+		done := make(chan error, 1)
+		go func() {
+			_, err := g.writev(a, nil, pattern(1<<20, byte(i)))
+			if err == nil && !bytes.Equal(<-got, pattern(1<<20, byte(i))) {
+				err = fmt.Errorf("write %d: the bytes received differ from those written", i)
+			}
+			done <- err
+		}()
+		return done
+	}
+	passes := func(when string, i int) {
+		t.Helper()
+		select {
+		case err := <-write(i):
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-waiting:
+			<-g.slots // let it go: a copy waiting in the gate holds its socket open
+			t.Fatalf("%s, a bulk write waited for a slot", when)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s, a bulk write neither went nor waited", when)
+		}
+	}
+	passes("with no small round trip about", 1)
+	for i, c := range []struct {
+		name           string
+		engage, settle func()
+	}{
+		{"in flight", g.smallBegin, g.smallEnd},
+		{"answered", g.smallSeen, func() {}},
+	} {
+		c.engage()
+		done := write(10 + i)
+		select {
+		case <-waiting:
+		case err := <-done:
+			t.Fatalf("a small round trip %s: a bulk write went without a slot (err %v)", c.name, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("a small round trip %s: a bulk write neither went nor waited", c.name)
+		}
+		<-g.slots // the slot is free: the waiting write goes
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		g.slots <- struct{}{}
+		c.settle()
+		time.Sleep(g.linger + 50*time.Millisecond)
+		passes(fmt.Sprintf("linger after a small round trip %s", c.name), 20+i)
 	}
 }

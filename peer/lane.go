@@ -195,13 +195,19 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	// context's deadline cuts the frame by closing the lane: the only way
 	// to stop a socket write or read already under way.
 	stop := context.AfterFunc(ctx, func() { l.kill(fmt.Errorf("request %d: %w", req.ID, ctx.Err())) })
+	small := len(req.Payload) <= SmallFrame && len(dst) <= SmallFrame
+	if small && (req.Type == wire.TypeRead || req.Type == wire.TypeWrite) {
+		// The process's bulk copies leave a P free for this reply.
+		l.gate.smallBegin()
+		defer l.gate.smallEnd()
+	}
 	t0 := time.Now()
 	posted, err = l.send(req)
 	if err != nil {
 		l.kill(err)
 	}
 	<-cl.done
-	if err == nil && cl.err == nil && len(req.Payload) <= SmallFrame && len(dst) <= SmallFrame {
+	if err == nil && cl.err == nil && small {
 		l.cnt.sample(time.Since(t0))
 	}
 	cancelled := !stop()

@@ -586,6 +586,10 @@ func (s *Server) sendReply(c net.Conn, cnt *counters, h *wire.Header, reply *wir
 	case wire.TypeError:
 		cnt.errors.Add(1)
 	}
+	if (h.Type == wire.TypeRead || h.Type == wire.TypeWrite) && h.PayloadLen <= SmallFrame && len(reply.Payload) <= SmallFrame {
+		// A small request: engage the gate for the next (gate.go).
+		s.cfg.Gate.smallSeen()
+	}
 	head := reply.Append(make([]byte, 0, wire.HeaderLen+len(reply.Meta)))
 	if _, err := s.cfg.Gate.writev(c, head, reply.Payload); err != nil {
 		return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
