@@ -235,7 +235,8 @@ func (c *Conn) Regions() []wire.Descriptor {
 // Refresh fetches the region descriptors again.
 func (c *Conn) Refresh(ctx context.Context) error {
 	var rs wire.Regions
-	q := wire.RegionsQuery{Host: c.cfg.Host}
+	// CapIPCMap: this client announces its CUDA IPC mappings (ipc.go).
+	q := wire.RegionsQuery{Host: c.cfg.Host, Caps: wire.CapIPCMap}
 	if err := c.controlFrame(ctx, "regions", &wire.Frame{Type: wire.TypeRegions, Meta: q.Marshal()}, wire.TypeRegionsOK, &rs); err != nil {
 		return err
 	}
