@@ -111,15 +111,39 @@ func TestIPCCopyWaitsForMapAck(t *testing.T) {
 	}
 }
 
+// olderRemote is a Remote that cannot announce mappings (a peer
+// transport from before the announcements): only engine.Remote and its
+// health.
+type olderRemote struct{ engine.Remote }
+
+func (r olderRemote) Err() error { return r.Remote.(*fakeRemote).Err() }
+
 // TestIPCNoMappingWithoutAnnouncer: a Remote that cannot tell its
-// exporter (an older peer) never gets a mapping: its requests keep TCP.
+// exporter never gets a mapping, and one whose exporter refuses the
+// announcement neither: their requests keep TCP.
 func TestIPCNoMappingWithoutAnnouncer(t *testing.T) {
-	f := newIPCFixture(t, 1)
-	f.remote.exporter = nil
-	if tr := ipcWrite(t, f); tr != engine.TransportTCP {
-		t.Fatalf("WRITE over %v, want tcp", tr)
-	}
-	if f.gpu.importTries.Load() != 0 || f.gpu.dtods.Load() != 0 {
-		t.Fatalf("%d imports, %d copies without an acknowledged mapping", f.gpu.importTries.Load(), f.gpu.dtods.Load())
-	}
+	t.Run("older transport", func(t *testing.T) {
+		f := newIPCFixture(t, 1)
+		seg, err := f.e.OpenRemoteSegment("tcp://127.0.0.1:1/kv2", olderRemote{f.remote}, engine.PermReadWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.seg = seg
+		if tr := ipcWrite(t, f); tr != engine.TransportTCP {
+			t.Fatalf("WRITE over %v, want tcp", tr)
+		}
+		if f.gpu.importTries.Load() != 0 || f.gpu.dtods.Load() != 0 || f.remote.exporter.maps.Load() != 0 {
+			t.Fatalf("%d imports, %d copies without an announcer", f.gpu.importTries.Load(), f.gpu.dtods.Load())
+		}
+	})
+	t.Run("exporter refuses", func(t *testing.T) {
+		f := newIPCFixture(t, 1)
+		f.remote.exporter = nil
+		if tr := ipcWrite(t, f); tr != engine.TransportTCP {
+			t.Fatalf("WRITE over %v, want tcp", tr)
+		}
+		if f.gpu.importTries.Load() != 0 || f.gpu.dtods.Load() != 0 {
+			t.Fatalf("%d imports, %d copies without an acknowledged mapping", f.gpu.importTries.Load(), f.gpu.dtods.Load())
+		}
+	})
 }
