@@ -67,11 +67,11 @@ func (r *Region) ipcBusyLocked() error {
 	holders := make([]string, 0, len(r.mu.ipc))
 	total := 0
 	for h, n := range r.mu.ipc {
-		holders = append(holders, fmt.Sprintf("%s (%d)", h, n))
+		holders = append(holders, fmt.Sprintf("%s holds %d", h, n))
 		total += n
 	}
 	sort.Strings(holders)
 	return errorf(KindBusy, "unregister", r.name(),
-		"%d CUDA IPC mapping(s) of its device memory are held by peer(s) %s, which copy into it directly: close their segments first",
+		"peers map its device memory through CUDA IPC and may copy into it (%d mapping(s): %s): close their segments first",
 		total, strings.Join(holders, ", "))
 }
