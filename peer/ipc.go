@@ -26,6 +26,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -79,6 +80,14 @@ func (s *Server) regions(host, client string, caps wire.Caps) *wire.Regions {
 		rs.List = append(rs.List, d)
 	}
 	return &rs
+}
+
+// olderServer reports whether err is a server's refusal of a regions
+// query that names capabilities: a server from before them decodes the
+// query strictly and refuses its trailing bytes (ending the connection).
+func olderServer(err error) bool {
+	var r *remoteError
+	return errors.As(err, &r) && r.m.Code == wire.CodeCorrupt && strings.Contains(r.m.Message, "trailing bytes after regions query")
 }
 
 // remoteIPC describes d's CUDA IPC export to the engine, or nil.

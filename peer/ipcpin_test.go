@@ -195,3 +195,26 @@ func TestIPCMapRefused(t *testing.T) {
 		t.Fatalf("the connection did not survive the refusals: %v", err)
 	}
 }
+
+// TestIPCOlderServer: a server from before the capabilities refuses a
+// query naming them; the client dials it again without them and reaches
+// its regions over TCP, with no handle.
+func TestIPCOlderServer(t *testing.T) {
+	s, _, _ := ipcPinServer(t, time.Hour)
+	s.olderRegions = true
+	conn, err := Dial(context.Background(), s.Addr().String(), Config{Name: "cli", Key: testKey, IOTimeout: 10 * time.Second, Host: "host-a"})
+	if err != nil {
+		t.Fatalf("dialing an older server: %v", err)
+	}
+	defer conn.Close()
+	r, err := OpenRemote(context.Background(), conn, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Info().IPC != nil {
+		t.Fatal("a CUDA IPC handle from a server that cannot record who maps it")
+	}
+	if _, err := r.WriteAt(context.Background(), []byte("tcp"), 0); err != nil {
+		t.Fatalf("WRITE over TCP to the older server: %v", err)
+	}
+}

@@ -163,6 +163,9 @@ type Server struct {
 	// hook, when set (tests), runs at the named points of a WRITE with the
 	// request's header and the connection, and may close it.
 	hook func(point hookPoint, h *wire.Header, c net.Conn)
+	// olderRegions, when set (tests), refuses a regions query that names
+	// capabilities as a server from before them does.
+	olderRegions bool
 	// ipcDropped, when set (tests), runs after a finished session's CUDA
 	// IPC mappings were released.
 	ipcDropped func(holder string)
@@ -504,6 +507,9 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, ss *session) error {
 			var q wire.RegionsQuery
 			if err := q.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
+			}
+			if s.olderRegions && q.Caps != 0 {
+				return s.refuseFrame(c, &h, fmt.Errorf("%w: 8 trailing bytes after regions query", wire.ErrCorrupt))
 			}
 			rs := s.regions(q.Host, hello.Name, q.Caps)
 			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
