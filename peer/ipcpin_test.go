@@ -22,8 +22,9 @@ import (
 
 // ipcPinServer serves region "g" (cuda:0, read_write, id 1) with a CUDA
 // IPC handle on host "host-a", releasing a finished session's mappings
-// grace after it ended; dropped gets each released holder.
-func ipcPinServer(t *testing.T, grace time.Duration) (*Server, *ipcExports, chan string) {
+// grace after it ended; dropped gets each released holder; older: it
+// refuses regions queries with capabilities, as a server before them.
+func ipcPinServer(t *testing.T, grace time.Duration, older ...bool) (*Server, *ipcExports, chan string) {
 	t.Helper()
 	mx := &memExports{}
 	mx.add(1, "g", 4096, wire.PermReadWrite).d.Location = "cuda:0"
@@ -32,6 +33,7 @@ func ipcPinServer(t *testing.T, grace time.Duration) (*Server, *ipcExports, chan
 		Host: "host-a", IPCReleaseGrace: grace, Logger: slog.New(slog.NewTextHandler(&logBuf{}, nil))}, exp)
 	dropped := make(chan string, 4)
 	s.ipcDropped = func(h string) { dropped <- h }
+	s.olderRegions = len(older) > 0 && older[0]
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -200,8 +202,7 @@ func TestIPCMapRefused(t *testing.T) {
 // query naming them; the client dials it again without them and reaches
 // its regions over TCP, with no handle.
 func TestIPCOlderServer(t *testing.T) {
-	s, _, _ := ipcPinServer(t, time.Hour)
-	s.olderRegions = true
+	s, _, _ := ipcPinServer(t, time.Hour, true)
 	conn, err := Dial(context.Background(), s.Addr().String(), Config{Name: "cli", Key: testKey, IOTimeout: 10 * time.Second, Host: "host-a"})
 	if err != nil {
 		t.Fatalf("dialing an older server: %v", err)
