@@ -17,6 +17,7 @@
 //     the server holds the region (engine.Region.HoldIPC: rmdir is
 //     EBUSY) while any client maps it. An older client gets no handle
 //     and reaches the region over TCP.
+//   - A session maps only regions whose handle it was sent.
 //   - A session's mappings are held until it unmaps them or, when its
 //     control connection ends, for IPCReleaseGrace more: a copy the
 //     client queued before the connection ended may still be running on
@@ -120,8 +121,9 @@ func (r *Remote) Err() error {
 
 // ipcHolds are one session's CUDA IPC mappings, by descriptor id.
 type ipcHolds struct {
-	holder string // how the region's refusals name the session
-	maps   map[uint64]*ipcHold
+	holder  string // how the region's refusals name the session
+	maps    map[uint64]*ipcHold
+	offered map[uint64]bool // regions whose handle the session was sent
 }
 
 // ipcHold is a session's mappings of one region.
@@ -134,6 +136,22 @@ type ipcHold struct {
 // ipcHolder names a session in an exporter's refusals and listings.
 func ipcHolder(ss *session) string {
 	return fmt.Sprintf("%s (epoch %016x, session %d)", ss.name, ss.epoch, ss.id)
+}
+
+// offeredIPC notes the regions whose handle rs hands the session: only
+// those may it map (a client that got no handle has nothing to map, and
+// must not hold the region).
+func (s *Server) offeredIPC(ss *session, rs *wire.Regions) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, d := range rs.List {
+		if d.IPC != nil {
+			if ss.ipc.offered == nil {
+				ss.ipc.offered = map[uint64]bool{}
+			}
+			ss.ipc.offered[d.ID] = true
+		}
+	}
 }
 
 // serveIPC records a mapping (TypeIPCMap) or its end (TypeIPCUnmap) for
@@ -154,7 +172,7 @@ func (s *Server) serveIPC(t wire.Type, meta []byte, ss *session, reply *wire.Fra
 	if hs.maps == nil {
 		hs.holder, hs.maps = ipcHolder(ss), map[uint64]*ipcHold{}
 	}
-	h := hs.maps[m.Region]
+	h, offered := hs.maps[m.Region], hs.offered[m.Region]
 	s.mu.Unlock()
 	if t == wire.TypeIPCUnmap {
 		if h == nil {
@@ -176,6 +194,8 @@ func (s *Server) serveIPC(t wire.Type, meta []byte, ss *session, reply *wire.Fra
 		return refuse(wire.CodeNotFound, "no exported region with id %d (unregistered, or a descriptor from before a restart)", m.Region)
 	case x.HoldIPC == nil || x.ReleaseIPC == nil || x.IPCHandle == nil || x.Perm != wire.PermReadWrite:
 		return refuse(wire.CodeDenied, "region %q (%s, exported %s) has no CUDA IPC handle to map", x.Name, x.Location, x.Perm)
+	case !offered:
+		return refuse(wire.CodeDenied, "region %q: this session was not sent its CUDA IPC handle (another host, or no capability to announce mappings)", x.Name)
 	}
 	if err := x.HoldIPC(hs.holder); err != nil {
 		return refuse(wire.CodeNotFound, "region %q: %v", x.Name, err)

@@ -219,3 +219,21 @@ func TestIPCOlderServer(t *testing.T) {
 		t.Fatalf("WRITE over TCP to the older server: %v", err)
 	}
 }
+
+// TestIPCMapOnlyWhatWasOffered: a client that was sent no handle (it is
+// on another host) cannot hold the region with a map request.
+func TestIPCMapOnlyWhatWasOffered(t *testing.T) {
+	s, exp, _ := ipcPinServer(t, time.Hour)
+	conn, err := Dial(context.Background(), s.Addr().String(), Config{Name: "far", Key: testKey, IOTimeout: 10 * time.Second, Host: "host-b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	err = conn.request(context.Background(), "ipc map", wire.TypeIPCMap, (&wire.IPCMap{Region: 1}).Marshal(), wire.TypeIPCAck, noMeta{})
+	if !errors.Is(err, engine.ErrPermission) {
+		t.Fatalf("map without the handle: %v, want denied", err)
+	}
+	if h := exp.held(); len(h) != 0 {
+		t.Fatalf("held by a client that was sent no handle: %v", h)
+	}
+}

@@ -512,6 +512,7 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, ss *session) error {
 				return s.refuseFrame(c, &h, fmt.Errorf("%w: 8 trailing bytes after regions query", wire.ErrCorrupt))
 			}
 			rs := s.regions(q.Host, hello.Name, q.Caps)
+			s.offeredIPC(ss, rs)
 			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
 			if len(reply.Meta) > wire.MaxMetaLen {
 				// A frame the client would refuse as corrupt: say why.
