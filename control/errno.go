@@ -41,7 +41,7 @@ var kindTable = []ErrnoRow{
 	{engine.KindExists, syscall.EEXIST, "EEXIST", "name already taken"},
 	{engine.KindPermission, syscall.EACCES, "EACCES", "permission denied: segment permission, file outside mount.allowed_roots, a file the caller may not open, another user's memory, segment or batch, ctl/engine for anyone but the daemon's user and root, a QoS priority above its contract's max_priority, txn opened other than read-write"},
 	{engine.KindExhausted, syscall.EAGAIN, "EAGAIN", "resource exhausted: engine limits, batch capacity, in-flight caps, mount.max_buffered_document_bytes (retry the write)"},
-	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer, running task cannot be cancelled, txn document before the previous status was read"},
+	{engine.KindBusy, syscall.EBUSY, "EBUSY", "busy: batch has queued or running work, segment draining, memory loaned to a transfer or mapped by a peer through CUDA IPC, running task cannot be cancelled, txn document before the previous status was read"},
 	{engine.KindUnavailable, syscall.EOPNOTSUPP, "EOPNOTSUPP", "unavailable: transport or memory location not built (gds, pinned, cuda:N) or not supported by the kernel"},
 	{engine.KindTimeout, syscall.ETIMEDOUT, "ETIMEDOUT", "deadline passed, deadline infeasible, segment close did not drain within mount.close_timeout, a segment's filesystem did not answer within engine.store_call_timeout"},
 	{engine.KindTooLarge, syscall.EFBIG, "EFBIG", "too large: document over mount.max_document_bytes, vector over max_vector_elements, submission over max_batch_requests descriptors, request over max_transfer_bytes"},

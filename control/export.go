@@ -77,3 +77,10 @@ func (m *Memory) InPlace(off int64, n int, f func(b []byte) error) (bool, error)
 // IPCHandle is a cuda:N registration's CUDA IPC handle, for a peer on
 // this host.
 func (m *Memory) IPCHandle() ([]byte, error) { return m.region.IPCHandle() }
+
+// HoldIPC records a peer's CUDA IPC mapping of the registration: rmdir
+// is EBUSY, naming holder, until ReleaseIPC returns it.
+func (m *Memory) HoldIPC(holder string) error { return m.region.HoldIPC(holder) }
+
+// ReleaseIPC returns n of holder's mappings (all when n <= 0).
+func (m *Memory) ReleaseIPC(holder string, n int) { m.region.ReleaseIPC(holder, n) }

@@ -199,7 +199,7 @@ func (s *Service) MemoryInfo(m *Memory) ([]byte, error) {
 		return nil, s.fail(m.scope("info"), notFound("memory %q was unregistered", m.Name))
 	}
 	return marshal(MemoryInfo{Name: m.Name, Location: m.Location, BaseAddress: m.region.BaseAddress(),
-		Bytes: m.region.Len(), Shm: m.region.SharedPath(), Export: m.Export}), nil
+		Bytes: m.region.Len(), Shm: m.region.SharedPath(), Export: m.Export, CUDAIPCMappings: m.region.IPCMappings()}), nil
 }
 
 // ReadMemory copies region bytes at off into p; at or past the end it

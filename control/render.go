@@ -140,6 +140,9 @@ type MemoryInfo struct {
 	Bytes       uint64 `json:"bytes"`
 	Shm         string `json:"shm,omitempty"`
 	Export      string `json:"export"`
+	// CUDAIPCMappings are the peers' CUDA IPC mappings of a cuda:N
+	// export, by peer session; rmdir is EBUSY while any is held.
+	CUDAIPCMappings map[string]int `json:"cuda_ipc_mappings,omitempty"`
 }
 
 // SegmentInfoJSON is /segments/<name>/info: the engine's info plus the

@@ -7,9 +7,11 @@ package engine_test
 // (hang, slowCopy, failEvent through the events); dma skips the bytes.
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,7 +133,58 @@ func (f *fakeRemote) exportIPC(t *testing.T, e *engine.Engine, n int) *engine.Re
 	}
 	f.data = hostBytes(uintptr(exp.BaseAddress()), uint64(n))
 	f.info.IPC = &engine.RemoteIPC{Device: 0, Handle: h}
+	f.exporter = &fakeExporter{region: exp}
 	return exp
+}
+
+// fakeExporter is the peer's side of the mapping announcements: it holds
+// the exported region for each acknowledged mapping, as the peer server
+// does (engine.Region.HoldIPC).
+type fakeExporter struct {
+	region *engine.Region
+	// ack, when set, is what an announcement waits for before the
+	// exporter acknowledges it (the reply in flight); asked is closed
+	// when one arrives.
+	ack, asked    chan struct{}
+	maps, unmaps  atomic.Int64
+	dropped       atomic.Bool // the connection ended: unmaps are not sent
+	announceEpoch atomic.Uint64
+}
+
+const fakeHolder = "importer (session 1)"
+
+// AnnounceIPC holds the exported region for one mapping once the fake
+// exporter acknowledges it.
+func (f *fakeRemote) AnnounceIPC(ctx context.Context, epoch uint64) (func(), error) {
+	x := f.exporter
+	if x == nil {
+		return nil, errors.New("fake: no exporter to tell")
+	}
+	if epoch != f.info.Epoch {
+		return nil, fmt.Errorf("fake: epoch %d, the peer is in %d", epoch, f.info.Epoch)
+	}
+	x.announceEpoch.Store(epoch)
+	if x.asked != nil {
+		close(x.asked)
+	}
+	if x.ack != nil {
+		select {
+		case <-x.ack:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if err := x.region.HoldIPC(fakeHolder); err != nil {
+		return nil, err
+	}
+	x.maps.Add(1)
+	return func() {
+		if x.dropped.Load() {
+			return
+		}
+		x.unmaps.Add(1)
+		x.region.ReleaseIPC(fakeHolder, 1)
+	}, nil
 }
 
 // Err is the fake peer's health: nil until gone is set.

@@ -44,6 +44,9 @@ type fakeRemote struct {
 	// gone, when set, is what Err reports: the peer restarted
 	// (fakeipc_test.go).
 	gone atomic.Pointer[error]
+	// exporter records the CUDA IPC mappings announced to the peer
+	// (fakeipc_test.go); nil: the peer cannot be told, so none is opened.
+	exporter *fakeExporter
 }
 
 func newFakeRemote(n int, export engine.Permission, unit uint64) *fakeRemote {

@@ -20,10 +20,17 @@
 //   - An import refused for a device is remembered for that epoch: that
 //     device's requests keep TCP and the import is not tried again until
 //     the peer has a new epoch.
+//   - The exporter knows every mapping before it is used: a mapping is
+//     opened only after the Remote's AnnounceIPC returned (the exporter
+//     acknowledged it, and refuses to free the region from then on), so
+//     no copy ever runs on a mapping the exporter has not acknowledged;
+//     a Remote that cannot announce gets no mapping (its requests keep
+//     TCP). A mapping closed is announced closed after it is unmapped.
 
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,6 +47,17 @@ type RemoteIPC struct {
 // another process on this host (backends/cuda: cuIpcGetMemHandle).
 type IPCExporter interface {
 	IPCHandle() ([]byte, error)
+}
+
+// IPCAnnouncer is implemented by a Remote whose exporter records who
+// maps its region (peer.Remote). AnnounceIPC tells the exporter that a
+// mapping of the region is about to be opened, in the exporter's epoch,
+// and returns once it acknowledged: from then on the exporter refuses to
+// free the region until unmap runs (after the mapping is closed) or the
+// connection ends. An error (another epoch, the connection failed, the
+// region is gone) means nothing was recorded.
+type IPCAnnouncer interface {
+	AnnounceIPC(ctx context.Context, epoch uint64) (unmap func(), err error)
 }
 
 // DeviceCopier is implemented by a Stream that queues device-to-device
@@ -83,6 +101,7 @@ type ipcRefusal struct {
 // ipcMap is the region mapped into one local device's context.
 type ipcMap struct {
 	mem      DeviceMemory
+	unmap    func() // tells the exporter the mapping is closed
 	epoch    uint64 // the peer's epoch whose handle it was opened from
 	users    int    // units copying with it now
 	retained bool   // an uncertain copy may still touch it: never closed
@@ -158,14 +177,28 @@ func (s *RemoteSegment) ipcMapping(e *Engine, dev int, info RemoteInfo) (*ipcMap
 		// failed, and no redial brought a new epoch yet).
 		return nil, errors.New("the peer's previous mapping is still in use")
 	}
+	a, ok := s.r.(IPCAnnouncer)
+	if !ok {
+		err := fmt.Errorf("the transport of %s's region %q cannot tell the exporter about a mapping", info.Peer, info.Region)
+		st.failed[dev] = ipcRefusal{epoch: info.Epoch, err: err}
+		return nil, err
+	}
+	// Acknowledged before the handle is opened: the exporter holds the
+	// region from here, so no copy can reach memory it freed.
+	unmap, err := a.AnnounceIPC(context.Background(), info.Epoch)
+	if err != nil {
+		e.log.Warn("cuda ipc mapping not acknowledged by the exporter; this request keeps tcp", "segment", s.uri, "device", dev, "epoch", info.Epoch, "err", err)
+		return nil, fmt.Errorf("%s did not acknowledge a CUDA IPC mapping of region %q: %w", info.Peer, info.Region, err)
+	}
 	mem, err := e.gpu.b.ImportIPC(dev, info.IPC.Handle)
 	if err != nil {
+		unmap()
 		err = fmt.Errorf("cuda:%d cannot open %s's CUDA IPC handle for region %q: %w", dev, info.Peer, info.Region, err)
 		st.failed[dev] = ipcRefusal{epoch: info.Epoch, err: err}
 		e.log.Warn("cuda ipc import refused; device requests keep tcp", "segment", s.uri, "device", dev, "epoch", info.Epoch, "err", err)
 		return nil, err
 	}
-	m := &ipcMap{mem: mem, epoch: info.Epoch}
+	m := &ipcMap{mem: mem, unmap: unmap, epoch: info.Epoch}
 	st.maps[dev] = m
 	e.st.ipc.imports.Add(1)
 	e.log.Info("cuda ipc mapping opened", "segment", s.uri, "peer", info.Peer, "epoch", info.Epoch, "region", info.Region, "device", dev)
@@ -251,9 +284,12 @@ func (s *RemoteSegment) closeMapping(m *ipcMap) {
 	}
 	st.mu.Unlock()
 	if err != nil {
+		// Maybe still mapped: the exporter keeps its hold until the
+		// connection ends.
 		s.e.log.Error("cuda ipc mapping close failed", "segment", s.uri, "err", err)
 		return
 	}
+	m.unmap()
 	s.e.st.ipc.closes.Add(1)
 	s.e.log.Info("cuda ipc mapping closed", "segment", s.uri, "region", s.info.Region, "epoch", m.epoch)
 }

@@ -6,6 +6,8 @@
 //   - A region's mapping stays mapped while any loan or copy pin is
 //     outstanding; Unregister fails with ErrBusy instead of unmapping
 //     under I/O, and Engine.Close waits for pins before unmapping.
+//   - Device memory a peer holds a CUDA IPC mapping of (ipcpin.go) is
+//     not unregistered: Unregister fails with ErrBusy naming the peers.
 //   - ReadAt/WriteAt hold no lock across their copy, only a pin of the
 //     range (loans.go): a 4 KiB copy never waits behind a large one into
 //     the same region.
@@ -62,6 +64,9 @@ type Region struct {
 		// uncertain: a device copy of ReadAt/WriteAt whose outcome is
 		// unknown may still touch the memory, so it is never freed.
 		uncertain bool
+		// ipc counts the peers' CUDA IPC mappings of the region, by
+		// holder (ipcpin.go); Unregister is refused while any is held.
+		ipc map[string]int
 	}
 }
 
@@ -232,6 +237,11 @@ func (e *Engine) Unregister(r *Region) error {
 	if r.mu.uncertain {
 		r.mu.Unlock()
 		return errorf(KindBusy, "unregister", r.name(), "a device copy of unknown outcome may still write it: it stays allocated for good")
+	}
+	if len(r.mu.ipc) > 0 {
+		err := r.ipcBusyLocked()
+		r.mu.Unlock()
+		return err
 	}
 	switch n, l, pins := r.loans.closeIfIdle(false); {
 	case n > 0:

@@ -50,6 +50,10 @@ const (
 
 // Config configures a client.
 type Config struct {
+	// noCaps: the peer is older than the regions query's capabilities
+	// and refuses a query that names them (ipc.go); set by Dial.
+	noCaps bool
+
 	Name  string // this engine's name, sent in the hello
 	Epoch uint64 // this engine's epoch; 0: a random one
 	Key   []byte // the shared secret
@@ -160,6 +164,13 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	c.ctrl, c.peerName, c.peerEpoch, c.session = l, ch.Name, ch.Epoch, w.Session
 	if err := c.Refresh(ctx); err != nil {
 		l.close()
+		if !cfg.noCaps && olderServer(err) {
+			// It closed the connection; dial it as an older client
+			// would: no capabilities, so no CUDA IPC handles (TCP).
+			c.log.Info("peer speaks no regions query capabilities; dialing again without them (no cuda ipc)", "op", "peer", "peer", addr, "name", ch.Name)
+			cfg.noCaps = true
+			return Dial(ctx, addr, cfg)
+		}
 		return nil, err
 	}
 	if cfg.KeepAlive > 0 {
@@ -235,7 +246,11 @@ func (c *Conn) Regions() []wire.Descriptor {
 // Refresh fetches the region descriptors again.
 func (c *Conn) Refresh(ctx context.Context) error {
 	var rs wire.Regions
-	q := wire.RegionsQuery{Host: c.cfg.Host}
+	// CapIPCMap: this client announces its CUDA IPC mappings (ipc.go).
+	q := wire.RegionsQuery{Host: c.cfg.Host, Caps: wire.CapIPCMap}
+	if c.cfg.noCaps {
+		q.Caps = 0
+	}
 	if err := c.controlFrame(ctx, "regions", &wire.Frame{Type: wire.TypeRegions, Meta: q.Marshal()}, wire.TypeRegionsOK, &rs); err != nil {
 		return err
 	}

@@ -10,26 +10,65 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/orbitefs/orbitefs/peer/wire"
 )
 
-// ipcExports serves memExports with a handle for "cuda:" regions.
+// ipcExports serves memExports with a handle for "cuda:" regions, and
+// records their CUDA IPC holds as engine.Region does.
 type ipcExports struct {
 	*memExports
 	handle []byte
 	err    error
+	holds  sync.Map // holder -> *atomic.Int64
+}
+
+func (x *ipcExports) withIPC(e Export) Export {
+	if strings.HasPrefix(e.Location, "cuda:") {
+		e.IPCHandle = func() ([]byte, error) { return x.handle, x.err }
+		e.HoldIPC = func(holder string) error {
+			v, _ := x.holds.LoadOrStore(holder, new(atomic.Int64))
+			v.(*atomic.Int64).Add(1)
+			return nil
+		}
+		e.ReleaseIPC = func(holder string, n int) {
+			v, _ := x.holds.LoadOrStore(holder, new(atomic.Int64))
+			if n <= 0 {
+				v.(*atomic.Int64).Store(0)
+				return
+			}
+			v.(*atomic.Int64).Add(-int64(n))
+		}
+	}
+	return e
 }
 
 func (x *ipcExports) Exports() []Export {
 	out := x.memExports.Exports()
 	for i := range out {
-		if strings.HasPrefix(out[i].Location, "cuda:") {
-			out[i].IPCHandle = func() ([]byte, error) { return x.handle, x.err }
-		}
+		out[i] = x.withIPC(out[i])
 	}
+	return out
+}
+
+func (x *ipcExports) Export(id uint64) (Export, bool) {
+	e, ok := x.memExports.Export(id)
+	return x.withIPC(e), ok
+}
+
+// held is every holder's mappings, those at 0 left out.
+func (x *ipcExports) held() map[string]int64 {
+	out := map[string]int64{}
+	x.holds.Range(func(k, v any) bool {
+		if n := v.(*atomic.Int64).Load(); n != 0 {
+			out[k.(string)] = n
+		}
+		return true
+	})
 	return out
 }
 

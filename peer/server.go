@@ -73,6 +73,11 @@ type Export struct {
 	// IPCHandle, set for device memory, returns its CUDA IPC handle; the
 	// server sends it only to clients on its own host (ipc.go).
 	IPCHandle func() ([]byte, error)
+	// HoldIPC and ReleaseIPC, set for device memory, record and return a
+	// client's CUDA IPC mappings (engine.Region's); a handle is sent only
+	// with them (ipc.go).
+	HoldIPC    func(holder string) error
+	ReleaseIPC func(holder string, n int)
 }
 
 // Exports is the set of regions a server may serve; it is asked on
@@ -116,6 +121,10 @@ type ServerConfig struct {
 	// Gate bounds the process's bulk payload copies (gate.go); nil: one
 	// of the server's own. A process's Server and Conns should share one.
 	Gate *Gate
+	// IPCReleaseGrace is how long a session's CUDA IPC mappings stay
+	// held after its control connection ended (ipc.go); 0:
+	// DefaultIPCReleaseGrace.
+	IPCReleaseGrace time.Duration
 }
 
 // Stats are a server's counters.
@@ -154,6 +163,12 @@ type Server struct {
 	// hook, when set (tests), runs at the named points of a WRITE with the
 	// request's header and the connection, and may close it.
 	hook func(point hookPoint, h *wire.Header, c net.Conn)
+	// olderRegions, when set (tests), refuses a regions query that names
+	// capabilities as a server from before them does.
+	olderRegions bool
+	// ipcDropped, when set (tests), runs after a finished session's CUDA
+	// IPC mappings were released.
+	ipcDropped func(holder string)
 }
 
 type hookPoint int
@@ -173,6 +188,7 @@ type session struct {
 	lanes map[net.Conn]struct{}
 	since time.Time
 	cnt   counters // payload bytes and requests of the session's connections (stats.go)
+	ipc   ipcHolds // CUDA IPC mappings the client announced (ipc.go); under Server.mu
 }
 
 // NewServer makes a server for exp with a fresh random epoch.
@@ -354,7 +370,7 @@ func (s *Server) handle(c net.Conn) {
 		s.log.Info("peer connected", "op", "peer", "remote", remote, "name", h.Name,
 			"epoch", fmt.Sprintf("%016x", h.Epoch), "session", ss.id)
 	}
-	if err := s.serve(c, h, &ss.cnt); err != nil {
+	if err := s.serve(c, h, ss); err != nil {
 		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
 	}
 }
@@ -431,6 +447,7 @@ func (s *Server) leave(c net.Conn, ss *session) {
 	for l := range ss.lanes {
 		l.Close()
 	}
+	go s.dropIPC(ss) // takes s.mu
 }
 
 // bufs recycles payload buffers, one pool per power of two: a pool of
@@ -457,8 +474,8 @@ func putBuf(b []byte) {
 
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
-func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
-	role := hello.Role
+func (s *Server) serve(c net.Conn, hello *wire.Hello, ss *session) error {
+	role, cnt := hello.Role, &ss.cnt
 	pr := &progressReader{c: c, gate: s.cfg.Gate}
 	br := bufio.NewReaderSize(pr, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
@@ -491,7 +508,11 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			if err := q.Unmarshal(meta); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
-			rs := s.regions(q.Host, hello.Name)
+			if s.olderRegions && q.Caps != 0 {
+				return s.refuseFrame(c, &h, fmt.Errorf("%w: 8 trailing bytes after regions query", wire.ErrCorrupt))
+			}
+			rs := s.regions(q.Host, hello.Name, q.Caps)
+			s.offeredIPC(ss, rs)
 			reply.Type, reply.Meta = wire.TypeRegionsOK, rs.Marshal()
 			if len(reply.Meta) > wire.MaxMetaLen {
 				// A frame the client would refuse as corrupt: say why.
@@ -558,6 +579,10 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, cnt *counters) error {
 			}
 		case (h.Type == wire.TypeCreditConnect || h.Type == wire.TypeCreditSync || h.Type == wire.TypeCreditClose) && role == wire.RoleControl && h.PayloadLen == 0:
 			if err := s.serveCredit(h.Type, meta, hello, &reply); err != nil {
+				return s.refuseFrame(c, &h, err)
+			}
+		case (h.Type == wire.TypeIPCMap || h.Type == wire.TypeIPCUnmap) && role == wire.RoleControl && h.PayloadLen == 0:
+			if err := s.serveIPC(h.Type, meta, ss, &reply); err != nil {
 				return s.refuseFrame(c, &h, err)
 			}
 		default:

@@ -36,7 +36,7 @@ func exportOf(m *control.Memory) peer.Export {
 	x := peer.Export{Descriptor: wire.Descriptor{ID: m.Seq(), Name: m.Name, Location: m.Location,
 		Bytes: m.Len(), Perm: perm}, Mem: m}
 	if strings.HasPrefix(m.Location, "cuda:") {
-		x.IPCHandle = m.IPCHandle
+		x.IPCHandle, x.HoldIPC, x.ReleaseIPC = m.IPCHandle, m.HoldIPC, m.ReleaseIPC
 	}
 	return x
 }

@@ -65,7 +65,12 @@ const (
 	TypeCreditSync    Type = 18 // request: completed totals; answered with fresh grants
 	TypeCreditClose   Type = 19 // request: completed totals; return the window
 	TypeCreditClosed  Type = 20 // reply: the window is returned
-	maxType                = TypeCreditClosed
+	// CUDA IPC mappings (ipcmap.go), on the control connection; only
+	// from a client that announced CapIPCMap in its regions query.
+	TypeIPCMap   Type = 21 // request: the client maps a region's CUDA IPC handle
+	TypeIPCUnmap Type = 22 // request: the client closed one such mapping
+	TypeIPCAck   Type = 23 // reply (map, unmap): recorded
+	maxType           = TypeIPCAck
 )
 
 var typeNames = map[Type]string{
@@ -75,6 +80,7 @@ var typeNames = map[Type]string{
 	TypeNotify: "notify", TypeNotified: "notified",
 	TypeCreditConnect: "credit-connect", TypeCreditGrant: "credit-grant", TypeCreditSync: "credit-sync",
 	TypeCreditClose: "credit-close", TypeCreditClosed: "credit-closed",
+	TypeIPCMap: "ipc-map", TypeIPCUnmap: "ipc-unmap", TypeIPCAck: "ipc-ack",
 }
 
 func (t Type) String() string {

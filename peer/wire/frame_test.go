@@ -122,6 +122,8 @@ func TestMessagesTruncatedOrLong(t *testing.T) {
 		&Regions{List: []Descriptor{{ID: 1, Name: "kv", Location: "cpu", Bytes: 4096, Perm: PermRead}}},
 		&Regions{List: []Descriptor{{ID: 2, Name: "g", Location: "cuda:0", Bytes: 4096, Perm: PermRead, IPC: make([]byte, IPCHandleLen)}}},
 		&RegionsQuery{Host: "boot-id"},
+		&RegionsQuery{Host: "boot-id", Caps: CapIPCMap},
+		&IPCMap{Region: 7},
 		&Read{Region: 1, Offset: 2, Length: 3},
 		&Write{Region: 1, Offset: 2},
 		&Pong{Epoch: 5},
@@ -140,6 +142,24 @@ func TestMessagesTruncatedOrLong(t *testing.T) {
 		}
 		if err := m.Unmarshal(append(b, 0)); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%T with a trailing byte: %v", m, err)
+		}
+	}
+}
+
+// An older client's query (a host, no capabilities) still decodes, with
+// none: a server then never takes it for a client that announces its
+// CUDA IPC mappings.
+func TestRegionsQueryCaps(t *testing.T) {
+	for _, q := range []RegionsQuery{{}, {Host: "boot-id"}, {Host: "boot-id", Caps: CapIPCMap}, {Caps: CapIPCMap}} {
+		var e enc
+		e.str(q.Host)
+		old := e.b // what a client without capabilities sends
+		var got RegionsQuery
+		if err := got.Unmarshal(q.Marshal()); err != nil || got != q {
+			t.Fatalf("%+v round trip: %+v, %v", q, got, err)
+		}
+		if err := got.Unmarshal(old); err != nil || got.Host != q.Host || got.Caps != 0 {
+			t.Fatalf("an older client's query for host %q: %+v, %v", q.Host, got, err)
 		}
 	}
 }

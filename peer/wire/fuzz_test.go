@@ -48,7 +48,7 @@ func FuzzFrame(f *testing.F) {
 		}
 		for _, m := range []interface{ Unmarshal([]byte) error }{
 			&Hello{}, &Challenge{}, &Auth{}, &Welcome{}, &Regions{}, &Read{}, &Write{}, &Pong{}, &Error{}, &Notify{},
-			&CreditConnect{}, &CreditDone{}, &CreditGrant{}, &RegionsQuery{},
+			&CreditConnect{}, &CreditDone{}, &CreditGrant{}, &RegionsQuery{}, &IPCMap{},
 		} {
 			if err := m.Unmarshal(meta); err != nil && !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("%T: %v does not wrap ErrCorrupt", m, err)

@@ -114,10 +114,23 @@ const IPCHandleLen = 64
 
 // RegionsQuery is the metadata of a TypeRegions request: the client's
 // host identity (its boot id), so the server knows whether a CUDA IPC
-// handle can be opened there. Empty metadata (no host) is valid.
+// handle can be opened there, and the capabilities it speaks. Empty
+// metadata (no host) is valid, and so is a host without capabilities
+// (a client from before they existed): each newer field is optional at
+// the end, so a newer server reads an older client's query.
 type RegionsQuery struct {
 	Host string
+	Caps Caps
 }
+
+// Caps are the optional parts of the protocol a client speaks.
+type Caps uint64
+
+// CapIPCMap: the client announces each CUDA IPC mapping it opens
+// (TypeIPCMap, before its first copy) and closes (TypeIPCUnmap). A
+// server sends CUDA IPC handles only to clients that have it, so it
+// always knows who maps its regions.
+const CapIPCMap Caps = 1 << 0
 
 // Regions is the reply to TypeRegions.
 type Regions struct {
@@ -365,21 +378,27 @@ func (m *Regions) Marshal() []byte {
 }
 
 func (m *RegionsQuery) Marshal() []byte {
-	if m.Host == "" {
+	if m.Host == "" && m.Caps == 0 {
 		return nil
 	}
 	var e enc
 	e.str(m.Host)
+	if m.Caps != 0 {
+		e.u64(uint64(m.Caps))
+	}
 	return e.b
 }
 
 func (m *RegionsQuery) Unmarshal(b []byte) error {
-	m.Host = ""
+	m.Host, m.Caps = "", 0
 	if len(b) == 0 {
 		return nil
 	}
 	d := dec{b: b}
 	m.Host = d.str("regions host")
+	if d.err == nil && len(d.b) > 0 {
+		m.Caps = Caps(d.u64("regions capabilities"))
+	}
 	return d.done("regions query")
 }
 
