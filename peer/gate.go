@@ -1,7 +1,7 @@
 // gate.go owns the bulk gate: the system calls that copy a bulk payload
 // (over SmallFrame) between memory and a socket run at most
-// GOMAXPROCS-1 at a time in a process, so a small request's socket is
-// noticed at once even under a saturating stream.
+// GOMAXPROCS-1 at a time in a process while a small request is about,
+// so its socket is noticed at once even under a saturating stream.
 //
 // Why: a goroutine parked on a socket is made runnable when a P's
 // scheduler finds nothing else to run and polls the network (or blocks
