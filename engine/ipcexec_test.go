@@ -392,28 +392,8 @@ func TestIPCUncertainWrite(t *testing.T) {
 // TCP route, through copy staging; or it shows a new epoch: the new
 // handle is opened); an import refused leaves device requests on TCP.
 func TestIPCMappingLifetime(t *testing.T) {
-	via := func(f *ipcFixture) engine.TransportKind {
-		t.Helper()
-		b, err := f.e.AllocateBatch(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer b.Free()
-		if _, err := b.Submit(engine.OpWrite, f.seg, []engine.Request{{Address: f.dev.BaseAddress(), Length: peerUnit}}, nil, ioTimeout); err != nil {
-			t.Fatal(err)
-		}
-		b.Seal()
-		if _, err := b.Wait(ioTimeout); err != nil {
-			t.Fatal(err)
-		}
-		ts, _ := b.TaskStatus(0)
-		if ts.State != engine.TaskCompleted {
-			t.Fatalf("WRITE: %v (%v)", ts.State, ts.Err)
-		}
-		return ts.Transport
-	}
 	write := func(f *ipcFixture) error {
-		if tr := via(f); tr != engine.TransportCUDAIPC {
+		if tr := ipcWrite(t, f); tr != engine.TransportCUDAIPC {
 			return fmt.Errorf("WRITE over %v, want cuda_ipc", tr)
 		}
 		return nil
@@ -442,7 +422,7 @@ func TestIPCMappingLifetime(t *testing.T) {
 		}
 		gone := errors.New("the peer restarted with another epoch")
 		f.remote.gone.Store(&gone)
-		if tr := via(f); tr != engine.TransportTCP {
+		if tr := ipcWrite(t, f); tr != engine.TransportTCP {
 			t.Fatalf("WRITE after the restart over %v, want tcp", tr)
 		}
 		if f.gpu.ipcOpen.Load() != 0 || f.gpu.ipcClosed.Load() != 1 || f.gpu.dtods.Load() != 1 {
@@ -482,7 +462,7 @@ func TestIPCMappingLifetime(t *testing.T) {
 		f := newIPCFixture(t, 1)
 		f.gpu.failImport.Store(true)
 		for range 2 {
-			if tr := via(f); tr != engine.TransportTCP {
+			if tr := ipcWrite(t, f); tr != engine.TransportTCP {
 				t.Fatalf("WRITE with the import refused over %v, want tcp", tr)
 			}
 		}
