@@ -1,5 +1,5 @@
 // bench.go owns the `bench` subcommand: flag parsing and validation,
-// wiring an engine for the workload, CPU profiling and printing. The
+// wiring an engine for the workload, CPU and mutex profiles, printing. The
 // workload itself lives in package bench.
 //
 // Invariants:
@@ -18,6 +18,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/pprof"
 	"syscall"
 	"time"
@@ -81,11 +82,12 @@ flags:
 
 // benchArgs is the parsed command line of `bench file`.
 type benchArgs struct {
-	opts       bench.Options
-	impl       bench.Impl
-	json       bool
-	create     bool
-	cpuprofile string
+	opts         bench.Options
+	impl         bench.Impl
+	json         bool
+	create       bool
+	cpuprofile   string
+	mutexprofile string
 }
 
 // parseBenchArgs parses the flags after `bench file`. sizeOf reports the
@@ -113,6 +115,7 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	fs.BoolVar(&a.json, "json", false, "print one JSON object")
 	fs.BoolVar(&a.create, "create", false, "create the file, or extend it to --size, with random data before the run")
 	fs.StringVar(&a.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
+	fs.StringVar(&a.mutexprofile, "mutexprofile", "", "write a profile of mutex contention during the run to `FILE` (go tool pprof; every contention event is sampled)")
 	if err := fs.Parse(args); err != nil {
 		return a, err
 	}
@@ -233,6 +236,20 @@ func runBench(a benchArgs) (res bench.Result, err error) {
 			return res, fmt.Errorf("--cpuprofile: %w", err)
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if a.mutexprofile != "" {
+		f, err := os.Create(a.mutexprofile)
+		if err != nil {
+			return res, fmt.Errorf("--mutexprofile: %w", err)
+		}
+		defer f.Close()
+		prev := runtime.SetMutexProfileFraction(1)
+		defer func() {
+			runtime.SetMutexProfileFraction(prev)
+			if perr := pprof.Lookup("mutex").WriteTo(f, 0); perr != nil && err == nil {
+				err = fmt.Errorf("--mutexprofile: %w", perr)
+			}
+		}()
 	}
 	if e != nil {
 		return bench.Run(ctx, e, a.opts)

@@ -44,9 +44,9 @@ func TestParseBenchArgs(t *testing.T) {
 					t.Errorf("parsed %+v", a)
 				}
 			}},
-		{name: "all flags", args: append(base, "--op", "write", "--bs", "1MiB", "--qd", "32", "--size", "1GiB", "--direct", "--impl", "pread", "--seed", "5", "--create", "--cpuprofile", "x.prof"),
+		{name: "all flags", args: append(base, "--op", "write", "--bs", "1MiB", "--qd", "32", "--size", "1GiB", "--direct", "--impl", "pread", "--seed", "5", "--create", "--cpuprofile", "x.prof", "--mutexprofile", "m.prof"),
 			check: func(t *testing.T, a benchArgs) {
-				if a.opts.Op != engine.OpWrite || !a.opts.Direct || a.impl != bench.ImplPread || a.opts.Seed != 5 || !a.create || a.cpuprofile != "x.prof" {
+				if a.opts.Op != engine.OpWrite || !a.opts.Direct || a.impl != bench.ImplPread || a.opts.Seed != 5 || !a.create || a.cpuprofile != "x.prof" || a.mutexprofile != "m.prof" {
 					t.Errorf("parsed %+v", a)
 				}
 			}},
@@ -107,8 +107,9 @@ func TestBenchJSON(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
 	prof := filepath.Join(dir, "cpu.prof")
+	mprof := filepath.Join(dir, "mutex.prof")
 	a, err := parseBenchArgs([]string{"--file", file, "--create", "--op", "read", "--pattern", "rand", "--bs", "4KiB",
-		"--qd", "8", "--size", "1MiB", "--runtime", "100ms", "--json", "--cpuprofile", prof}, io.Discard)
+		"--qd", "8", "--size", "1MiB", "--runtime", "100ms", "--json", "--cpuprofile", prof, "--mutexprofile", mprof}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,5 +135,8 @@ func TestBenchJSON(t *testing.T) {
 	}
 	if st, err := os.Stat(prof); err != nil || st.Size() == 0 {
 		t.Errorf("cpu profile: %v", err)
+	}
+	if st, err := os.Stat(mprof); err != nil || st.Size() == 0 {
+		t.Errorf("mutex profile: %v", err)
 	}
 }
