@@ -16,18 +16,32 @@
 // (or before Submit returned) finds the outcome waiting and goes on
 // without a wake-up; otherwise the hook wakes it.
 //
+// The steady state takes no lock of the driver: a slot reserves a task
+// slot with two atomic adds, the hook and the slot meet on the task's
+// cell with one swap each (whoever comes second goes on: the slot
+// records, or the hook wakes it), and each slot counts into its own
+// result. A driver mutex taken three times per request (reserve, after
+// Submit, in the hook) was the most contended lock of a QD 32 run on
+// one batch, ahead of the engine's own (docs/performance.md): the
+// benchmark measured itself. The mutex remains for what is rare: rolling
+// over to a new batch, retiring the old one, and errors.
+//
 // A batch holds at most max_batch_requests tasks, so slots reserve task
 // slots in the current batch; a full batch becomes the previous one and
-// is freed once it has no Submit in progress and every one of its tasks
-// was seen finished. At most two batches are live: if the new one fills
-// before the old one drains (a stuck request), slots wait instead of
-// allocating a third.
+// is freed once every task reserved in it was settled (its outcome
+// recorded or its Submit failed), which is after its last Submit
+// returned. At most two batches are live: if the new one fills before
+// the old one drains (a stuck request), slots wait instead of allocating
+// a third.
 //
 // Invariants:
-//   - A reserved task is counted in live.outstanding until its outcome
-//     was recorded (or its Submit failed); live.submitting counts the
-//     Submits in progress on the batch.
-//   - Only ops seen finished before the measurement ended are counted.
+//   - A slot's claim on a batch is counted in live.pending before its
+//     reservation (live.used) is taken, and given back only once settled,
+//     so a batch seen full with nothing pending has no Submit in
+//     progress and none to come.
+//   - A task's cell is written by the hook before its swap, and read by
+//     the slot only after its own swap or its wake-up saw the hook's.
+//   - Only ops finished before the measurement's cutoff are counted.
 //   - Every batch allocated is freed before Run returns, on every path.
 
 package bench
@@ -36,10 +50,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/config"
@@ -110,7 +126,7 @@ func Run(ctx context.Context, e *engine.Engine, o Options) (Result, error) {
 	for j := range ds {
 		ds[j] = &driver{e: e, seg: seg, o: &o, base: region.BaseAddress() + uint64(j*o.QueueDepth)*o.BlockSize,
 			capacity: e.Config().MaxBatchRequests, slots: make([]slot, o.QueueDepth),
-			offs: newOffsets(&o, uint64(j))}
+			offs: newOffsets(&o, uint64(j)), job: j}
 		defer ds[j].cleanup()
 	}
 	stats0 := e.Stats()
@@ -205,23 +221,31 @@ func fillRandom(r *engine.Region, seed uint64) error {
 
 // live is one allocated batch and the driver's count of it.
 type live struct {
-	b           *engine.Batch
-	used        int // tasks reserved (submitted, or being submitted)
-	submitting  int // Submit calls in progress on it
-	outstanding int // reserved tasks not yet seen finished
-	// slotOf maps a task to its slot + 1, 0 until the slot's Submit has
-	// returned; a task that finishes before that (a caller copy finishes
-	// inside Submit) leaves its outcome in early for the slot to record.
-	slotOf []int
-	early  []finish
+	b *engine.Batch
+	// pending counts claims on the batch not yet settled; used, the task
+	// slots reserved (it passes capacity once the batch is full: a claim
+	// that finds it full is given back).
+	pending atomic.Int64
+	used    atomic.Int64
+	full    atomic.Bool // it became the previous batch (set under d.mu)
+	cells   []cell      // per task
 }
+
+// cell is where a task's hook and slot meet.
+type cell struct {
+	// state: 0 neither has come; cellDone: the hook left f; i+1: slot i
+	// waits for its wake-up.
+	state atomic.Int32
+	f     finish
+}
+
+const cellDone = -1
 
 // finish is one task's outcome as the completion hook saw it.
 type finish struct {
 	at    time.Time
 	bytes uint64
 	err   error // nil when the request completed
-	valid bool
 }
 
 // slot is one buffer of bs bytes, the goroutine that keeps one request
@@ -229,8 +253,22 @@ type finish struct {
 type slot struct {
 	start time.Time
 	req   [1]engine.Request
+	offs  *offsets      // its own random stream (seq offsets are the driver's)
 	wake  chan struct{} // the hook's word that the slot's request finished
+	ops   uint64        // measured ops and bytes: the slot's own, merged by run
+	bytes uint64
+	hist  *histShard
+	_     [64]byte // slots are written by their own goroutines only
 }
+
+// histShard is a latency histogram some slots share (one each up to
+// maxHistShards; a histogram is 30 KiB, and 4096 slots may run).
+type histShard struct {
+	mu sync.Mutex
+	h  Histogram
+}
+
+const maxHistShards = 64
 
 type driver struct {
 	e        *engine.Engine
@@ -238,21 +276,27 @@ type driver struct {
 	o        *Options
 	base     uint64
 	capacity int
-	offs     *offsets
+	offs     *offsets // seq offsets, shared by the slots (safe for that)
+	job      int
 
-	// mu guards everything below: completions arrive on engine
-	// goroutines, submissions on the slots' own.
-	mu        sync.Mutex
-	cond      *sync.Cond
-	slots     []slot
-	running   int // slot goroutines not yet returned
-	cur, prev *live
-	batches   int
-	measuring bool
-	err       error
-	res       Result // Ops, Bytes and hist of the measured interval
+	slots  []slot
+	hists  []histShard
+	cur    atomic.Pointer[live]
+	cutoff atomic.Int64 // UnixNano: ops finished later are not counted
+	// stopped: the measurement ended or the run failed; slots stop.
+	stopped atomic.Bool
 
-	// The measured interval, set by run.
+	// mu guards everything below: the rare paths (roll-over, retiring,
+	// errors, slots returning).
+	mu      sync.Mutex
+	cond    *sync.Cond
+	running int // slot goroutines not yet returned
+	prev    *live
+	batches int
+	err     error
+
+	// The measured interval, set by run; res merged from the slots.
+	res     Result
 	elapsed time.Duration
 	cpu     cpuSpan
 	allocs  uint64
@@ -268,33 +312,41 @@ type driver struct {
 // depth 1).
 func (d *driver) run(ctx context.Context) error {
 	d.cond = sync.NewCond(&d.mu)
+	d.hists = make([]histShard, min(len(d.slots), maxHistShards))
+	d.cutoff.Store(math.MaxInt64)
 	t0 := time.Now()
 	cpu0, allocs0 := cpuNow(), allocsNow()
+	measuring := true
 	stop := func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.measuring {
-			d.measuring = false
-			d.elapsed = time.Since(t0)
+		if measuring {
+			measuring = false
+			now := time.Now()
+			d.cutoff.Store(now.UnixNano())
+			d.stopped.Store(true)
+			d.elapsed = now.Sub(t0)
 			d.cpu, d.allocs = cpuNow().sub(cpu0), allocsNow()-allocs0
 			d.cond.Broadcast()
 		}
 	}
-	d.measuring = true
 	d.running = len(d.slots)
 	timer := time.AfterFunc(d.o.Runtime, stop)
 	defer timer.Stop()
 	defer context.AfterFunc(ctx, stop)()
 
 	for i := range d.slots {
-		d.slots[i].wake = make(chan struct{}, 1)
+		s := &d.slots[i]
+		s.wake = make(chan struct{}, 1)
+		s.hist = &d.hists[i%len(d.hists)]
+		s.offs = newOffsets(d.o, uint64(d.job*len(d.slots)+i))
 		go d.slotLoop(i)
 	}
 	// This goroutine retires full batches once drained, and the rest
 	// once every slot has returned.
 	d.mu.Lock()
 	for d.running > 0 {
-		if lv := d.prev; lv != nil && lv.outstanding == 0 && lv.submitting == 0 {
+		if lv := d.prev; lv != nil && lv.pending.Load() == 0 {
 			d.mu.Unlock()
 			err := d.retire(lv)
 			d.mu.Lock()
@@ -308,22 +360,39 @@ func (d *driver) run(ctx context.Context) error {
 	err := d.err
 	d.mu.Unlock()
 	stop()
+	for i := range d.slots {
+		s := &d.slots[i]
+		d.res.Ops += s.ops
+		d.res.Bytes += s.bytes
+	}
+	for i := range d.hists {
+		d.res.hist.Merge(&d.hists[i].h)
+	}
 	if err != nil {
 		return err
 	}
-	for _, lv := range []*live{d.prev, d.cur} {
+	for _, lv := range []*live{d.prev, d.cur.Load()} {
 		if err := d.retire(lv); err != nil {
 			return err
 		}
 	}
-	d.prev, d.cur = nil, nil
+	d.prev = nil
+	d.cur.Store(nil)
 	return nil
+}
+
+// fail records the first error and stops the slots.
+func (d *driver) fail(err error) {
+	d.mu.Lock()
+	d.failLocked(err)
+	d.mu.Unlock()
 }
 
 // failLocked records the first error and wakes everyone. REQUIRES: d.mu.
 func (d *driver) failLocked(err error) {
 	if err != nil && d.err == nil {
 		d.err = err
+		d.stopped.Store(true)
 		d.cond.Broadcast()
 	}
 }
@@ -339,114 +408,138 @@ func (d *driver) slotLoop(i int) {
 		d.mu.Unlock()
 	}()
 	for {
-		d.mu.Lock()
-		lv, err := d.reserveLocked()
+		lv := d.reserve()
 		if lv == nil {
-			d.failLocked(err)
-			d.mu.Unlock()
 			return
 		}
-		s.req[0] = engine.Request{Address: d.base + uint64(i)*d.o.BlockSize, TargetOffset: d.offs.Next(), Length: d.o.BlockSize}
+		offs := s.offs // rand: the slot's stream
+		if d.o.Pattern == Seq {
+			offs = d.offs // seq: the job's, in order
+		}
+		s.req[0] = engine.Request{Address: d.base + uint64(i)*d.o.BlockSize, TargetOffset: offs.Next(), Length: d.o.BlockSize}
 		s.start = time.Now()
-		d.mu.Unlock()
-
 		if h := d.o.submitting; h != nil {
 			h()
 		}
 		tr, err := lv.b.Submit(d.o.Op, d.seg, s.req[:], nil, 0)
-
-		d.mu.Lock()
-		lv.submitting--
 		if err != nil {
-			lv.outstanding--
-			d.failLocked(err)
-			d.cond.Broadcast()
-			d.mu.Unlock()
+			d.fail(err)
+			d.settle(lv)
 			return
 		}
-		if f := &lv.early[tr.First]; f.valid {
-			d.finishLocked(lv, i, f)
-			*f = finish{}
-			d.mu.Unlock()
-			continue
+		c := &lv.cells[tr.First]
+		if h := d.o.meet; h != nil {
+			h(lv.b.ID(), tr.First, false, false)
 		}
-		lv.slotOf[tr.First] = i + 1
-		d.mu.Unlock()
-		<-s.wake
+		first := c.state.Swap(int32(i+1)) != cellDone
+		if h := d.o.meet; h != nil {
+			h(lv.b.ID(), tr.First, false, true)
+		}
+		if first {
+			<-s.wake
+		}
+		f := c.f
+		c.f = finish{} // keep no error alive
+		if f.err != nil {
+			d.fail(f.err)
+		} else if f.at.UnixNano() <= d.cutoff.Load() {
+			s.hist.mu.Lock()
+			s.hist.h.Record(f.at.Sub(s.start))
+			s.hist.mu.Unlock()
+			s.ops++
+			s.bytes += f.bytes
+		}
+		d.settle(lv)
 	}
 }
 
-// reserveLocked takes a task slot in the current batch for one request,
+// reserve takes a task slot in the current batch for one request,
 // rolling over to a fresh batch when it is full (a full batch waits for
 // the previous one to be retired first: at most two are live). It
 // returns nil once the measurement is over or the run failed.
-// REQUIRES: d.mu.
-func (d *driver) reserveLocked() (*live, error) {
+func (d *driver) reserve() *live {
 	for {
-		if d.err != nil || !d.measuring {
-			return nil, nil
+		if d.stopped.Load() {
+			return nil
 		}
-		if d.cur != nil && d.cur.used < d.capacity {
-			break
+		if lv := d.cur.Load(); lv != nil {
+			lv.pending.Add(1) // before the reservation: see live
+			if lv.used.Add(1) <= int64(d.capacity) {
+				return lv
+			}
+			d.settle(lv)
 		}
-		if d.cur != nil {
+		d.mu.Lock()
+		err := d.rollOverLocked()
+		d.failLocked(err)
+		d.mu.Unlock()
+	}
+}
+
+// rollOverLocked makes a batch with free task slots current, unless
+// another slot already did or the run is over. REQUIRES: d.mu.
+func (d *driver) rollOverLocked() error {
+	for {
+		if d.err != nil || d.stopped.Load() {
+			return nil
+		}
+		cur := d.cur.Load()
+		if cur != nil && cur.used.Load() < int64(d.capacity) {
+			return nil
+		}
+		if cur != nil {
 			if d.prev != nil {
 				d.cond.Wait()
 				continue
 			}
-			d.prev, d.cur = d.cur, nil
+			cur.full.Store(true)
+			d.prev = cur
 			d.cond.Broadcast() // run retires it once drained
 		}
 		b, err := d.e.AllocateBatch(d.capacity)
 		if err != nil {
-			return nil, err
+			d.cur.Store(nil)
+			return err
 		}
-		lv := &live{b: b, slotOf: make([]int, d.capacity), early: make([]finish, d.capacity)}
+		lv := &live{b: b, cells: make([]cell, d.capacity)}
 		b.OnGroupDone(d.onDone(lv))
-		d.cur = lv
+		d.cur.Store(lv)
 		d.batches++
+		return nil
 	}
-	lv := d.cur
-	lv.used++
-	lv.submitting++
-	lv.outstanding++
-	return lv, nil
 }
 
-// finishLocked counts slot i's finished request. REQUIRES: d.mu.
-func (d *driver) finishLocked(lv *live, i int, f *finish) {
-	d.failLocked(f.err)
-	if d.measuring {
-		d.res.hist.Record(f.at.Sub(d.slots[i].start))
-		d.res.Ops++
-		d.res.Bytes += f.bytes
-	}
-	lv.outstanding--
-	if lv == d.prev && lv.outstanding == 0 {
+// settle gives back one claim on lv; the last one on a full batch lets
+// run retire it.
+func (d *driver) settle(lv *live) {
+	if lv.pending.Add(-1) == 0 && lv.full.Load() {
+		d.mu.Lock()
 		d.cond.Broadcast()
+		d.mu.Unlock()
 	}
 }
 
 // onDone is a batch's completion hook: it runs on the engine goroutine
 // that finished the request (the submitting slot itself for a caller
-// copy, a lane or the batch worker otherwise), counts it and wakes its
-// slot, or leaves it for the slot whose Submit has not returned yet.
+// copy, a lane or the batch worker otherwise) and leaves the outcome in
+// the task's cell, waking the slot if it already waits there.
 func (d *driver) onDone(lv *live) func(engine.Report) {
 	return func(r engine.Report) {
-		f := finish{at: time.Now(), bytes: r.CompletedBytes, valid: true}
+		c := &lv.cells[r.Tasks.First]
+		c.f = finish{at: time.Now(), bytes: r.CompletedBytes}
 		if r.CompletedRequests != 1 {
-			f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
+			c.f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
 		}
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		i := lv.slotOf[r.Tasks.First] - 1
-		if i < 0 {
-			lv.early[r.Tasks.First] = f
-			return
+		if h := d.o.meet; h != nil {
+			h(lv.b.ID(), r.Tasks.First, true, false)
 		}
-		lv.slotOf[r.Tasks.First] = 0
-		d.finishLocked(lv, i, &f)
-		d.slots[i].wake <- struct{}{}
+		i := c.state.Swap(cellDone)
+		if h := d.o.meet; h != nil {
+			h(lv.b.ID(), r.Tasks.First, true, true)
+		}
+		if i > 0 {
+			d.slots[i-1].wake <- struct{}{}
+		}
 	}
 }
 
@@ -468,7 +561,7 @@ func (d *driver) retire(lv *live) error {
 // cleanup frees whatever batches an error left behind: it cancels what
 // has not started and waits for the rest.
 func (d *driver) cleanup() {
-	for _, lv := range []*live{d.prev, d.cur} {
+	for _, lv := range []*live{d.prev, d.cur.Load()} {
 		if lv == nil {
 			continue
 		}
@@ -477,5 +570,6 @@ func (d *driver) cleanup() {
 		lv.b.Wait(closeTimeout(d.e))
 		lv.b.Free()
 	}
-	d.prev, d.cur = nil, nil
+	d.prev = nil
+	d.cur.Store(nil)
 }

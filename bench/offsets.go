@@ -5,17 +5,22 @@
 //   - seq visits blocks 0, 1, 2, ... and wraps to 0 after the last whole
 //     block; rand draws blocks uniformly (with repeats) from a PCG seeded
 //     with Options.Seed, so a seed fixes the sequence.
+//   - A seq generator may be shared by goroutines (each block still
+//     comes once per pass); a rand one belongs to one goroutine.
 
 package bench
 
-import "math/rand/v2"
+import (
+	"math/rand/v2"
+	"sync/atomic"
+)
 
-// offsets yields file offsets. Not safe for concurrent use.
+// offsets yields file offsets.
 type offsets struct {
 	pattern Pattern
 	bs      uint64
 	blocks  uint64
-	next    uint64
+	next    atomic.Uint64 // seq: blocks handed out
 	rng     *rand.Rand
 }
 
@@ -29,10 +34,5 @@ func (g *offsets) Next() uint64 {
 	if g.pattern == Rand {
 		return g.rng.Uint64N(g.blocks) * g.bs
 	}
-	b := g.next
-	g.next++
-	if g.next == g.blocks {
-		g.next = 0
-	}
-	return b * g.bs
+	return (g.next.Add(1) - 1) % g.blocks * g.bs
 }

@@ -119,6 +119,11 @@ type Options struct {
 	// submitting, nil outside tests, runs on a slot's goroutine just
 	// before each engine Submit (file.go): a test holds slots there.
 	submitting func()
+	// meet, nil outside tests, runs on both sides of a task's meeting in
+	// its cell (file.go), just before (after false) and just after each
+	// side's swap: hook is the completion hook's side, else the slot's.
+	// A test holds one side there to choose who comes first.
+	meet func(batch uint64, task int, hook, after bool)
 }
 
 // MaxJobs bounds --jobs.

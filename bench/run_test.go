@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,4 +310,67 @@ func TestRunQueueDepthInFlight(t *testing.T) {
 		t.Fatalf("at most %d slots were about to submit at once, want all %d", most, qd)
 	}
 	checkResult(t, r, o, "engine")
+}
+
+// TestRunHookMeetsSlot: a task's completion hook and its slot meet in the
+// task's cell in either order, and the slot records the outcome the hook
+// left (checkResult: every op counted with its bytes). Each case holds
+// one side just before its swap until the other side has swapped, on
+// every task: the hook first (as for a caller copy, which finishes
+// inside Submit), or the slot first (as for a ring completion). The
+// requests go through the ring (O_DIRECT) and never the caller fast path,
+// so the hook runs on the batch worker and may be held without holding
+// the slot's Submit.
+func TestRunHookMeetsSlot(t *testing.T) {
+	needIOUring(t)
+	for _, hookFirst := range []bool{true, false} {
+		name := "slot first"
+		if hookFirst {
+			name = "hook first"
+		}
+		t.Run(name, func(t *testing.T) {
+			o := Options{File: tempFile(t, "", 256<<10), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096,
+				QueueDepth: 4, Size: 256 << 10, Runtime: 150 * time.Millisecond, Direct: true, Seed: 3}
+			type key struct {
+				batch uint64
+				task  int
+			}
+			var mu sync.Mutex
+			swapped := map[key]chan struct{}{} // closed once the side that goes first swapped
+			done := func(k key) chan struct{} {
+				mu.Lock()
+				defer mu.Unlock()
+				if swapped[k] == nil {
+					swapped[k] = make(chan struct{})
+				}
+				return swapped[k]
+			}
+			var held, late atomic.Int64
+			o.meet = func(batch uint64, task int, hook, after bool) {
+				k := key{batch, task}
+				switch {
+				case after && hook == hookFirst:
+					close(done(k))
+				case !after && hook != hookFirst:
+					select {
+					case <-done(k):
+						held.Add(1)
+					case <-time.After(5 * time.Second):
+						late.Add(1) // reported below; do not hang
+					}
+				}
+			}
+			base := config.DefaultEngine()
+			base.CallerFastPathWait = 0
+			e := newEngine(t, &o, base)
+			r, err := Run(context.Background(), e, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if late.Load() > 0 || held.Load() == 0 {
+				t.Fatalf("%d meetings held in order, %d timed out", held.Load(), late.Load())
+			}
+			checkResult(t, r, o, "engine")
+		})
+	}
 }
