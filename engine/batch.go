@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -111,6 +112,10 @@ type Batch struct {
 
 	deliverMu sync.Mutex // one goroutine at a time runs onDone
 	spare     []Report   // guarded by deliverMu: the emptied notify slice, reused
+	// reports is len(mu.notify) > 0, written under b.mu at each change
+	// and read without it: a deliverer looks for more reports, and a
+	// poller for any, without taking b.mu (runReports).
+	reports atomic.Bool
 
 	mu struct {
 		sync.Mutex
@@ -255,6 +260,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.changedLocked()
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)
+		b.e.st.callerCopies.Add(1) // counters out of b.mu: each add may miss the cache
 		if !lane || !b.e.hostCopy.runCopy(g) {
 			b.callerCopy(g) // and delivers
 		}
@@ -375,6 +381,7 @@ func (b *Batch) OnGroupDone(fn func(Report)) {
 	b.mu.onDone = fn
 	if fn == nil {
 		b.mu.notify = nil
+		b.reports.Store(false)
 	}
 	b.mu.Unlock()
 }
@@ -384,7 +391,7 @@ func (b *Batch) OnGroupDone(fn func(Report)) {
 // new reports after it lets go, so none is stranded, and an onDone that
 // submits (and so comes back here) cannot deadlock.
 func (b *Batch) deliver() {
-	if !b.deliverMu.TryLock() {
+	if !b.reports.Load() || !b.deliverMu.TryLock() {
 		return
 	}
 	b.mu.Lock()
@@ -405,6 +412,7 @@ func (b *Batch) takeReportsLocked() ([]Report, func(Report), bool) {
 	}
 	reps, fn := b.mu.notify, b.mu.onDone
 	b.mu.notify, b.spare = b.spare, nil
+	b.reports.Store(false)
 	return reps, fn, true
 }
 
@@ -414,7 +422,9 @@ func (b *Batch) takeReportsLocked() ([]Report, func(Report), bool) {
 // group finishes then delivers its report itself instead of leaving it
 // to this one (which would have to wake it). A report appended before
 // the look is seen by it; one appended after it comes from a goroutine
-// whose TryLock follows the Unlock.
+// whose TryLock follows the Unlock. The look reads b.reports, not
+// b.mu.notify: a third hold of b.mu per caller copy (after submitting
+// and finishing) that every one of a batch's submitters queued for.
 // REQUIRES: deliverMu, reps taken by takeReportsLocked; not b.mu.
 func (b *Batch) runReports(reps []Report, fn func(Report)) {
 	for {
@@ -426,10 +436,7 @@ func (b *Batch) runReports(reps []Report, fn func(Report)) {
 		clear(reps) // keep no error or report alive through the reuse
 		b.spare = reps[:0]
 		b.deliverMu.Unlock()
-		b.mu.Lock()
-		more := len(b.mu.notify) > 0
-		b.mu.Unlock()
-		if !more || !b.deliverMu.TryLock() {
+		if !b.reports.Load() || !b.deliverMu.TryLock() {
 			return
 		}
 		var ok bool

@@ -24,6 +24,10 @@
 //     b.mu.inflight, loans held, tasks running) before the copy and
 //     finished after it under b.mu, so later groups fence against it as
 //     against any ring group, and status readers see it running.
+//   - Loans are held for the whole copy. A copy whose every op moved all
+//     its bytes returns them once it is done, just before its finish
+//     (outside b.mu): its memory is no longer touched, so a group that
+//     then takes the same memory sees the outcome of strict FIFO order.
 //   - Each op's outcome goes through Batch.completeLocked, as its CQE
 //     would: full, short (the rest retried once, shortio.go) or an errno.
 //   - A group past its deadline is never copied: the worker fails it
@@ -89,7 +93,6 @@ func (b *Batch) startCallerCopyLocked(g *group) bool {
 		g.routes[i] = routeCopy
 	}
 	g.next, g.outstanding, g.lastSubmitted = g.n, g.n, g.n-1
-	b.e.st.callerCopies.Add(1)
 	return true
 }
 
@@ -122,8 +125,19 @@ func (b *Batch) callerCopy(g *group) {
 	}
 	var one [1]int32
 	res := one[:0]
+	full := true
 	for i := range g.ops {
 		res = append(res, copyOp(g, &g.ops[i]))
+		full = full && res[i] >= 0 && uint64(res[i]) == opBytes(&g.ops[i])
+	}
+	if full {
+		// Every op moved all its bytes: nothing of the group is retried,
+		// nothing touches its memory any more, and the finish below ends
+		// it drained. Its loans go back now, not under b.mu: a loan
+		// table's lock taken inside the batch's critical section
+		// lengthened it for every submitter queued there.
+		releaseLoans(g, -1)
+		g.loansReturned = true
 	}
 	b.mu.Lock()
 	if g.lane {

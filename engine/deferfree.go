@@ -21,6 +21,7 @@ package engine
 func (b *Batch) deferFreeLocked() {
 	b.mu.freed, b.mu.deferred = true, true
 	b.mu.onDone, b.mu.notify = nil, nil // detached: nobody is listening
+	b.reports.Store(false)
 	b.advanceLocked(-1, true)
 	b.changedLocked()
 	e := b.e

@@ -80,6 +80,9 @@ type group struct {
 	caller bool
 	// lane: a caller copy that the host copy lanes run (lanecopy.go).
 	lane bool
+	// loansReturned: a caller copy that moved every byte returned its
+	// loans when its copy ended, before its finish (callercopy.go).
+	loansReturned bool
 
 	// Guarded by b.mu.
 	dispatched    bool
@@ -577,7 +580,7 @@ func (g *group) finishLocked(drained bool) {
 		}
 	}
 	if drained {
-		if g.dispatched {
+		if g.dispatched && !g.loansReturned {
 			releaseLoans(g, -1)
 		}
 		g.release()
@@ -590,6 +593,7 @@ func (g *group) finishLocked(drained bool) {
 	g.final = &g.inline.final
 	if b.mu.onDone != nil {
 		b.mu.notify = append(b.mu.notify, r)
+		b.reports.Store(true)
 	}
 	if r.Err != nil {
 		b.e.log.Debug("group finished with error", "batch", b.id, "task", g.first+r.RequestIndex, "err", r.Err)
