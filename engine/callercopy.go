@@ -25,9 +25,10 @@
 //     finished after it under b.mu, so later groups fence against it as
 //     against any ring group, and status readers see it running.
 //   - Loans are held for the whole copy. A copy whose every op moved all
-//     its bytes returns them once it is done, just before its finish
-//     (outside b.mu): its memory is no longer touched, so a group that
-//     then takes the same memory sees the outcome of strict FIFO order.
+//     its bytes returns them, and its admission charges, once it is
+//     done, just before its finish (outside b.mu): its memory is no
+//     longer touched, so a group that then takes the same memory sees
+//     the outcome of strict FIFO order.
 //   - Each op's outcome goes through Batch.completeLocked, as its CQE
 //     would: full, short (the rest retried once, shortio.go) or an errno.
 //   - A group past its deadline is never copied: the worker fails it
@@ -133,11 +134,18 @@ func (b *Batch) callerCopy(g *group) {
 	if full {
 		// Every op moved all its bytes: nothing of the group is retried,
 		// nothing touches its memory any more, and the finish below ends
-		// it drained. Its loans go back now, not under b.mu: a loan
-		// table's lock taken inside the batch's critical section
-		// lengthened it for every submitter queued there.
+		// it drained. Its loans and engine-wide admission charges go back
+		// now, not under b.mu: a loan table's lock and the engine's
+		// in-flight counters, which every core writes, taken inside the
+		// batch's critical section lengthened it for every submitter
+		// queued there. Its segment user stays until the finish, so a
+		// segment's close still waits for the group's end.
 		releaseLoans(g, -1)
-		g.loansReturned = true
+		g.unadmit()
+		g.settled = true
+	}
+	if h := b.e.callerCopyCopied; h != nil && !g.lane {
+		h() // tests: the submitter holds its finish here
 	}
 	b.mu.Lock()
 	if g.lane {

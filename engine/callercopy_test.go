@@ -356,3 +356,76 @@ func TestCallerCopyReportNotStranded(t *testing.T) {
 		}
 	}
 }
+
+// TestCallerCopySettlesBeforeFinish: a caller copy that moved every byte
+// returns its loans once the copy is done, before its finish takes the
+// batch's lock (callercopy.go), and nothing else: held between the two,
+// its task still reads running, a group of another batch on the same
+// memory is granted it (with the loans still held it would fail busy),
+// and the segment's close still waits for the held group, which then
+// completes with its bytes.
+func TestCallerCopySettlesBeforeFinish(t *testing.T) {
+	needIOUring(t)
+	shm, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	e := newEngine(t, nil)
+	path, orig := randomFile(t, shm, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 4096)
+	copied, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	e.HoldCopiedCallerCopies(func() {
+		if first.CompareAndSwap(false, true) { // hold only the first
+			close(copied)
+			<-release
+		}
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	b1, err := e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b1.Free()
+	req := engine.Request{Address: r.BaseAddress(), TargetOffset: 0, Length: 4096}
+	go b1.Submit(engine.OpRead, seg, []engine.Request{req}, nil, ioTimeout)
+	<-copied
+	if ts, err := b1.TaskStatus(0); err != nil || ts.State != engine.TaskRunning {
+		t.Fatalf("held after its copy: task %v, %v; want running until the finish", ts.State, err)
+	}
+	b2, err := e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Free()
+	req.TargetOffset = 8192
+	if _, err := b2.Submit(engine.OpRead, seg, []engine.Request{req}, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	b2.Seal()
+	if st, err := b2.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		ts, _ := b2.TaskStatus(0)
+		t.Fatalf("a group on the held copy's memory: %v, %v (%v): its loans were not returned after the copy", st, err, ts.Err)
+	}
+	if err := e.CloseFileSegment(seg, 50*time.Millisecond); !errors.Is(err, engine.ErrTimeout) {
+		t.Fatalf("close while the copy's finish is held: %v, want it to wait for the group (ErrTimeout)", err)
+	}
+	released = true
+	close(release)
+	b1.Seal()
+	if st, err := b1.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("held copy: %v, %v", st, err)
+	}
+	if err := e.CloseFileSegment(seg, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if got := regionBytes(t, r); !bytes.Equal(got, orig[8192:8192+4096]) {
+		t.Fatal("memory does not hold the later group's bytes")
+	}
+}

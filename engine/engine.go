@@ -73,6 +73,9 @@ type Engine struct {
 	// callerCopyHeld, nil outside tests, runs on a submitter before its
 	// caller copy (callercopy.go): a test holds one copy running there.
 	callerCopyHeld func()
+	// callerCopyCopied, nil outside tests, runs on a submitter after its
+	// caller copy moved its bytes and before its finish takes b.mu.
+	callerCopyCopied func()
 	// peerHandoff, nil outside tests, runs on a peer lane before a unit's
 	// context check and its handoff to the Remote (peerexec.go).
 	peerHandoff func(g *group, task int)

@@ -31,6 +31,10 @@ func (e *Engine) HoldUnits(f func(task int)) { e.unitHeld = f }
 // HoldCallerCopies runs f on the submitter before each caller copy.
 func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }
 
+// HoldCopiedCallerCopies runs f on the submitter after each caller copy
+// moved its bytes, before its finish takes the batch's lock.
+func (e *Engine) HoldCopiedCallerCopies(f func()) { e.callerCopyCopied = f }
+
 // HoldRegionCopies installs f as the hook ReadAt/WriteAt on r run with
 // their range pinned, before any byte moves. Set before r is used
 // concurrently.

@@ -5,8 +5,10 @@
 //   - prepare either returns a fully admitted group (inflight charge taken,
 //     segment user counted, scratch mapped) or takes nothing.
 //   - A group finishes exactly once (finishLocked). A drained finish
-//     returns every charge, loan and scratch mapping; an unquiesced finish
-//     returns none of them, because the kernel may still use that memory.
+//     returns every charge, loan and scratch mapping (a caller copy that
+//     moved every byte returned its loans and charges just before it,
+//     callercopy.go); an unquiesced finish returns none of them, because
+//     the kernel may still use that memory.
 //   - Fences (conflicts) identify a file by device and inode, never by
 //     segment entry, so results equal strict FIFO execution however many
 //     entries (permissions, paths, hard links) reach one file.
@@ -80,9 +82,10 @@ type group struct {
 	caller bool
 	// lane: a caller copy that the host copy lanes run (lanecopy.go).
 	lane bool
-	// loansReturned: a caller copy that moved every byte returned its
-	// loans when its copy ended, before its finish (callercopy.go).
-	loansReturned bool
+	// settled: a caller copy that moved every byte returned its loans
+	// and admission charges when its copy ended, before its finish
+	// (callercopy.go); the finish returns only its segment user.
+	settled bool
 
 	// Guarded by b.mu.
 	dispatched    bool
@@ -579,8 +582,11 @@ func (g *group) finishLocked(drained bool) {
 			break
 		}
 	}
-	if drained {
-		if g.dispatched && !g.loansReturned {
+	switch {
+	case drained && g.settled:
+		g.ent.done()
+	case drained:
+		if g.dispatched {
 			releaseLoans(g, -1)
 		}
 		g.release()
