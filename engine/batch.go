@@ -255,9 +255,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.changedLocked()
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)
-		if !lane || !b.e.hostCopy.runCopy(g) {
-			b.callerCopy(g) // and delivers
-		}
+		b.runCallerCopy(g, lane) // lanecopy.go; and delivers
 		return TaskRange{First: first, Count: len(reqs)}, nil
 	}
 	b.mu.queue = append(b.mu.queue, g)

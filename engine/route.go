@@ -97,9 +97,19 @@ func (e *Engine) jobExec(rt route) jobExecutor { return e.execs[rt].(jobExecutor
 // rideAlong routes the host requests of a group that leaves the ring
 // (dispatched as jobs) off the ring route: through staging when the
 // group touches device memory (the task reports io_uring, as on the
-// ring), else on the host copy lanes (it reports copy). Called once the
+// ring), else on the host copy lanes (it reports copy); it records their
+// pieces, which a request on the ring has none of. Called once the
 // group's routes are chosen, before anyone can read them.
-func (g *group) rideAlong() {
+func (g *group) rideAlong(reqs []Request) {
+	k := 0 // g.ranges are in request order
+	for i := range reqs {
+		for k < len(g.ranges) && g.ranges[k].req < i {
+			k++
+		}
+		if g.routes[i] == routeRing {
+			g.addPieces(i, &reqs[i], k)
+		}
+	}
 	device := false
 	for i := 0; i < g.n; i++ {
 		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
@@ -113,6 +123,55 @@ func (g *group) rideAlong() {
 			g.routes[i] = routeHostCopy
 		}
 	}
+}
+
+// route chooses request i's route from the ranges build
+// resolved for it (g.ranges[first:]), and for an off-ring request
+// records its pieces in file order.
+func (g *group) route(e *Engine, i int, r *Request, first int) error {
+	var m reqMemory
+	for _, rr := range g.ranges[first:] {
+		if rr.region.dev != nil {
+			m.device = true
+		} else {
+			m.host = true
+		}
+	}
+	for _, el := range r.Elements {
+		m.padding = m.padding || el.Padding != 0
+	}
+	rt, err := e.chooseRoute(g.ent, r, m)
+	if err != nil {
+		return err
+	}
+	if rt == routeGDS {
+		for _, rr := range g.ranges[first:] {
+			if err := e.gdsRegister(rr.region); err != nil {
+				if r.Transport == TransportGDS {
+					return detail(KindUnavailable, "transport gds: %v", err)
+				}
+				rt = routeStaged
+				break
+			}
+		}
+	}
+	g.routes[i] = rt
+	g.policy[i] = reqPolicy{asked: r.Transport, vector: len(r.Elements) > 0}
+	if r.Producer != nil {
+		if !m.device {
+			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
+		}
+		if g.producers == nil {
+			g.producers = make([]Event, g.n)
+		}
+		g.producers[i] = r.Producer
+	}
+	if rt == routeRing {
+		return nil
+	}
+	g.offRing = true
+	g.addPieces(i, r, first)
+	return nil
 }
 
 // nextRoute is the route after request i's current one in its candidate
