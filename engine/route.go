@@ -21,6 +21,9 @@
 //     segment keeps routeRemote.
 //   - routeMem: between two regions of this engine, a memory segment
 //     (memgroup.go); the task reports transport memory.
+//   - routeMapped: device memory and a tmpfs file, copied by DMA from
+//     and into the file's pages, mapped and registered once
+//     (mappedexec.go); the task reports transport mapped.
 //   - routeCopy: a small group on an in-memory file that its submitter
 //     copies (callercopy.go); set at dispatch, when FIFO and fences let
 //     Submit start it at once, on requests routed to the ring; the task
@@ -32,8 +35,10 @@
 //     rerouted.
 //   - transport io_uring: the ring for host memory, staging for device
 //     memory.
-//   - unspec: GDS when eligible, else staging, for requests that touch
-//     device memory; host-only requests keep the ring (cuFile would only
+//   - unspec: for requests that touch device memory, the mapped route
+//     when eligible (a tmpfs file, device memory only, no padding,
+//     mapped_files on, within max_mapped_bytes), else GDS when eligible,
+//     else staging; host-only requests keep the ring (cuFile would only
 //     add a copy for DRAM, and would load libcufile for every DRAM user).
 //
 // Eligibility for GDS: a GDS backend that probes usable, gds_enabled, an
@@ -62,10 +67,13 @@ const (
 	// routeIPC: device memory <-> a same-host peer's device region,
 	// copied on the GPU through CUDA IPC (ipcexec.go).
 	routeIPC
+	// routeMapped: device memory <-> a tmpfs file's own pages, mapped
+	// and registered for DMA (mappedexec.go).
+	routeMapped
 )
 
 // routeCount is the number of routes (the size of Engine.execs).
-const routeCount = int(routeIPC) + 1
+const routeCount = int(routeMapped) + 1
 
 // routeTable maps every route to its executor: the one place that names
 // them. Adding a transport is its executor and one line here.
@@ -79,6 +87,7 @@ func (e *Engine) routeTable() {
 		routeHostCopy: e.hostCopy,
 		routeRemote:   e.peerExec,
 		routeIPC:      e.ipcExec,
+		routeMapped:   e.mappedExec,
 	}
 }
 
@@ -112,7 +121,7 @@ func (g *group) rideAlong(reqs []Request) {
 	}
 	device := false
 	for i := 0; i < g.n; i++ {
-		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
+		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS || g.routes[i] == routeMapped
 	}
 	for i := 0; i < g.n; i++ {
 		switch {
@@ -177,7 +186,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 // nextRoute is the route after request i's current one in its candidate
 // chain (failover.go decides whether to take it).
 func (g *group) nextRoute(i int) (route, bool) {
-	if g.routes[i] == routeGDS && g.policy[i].asked == TransportUnspec {
+	if (g.routes[i] == routeGDS || g.routes[i] == routeMapped) && g.policy[i].asked == TransportUnspec {
 		return routeStaged, true
 	}
 	return 0, false
@@ -208,6 +217,9 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, err
 			return routeHostCopy, nil
 		}
 		return routeRing, nil
+	}
+	if e.mappedEligible(ent, r, m) {
+		return routeMapped, nil
 	}
 	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" {
 		return routeGDS, nil

@@ -29,7 +29,7 @@ func TestRouteTableCoversEveryRoute(t *testing.T) {
 	want := map[route]TransportKind{
 		routeRing: TransportIOUring, routeStaged: TransportIOUring, routeGDS: TransportGDS,
 		routeMem: TransportMemory, routeCopy: TransportCopy, routeHostCopy: TransportCopy,
-		routeRemote: TransportTCP, routeIPC: TransportCUDAIPC,
+		routeRemote: TransportTCP, routeIPC: TransportCUDAIPC, routeMapped: TransportMapped,
 	}
 	if len(want) != routeCount {
 		t.Fatalf("%d routes, %d expected here: name the new route's transport in this test", routeCount, len(want))
