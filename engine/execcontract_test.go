@@ -98,6 +98,9 @@ type execCase struct {
 	// perCopy: the fake GPU has no batched copy (a driver before CUDA
 	// 12.8): every device copy is its own call.
 	perCopy bool
+	// mapped: mapped_files on, so device requests on tmpfs copy through
+	// the file's registered pages (mappedexec.go).
+	mapped bool
 	// cuts: Cancel of a task this executor is running cuts it (the task
 	// ends cancelled, nothing moved); otherwise Cancel is KindBusy and
 	// the task runs on.
@@ -119,6 +122,8 @@ var execCases = []execCase{
 	{name: "staged, per-copy driver", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportIOUring, queued: true, offRing: true, perCopy: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, offRing: true,
+		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
+	{name: "mapped", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportMapped, queued: true, offRing: true, mapped: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration {
@@ -182,6 +187,7 @@ func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.E
 		if c.memseg {
 			cfg.MergeRequests = false
 		}
+		cfg.MappedFiles = c.mapped
 		for _, o := range opts {
 			o(cfg)
 		}
