@@ -142,7 +142,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		cfg.Host = HostID()
 	}
 	if cfg.Gate == nil {
-		cfg.Gate = NewGate()
+		cfg.Gate = NewGate(DefaultGateLinger)
 	}
 	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{}), since: time.Now()}
 	if c.log == nil {

@@ -209,7 +209,7 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 		cfg.MaxHandshakes = DefaultMaxHandshakes
 	}
 	if cfg.Gate == nil {
-		cfg.Gate = NewGate()
+		cfg.Gate = NewGate(DefaultGateLinger)
 	}
 	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger, hs: newHandshakes(cfg.MaxHandshakes)}
 	if s.log == nil {
