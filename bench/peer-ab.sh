@@ -10,7 +10,8 @@
 # alone, the same beside a 64 MiB WRITE stream (--stream), 1 MiB WRITE on
 # hp_tcp (4 lanes, 16 in flight) and tcp (1 lane, 4 in flight), and 1 MiB
 # READ on hp_tcp; -m picks others of these measurements (comma-separated,
-# also "tcp 1MiB read" and "4KiB read alone", a 4 KiB READ round trip).
+# also "tcp 1MiB read", "4KiB read alone", a 4 KiB READ round trip, and
+# "4KiB x16", 16 4 KiB WRITEs in flight).
 # The load average is recorded before every run.
 #
 # usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-m MEASUREMENTS] [-o OUTDIR]
@@ -89,6 +90,7 @@ for r in $(seq "$rounds"); do
 			"4KiB beside 64MiB") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 --stream 64MiB ;;
 			"4KiB alone") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 ;;
 			"4KiB read alone") run $v "$l" --lanes 4 --op read --size 4KiB --concurrency 1 ;;
+			"4KiB x16") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 16 ;;
 			"hp_tcp 1MiB") run $v "$l" --lanes 4 --op write --size 1MiB --concurrency 16 ;;
 			"tcp 1MiB") run $v "$l" --lanes 1 --op write --size 1MiB --concurrency 4 ;;
 			"hp_tcp 1MiB read") run $v "$l" --lanes 4 --op read --size 1MiB --concurrency 16 ;;
