@@ -76,9 +76,15 @@ type Engine struct {
 	StagingChunkCount         int      `toml:"staging_chunk_count" json:"staging_chunk_count"`
 	StagingChunkSize          Size     `toml:"staging_chunk_size" json:"staging_chunk_size"`
 	StagingLanes              int      `toml:"staging_lanes" json:"staging_lanes"`
-	GDSEnabled                bool     `toml:"gds_enabled" json:"gds_enabled"`
-	GDSBatchDepth             int      `toml:"gds_batch_depth" json:"gds_batch_depth"`
-	GDSRequireNative          bool     `toml:"gds_require_native" json:"gds_require_native"`
+	// MappedFiles lets device memory <-> tmpfs requests copy straight
+	// from and into the file's pages, mapped and registered for DMA
+	// (engine/mappedexec.go); MaxMappedBytes bounds those pages, 0
+	// meaning AutoRegistered (half of MemTotal, capped).
+	MappedFiles      bool `toml:"mapped_files" json:"mapped_files"`
+	MaxMappedBytes   Size `toml:"max_mapped_bytes" json:"max_mapped_bytes"`
+	GDSEnabled       bool `toml:"gds_enabled" json:"gds_enabled"`
+	GDSBatchDepth    int  `toml:"gds_batch_depth" json:"gds_batch_depth"`
+	GDSRequireNative bool `toml:"gds_require_native" json:"gds_require_native"`
 
 	IOUring      IOUring      `toml:"io_uring" json:"io_uring"`
 	RuntimeQueue RuntimeQueue `toml:"runtime_queue" json:"runtime_queue"`
@@ -161,6 +167,7 @@ func DefaultEngine() Engine {
 		CallerFastPathBytes:      64 << 10,
 		CallerFastPathWait:       Duration(200 * time.Microsecond),
 		CallerCopy:               true,
+		MappedFiles:              true,
 		LaneCopyProbe:            64,
 		DefaultTimeout:           Duration(30 * time.Second),
 		StoreCallTimeout:         Duration(5 * time.Second),
@@ -257,6 +264,9 @@ func (c *Engine) validate(p *problems, pre string) {
 	p.between(pre+"lane_copy_probe", c.LaneCopyProbe, 0, 1<<20)
 	if c.CallerFastPathWait > Duration(time.Second) {
 		p.addf("%scaller_fast_path_wait (%s) must be <= 1s", pre, c.CallerFastPathWait)
+	}
+	if mt, err := MemTotal(); err == nil && uint64(c.MaxMappedBytes) > mt {
+		p.addf("%smax_mapped_bytes (%s) must be <= this machine's MemTotal (%s); 0 picks half of it", pre, c.MaxMappedBytes, Size(mt))
 	}
 	if mt, err := MemTotal(); err == nil && uint64(c.MaxRegisteredBytes) > mt {
 		p.addf("%smax_registered_bytes (%s) must be <= this machine's MemTotal (%s); 0 picks half of it", pre, c.MaxRegisteredBytes, Size(mt))

@@ -72,3 +72,13 @@ func (c *Engine) RegisteredLimit() uint64 {
 	mt, _ := MemTotal()
 	return AutoRegistered(mt)
 }
+
+// MappedLimit is the effective bound on tmpfs file pages mapped for DMA:
+// max_mapped_bytes, or AutoRegistered of this machine when it is 0.
+func (c *Engine) MappedLimit() uint64 {
+	if c.MaxMappedBytes != 0 {
+		return uint64(c.MaxMappedBytes)
+	}
+	mt, _ := MemTotal()
+	return AutoRegistered(mt)
+}

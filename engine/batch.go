@@ -255,9 +255,7 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.changedLocked()
 		b.mu.Unlock()
 		b.e.st.groupsSubmitted.Add(1)
-		if !lane || !b.e.hostCopy.runCopy(g) {
-			b.callerCopy(g) // and delivers
-		}
+		b.runCallerCopy(g, lane) // lanecopy.go; and delivers
 		return TaskRange{First: first, Count: len(reqs)}, nil
 	}
 	b.mu.queue = append(b.mu.queue, g)
@@ -584,8 +582,11 @@ func (b *Batch) drain(ctx context.Context) error {
 	}
 }
 
-// Cancel stops task i if it has not started. A running file task cannot
-// be recalled: ErrBusy. Cancelling a finished task does nothing.
+// Cancel stops task i if it has not started, or a running one whose
+// executor can stop it (canceller, executor.go: the peer and CUDA IPC
+// executors); that executor's refusal is returned as it is. Any other
+// running task cannot be recalled: ErrBusy. Cancelling a finished task
+// does nothing.
 func (b *Batch) Cancel(i int) error {
 	defer b.deliver()
 	b.mu.Lock()
@@ -602,13 +603,16 @@ func (b *Batch) Cancel(i int) error {
 		b.fenceParkedLocked(i)
 		b.changedLocked()
 		return nil
-	case t.state == TaskRunning && b.ipcRunningLocked(i):
-		return errorf(KindUnavailable, "cancel", b.name(), "task %d is running: its CUDA IPC copy is on the GPU and cannot be recalled", i)
-	case t.state == TaskRunning && b.cutRunningLocked(i):
+	case t.state == TaskRunning:
+		c, ok := b.cancellerLocked(i)
+		if !ok {
+			return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
+		}
+		if err := c.cancelRunning(t.g, i-t.g.first); err != nil {
+			return errorf(KindOf(err), "cancel", b.name(), "task %d is running: %w", i, err)
+		}
 		b.changedLocked()
 		return nil
-	case t.state == TaskRunning:
-		return errorf(KindBusy, "cancel", b.name(), "task %d is running; file I/O already handed to the kernel cannot be recalled", i)
 	case t.state.terminal():
 		return nil
 	}
@@ -619,7 +623,8 @@ func (b *Batch) Cancel(i int) error {
 }
 
 // CancelAll cancels every task that has not started, and cuts every
-// running task on a peer's region (as Cancel does).
+// running task whose executor can stop it (as Cancel does); the others
+// run on.
 func (b *Batch) CancelAll() error { return b.cancelAll(true) }
 
 // cancelAll is CancelAll; Close passes live=false to reach deferred
@@ -638,12 +643,23 @@ func (b *Batch) cancelAll(live bool) error {
 		case b.mu.tasks[i].state == TaskPending:
 			b.cancelTaskLocked(i)
 		case b.mu.tasks[i].state == TaskRunning:
-			b.cutRunningLocked(i) // a peer task: cut (peerexec.go); others run on
+			if c, ok := b.cancellerLocked(i); ok {
+				g := b.mu.tasks[i].g
+				_ = c.cancelRunning(g, i-g.first) // a refusal: it runs on
+			}
 		}
 	}
 	b.changedLocked()
 	b.pokeLocked()
 	return nil
+}
+
+// cancellerLocked is the executor of running task i when it can stop
+// running work (executor.go). REQUIRES: b.mu.
+func (b *Batch) cancellerLocked(i int) (canceller, bool) {
+	g := b.mu.tasks[i].g
+	c, ok := b.e.executor(g.routes[i-g.first]).(canceller)
+	return c, ok
 }
 
 var (

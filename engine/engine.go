@@ -36,20 +36,22 @@ import (
 
 // Engine is the transfer engine. Safe for concurrent use.
 type Engine struct {
-	cfg      config.Engine
-	log      *slog.Logger
-	backends []Backend
-	file     FileTransport // nil in a build without a file backend
-	gpu      gpuState      // CUDA memory and staging; zero when no GPU backend
-	gds      gdsState      // cuFile; zero when no GDS backend
-	staged   *stagedExec   // pinned staging lanes (staged.go), started on first use
-	hostCopy hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
-	groups   sync.Pool     // recycled one-request groups (group.go says when)
-	lists    sync.Pool     // freed batches' task and group lists (*batchLists)
-	gdsExec  gdsExec       // cuFile lanes (gdsexec.go)
-	peerExec peerExec      // peer lanes (peerexec.go)
-	memExec  memExec       // memory segment lanes (memgroup.go)
-	ipcExec  *ipcExec      // CUDA IPC lanes (ipcexec.go)
+	cfg        config.Engine
+	log        *slog.Logger
+	backends   []Backend
+	file       FileTransport // nil in a build without a file backend
+	gpu        gpuState      // CUDA memory and staging; zero when no GPU backend
+	gds        gdsState      // cuFile; zero when no GDS backend
+	staged     *stagedExec   // pinned staging lanes (staged.go), started on first use
+	hostCopy   hostCopyExec  // host copy lanes for in-memory files (hostcopy.go)
+	groups     sync.Pool     // recycled one-request groups (group.go says when)
+	lists      sync.Pool     // freed batches' task and group lists (*batchLists)
+	gdsExec    gdsExec       // cuFile lanes (gdsexec.go)
+	mappedExec mappedExec    // tmpfs files by DMA (mappedexec.go)
+	mapped     mappedState
+	peerExec   peerExec // peer lanes (peerexec.go)
+	memExec    memExec  // memory segment lanes (memgroup.go)
+	ipcExec    *ipcExec // CUDA IPC lanes (ipcexec.go)
 	// execs maps every route to its executor (route.go's routeTable).
 	execs [routeCount]executor
 	// adm is admission (admission.go): QoS budgets and the runtime queue;
@@ -181,6 +183,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	e.staged = newStagedExec(e)
 	e.hostCopy = newHostCopyExec()
 	e.gdsExec = newGDSExec(e)
+	e.mappedExec = newMappedExec(e)
 	e.peerExec = newPeerExec()
 	e.memExec = newMemExec(e)
 	e.ipcExec = newIPCExec(e)
@@ -370,6 +373,7 @@ type Stats struct {
 	// staging lanes (peer transfers, ReadAt/WriteAt), once allocated.
 	CopyStaging    *CopyStageStats `json:"copy_staging,omitempty"`
 	GDS            GDSStats        `json:"gds"`
+	Mapped         MappedStats     `json:"mapped_files"`
 	RuntimeQueue   QueueStats      `json:"runtime_queue"`
 	QoS            QoSStats        `json:"qos"`
 	ReceiverCredit CreditStats     `json:"receiver_credit"`
@@ -430,6 +434,7 @@ func (e *Engine) Stats() Stats {
 		s.IOUring = &fs
 	}
 	s.GDS = e.gdsStats()
+	s.Mapped = e.mappedStats()
 	if p := e.gpu.staging.Load(); p != nil {
 		st := p.stats()
 		st.Lanes = e.staged.laneCount()

@@ -15,6 +15,15 @@ package engine_test
 //     before its op goes on the ring) the second is still pending, a
 //     cancel ends it, and it never reaches the executor nor touches its
 //     memory;
+//   - cancel running (every executor): while the first task of a READ is
+//     running and held where its executor is about to move its bytes (a
+//     unit before its start check, an op before it goes on the ring, a
+//     caller or lane copy before its copy), Cancel of it either cuts it
+//     (an executor that can stop running work, cuts: cancelled, nothing
+//     moved, its memory untouched) or is refused KindBusy and the task
+//     runs on to completion with its bytes; the other task completes
+//     either way. A cuda_ipc task whose copy was already queued is
+//     refused KindUnavailable and completes;
 //   - deadline: a group whose deadline passes while it waits fails
 //     Timeout with nothing moved;
 //   - short I/O: a file cut while the READ waits gives a short READ:
@@ -89,6 +98,13 @@ type execCase struct {
 	// perCopy: the fake GPU has no batched copy (a driver before CUDA
 	// 12.8): every device copy is its own call.
 	perCopy bool
+	// mapped: mapped_files on, so device requests on tmpfs copy through
+	// the file's registered pages (mappedexec.go).
+	mapped bool
+	// cuts: Cancel of a task this executor is running cuts it (the task
+	// ends cancelled, nothing moved); otherwise Cancel is KindBusy and
+	// the task runs on.
+	cuts bool
 }
 
 const peerUnit = 64 << 10
@@ -107,17 +123,19 @@ var execCases = []execCase{
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "staged O_DIRECT", fs: "ext4", n: 1 << 20, device: true, transport: engine.TransportIOUring, want: engine.TransportIOUring, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
+	{name: "mapped", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportMapped, queued: true, offRing: true, mapped: true,
+		uncertain: func(f *execFixture) time.Duration { f.gpu.failEvent.Store(true); return ioTimeout }},
 	{name: "gds", fs: "ext4", n: 1 << 20, device: true, gds: true, want: engine.TransportGDS, queued: true, offRing: true,
 		uncertain: func(f *execFixture) time.Duration {
 			f.cufile.hang = make(chan struct{})
 			f.t.Cleanup(func() { close(f.cufile.hang) })
 			return 100 * time.Millisecond
 		}},
-	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, offRing: true, peer: true},
+	{name: "peer", fs: "tmpfs", n: 1 << 20, want: engine.TransportTCP, queued: true, offRing: true, peer: true, cuts: true},
 	// The fence, deadline and short checks hold the group behind a write
 	// to the file, which a memory target does not overlap.
 	{name: "memory", fs: "tmpfs", n: 1 << 20, want: engine.TransportMemory, offRing: true, memseg: true},
-	{name: "cuda ipc", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportCUDAIPC, queued: true, offRing: true, peer: true, ipc: true,
+	{name: "cuda ipc", fs: "tmpfs", n: 1 << 20, device: true, want: engine.TransportCUDAIPC, queued: true, offRing: true, peer: true, ipc: true, cuts: true,
 		uncertain: func(f *execFixture) time.Duration {
 			f.gpu.hang = make(chan struct{})
 			f.t.Cleanup(func() { close(f.gpu.hang) })
@@ -169,6 +187,7 @@ func newExecFixture(t *testing.T, c execCase, dir string, opts ...func(*config.E
 		if c.memseg {
 			cfg.MergeRequests = false
 		}
+		cfg.MappedFiles = c.mapped
 		for _, o := range opts {
 			o(cfg)
 		}
@@ -509,6 +528,7 @@ func TestExecutorContract(t *testing.T) {
 					t.Fatal("the cancelled task's memory changed (or the other task's bytes are wrong)")
 				}
 			})
+			t.Run("cancel running", func(t *testing.T) { cancelRunning(t, c, dir) })
 			t.Run("deadline", func(t *testing.T) {
 				if c.memseg {
 					t.Skip("a memory target does not overlap the holding WRITE to the file: nothing fences it")
@@ -671,5 +691,114 @@ func TestExecutorContract(t *testing.T) {
 				})
 			})
 		})
+	}
+}
+
+// cancelRunning is the contract's "cancel running" check for case c.
+func cancelRunning(t *testing.T, c execCase, dir string) {
+	f := newExecFixture(t, c, dir)
+	want := f.sentinel()
+	held, release := make(chan int, 1024), make(chan struct{})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	hold := func(task int) { held <- task; <-release }
+	switch {
+	case c.lanes:
+		f.e.HoldLaneCopies(func() { hold(0) })
+	case !c.queued && !c.offRing:
+		f.e.HoldCallerCopies(func() { hold(0) })
+	default:
+		f.e.HoldUnits(hold)
+	}
+	b, err := f.e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	half := uint64(c.n / 2)
+	submitted := make(chan error, 1)
+	go func() { // a caller copy holds its submitter
+		_, err := b.Submit(engine.OpRead, f.target, []engine.Request{f.req(0, half), f.req(half, uint64(c.n)-half)}, nil, ioTimeout)
+		submitted <- err
+	}()
+	for first := -1; first != 0; {
+		select {
+		case first = <-held:
+		case <-time.After(ioTimeout):
+			t.Fatal("task 0 never reached its executor")
+		}
+	}
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskRunning {
+		t.Fatalf("task 0 is %v while its executor holds it, want running", ts.State)
+	}
+	err = b.Cancel(0)
+	switch {
+	case c.cuts && err != nil:
+		t.Fatalf("cancel of a running task on an executor that cuts: %v, want nil", err)
+	case !c.cuts && engine.KindOf(err) != engine.KindBusy:
+		t.Fatalf("cancel of a running task on an executor that cannot stop it: %v, want KindBusy", err)
+	}
+	close(release)
+	released = true
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	b.Seal()
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	ts := b.TaskStatuses()
+	if ts[1].State != engine.TaskCompleted || ts[1].Transferred != uint64(c.n)-half {
+		t.Fatalf("the other task: %v (%v), %d bytes; want completed", ts[1].State, ts[1].Err, ts[1].Transferred)
+	}
+	copy(want[half:], f.orig[half:])
+	if c.cuts {
+		if ts[0].State != engine.TaskCancelled || ts[0].Transferred != 0 {
+			t.Fatalf("the cut task: %v (%v), %d bytes; want cancelled, nothing moved", ts[0].State, ts[0].Err, ts[0].Transferred)
+		}
+	} else {
+		if ts[0].State != engine.TaskCompleted || ts[0].Transferred != half {
+			t.Fatalf("the refused cancel's task: %v (%v), %d bytes; want completed with %d", ts[0].State, ts[0].Err, ts[0].Transferred, half)
+		}
+		copy(want, f.orig[:half])
+	}
+	time.Sleep(20 * time.Millisecond)
+	if !bytes.Equal(f.memBytes(), want) {
+		t.Fatal("memory differs: a cut task moved bytes, or a running one did not finish")
+	}
+	if !c.ipc {
+		return
+	}
+	// Once its copy is queued on the GPU a cuda_ipc task is past cutting.
+	f = newExecFixture(t, c, dir)
+	f.gpu.hang = make(chan struct{})
+	hung := true
+	defer func() {
+		if hung {
+			close(f.gpu.hang)
+		}
+	}()
+	b, err = f.e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	if _, err := b.Submit(engine.OpRead, f.target, []engine.Request{f.req(0, uint64(c.n))}, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the copy to be queued", func() bool { return f.gpu.dtods.Load() == 1 })
+	wantKind(t, b.Cancel(0), engine.KindUnavailable)
+	close(f.gpu.hang)
+	hung = false
+	b.Seal()
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := b.TaskStatus(0); ts.State != engine.TaskCompleted || !bytes.Equal(f.memBytes(), f.orig) {
+		t.Fatalf("the queued copy: %v (%v); want completed with the region's bytes", ts.State, ts.Err)
 	}
 }

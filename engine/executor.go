@@ -20,10 +20,16 @@
 // executor never takes a batch's lock (the ring's CQEs are applied by
 // the batch worker under it), and never blocks the dispatching caller.
 //
+// Cancel reaches a running task's executor the same way: an executor
+// that can stop work it is running implements canceller; for any other a
+// running task cannot be recalled. Batch.Cancel names no executor.
+//
 // Adding a transport is one executor (a type with these methods) and one
 // line in Engine.routeTable.
 
 package engine
+
+import "errors"
 
 // executor is what the scheduler sees of every route's executor.
 type executor interface {
@@ -53,6 +59,26 @@ type jobExecutor interface {
 	// resolves exactly once, also when the executor cannot start.
 	run(x *offRing)
 }
+
+// canceller is the optional part of the seam for an executor that can
+// stop a task it is running (the peer executor cuts a transfer on the
+// wire; the CUDA IPC executor one whose copy is not queued yet).
+type canceller interface {
+	// cancelRunning asks to stop running task j (relative) of g, whose
+	// route is this executor's. It runs under the batch's lock, so it
+	// sees only g's plan for its own route (never a task's state), never
+	// blocks, and takes no lock a lane holds while it resolves a unit.
+	// nil: the task is cut; its units in flight end and later ones never
+	// start, each resolving with errCutRunning, and the task ends
+	// cancelled through the one task path (task.go). Otherwise it returns
+	// why the task cannot be recalled (its kind is Cancel's) and changes
+	// nothing.
+	cancelRunning(g *group, j int) error
+}
+
+// errCutRunning is how a canceller's units report a cut: a task whose
+// outcome wraps it ends cancelled, not failed (endTaskLocked).
+var errCutRunning = errors.New("cancelled while running: its transfer was cut")
 
 // The staged executor's share of the seam (staged.go holds the rest).
 

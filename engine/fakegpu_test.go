@@ -130,6 +130,9 @@ func (f *fakeGPU) Pin(addr uintptr, n uint64) (func() error, error) {
 	return func() error { f.mu.Lock(); f.pinned--; f.mu.Unlock(); return nil }, nil
 }
 
+// PinReadOnly is Pin for memory mapped read-only.
+func (f *fakeGPU) PinReadOnly(addr uintptr, n uint64) (func() error, error) { return f.Pin(addr, n) }
+
 func (f *fakeGPU) NewStream(dev int) (engine.Stream, error) {
 	s := &fakeStream{f: f, work: make(chan func(), 64)}
 	go func() {

@@ -47,6 +47,13 @@ type GPU interface {
 	NewStream(dev int) (Stream, error)
 }
 
+// ReadOnlyPinner is a GPU that can also page-lock memory mapped
+// read-only, for device reads only (a tmpfs file opened for reading,
+// mappedexec.go). Without it such files stay on staging.
+type ReadOnlyPinner interface {
+	PinReadOnly(addr uintptr, n uint64) (unpin func() error, err error)
+}
+
 // DeviceMemory is one device allocation (or an imported IPC mapping).
 type DeviceMemory interface {
 	Device() int

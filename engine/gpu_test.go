@@ -36,6 +36,9 @@ func gpuEngineOver(t *testing.T, gpu *fakeGPU, gds *fakeGDS, wrap func(engine.Fi
 	cfg.StagingChunkCount = 8
 	cfg.StagingChunkSize = 64 << 10
 	cfg.StagingLanes = 3
+	// The staging tests use tmpfs files too: the mapped route is for the
+	// tests that ask for it (mapped_test.go).
+	cfg.MappedFiles = false
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -183,6 +186,7 @@ func TestStagedShortRead(t *testing.T) {
 	gpu := newFakeGPU(1)
 	cfg := config.DefaultEngine()
 	cfg.StagingChunkCount, cfg.StagingChunkSize, cfg.StagingLanes = 4, 4096, 2
+	cfg.MappedFiles = false // staging, also where the temporary directory is tmpfs
 	e := newEngineOver(t, cfg, ref, gpu)
 	path, orig := randomFile(t, t.TempDir(), "f", 32768)
 	seg := openSeg(t, e, path, engine.PermRead)

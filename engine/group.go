@@ -191,16 +191,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 		}
 	}
 	if g.offRing {
-		k := 0 // g.ranges are in request order
-		for i := range reqs {
-			for k < len(g.ranges) && g.ranges[k].req < i {
-				k++
-			}
-			if g.routes[i] == routeRing {
-				g.addPieces(i, &reqs[i], k)
-			}
-		}
-		g.rideAlong() // route.go
+		g.rideAlong(reqs) // route.go
 	}
 	g.computeBounds()
 
@@ -365,7 +356,7 @@ func (g *group) build(e *Engine, i int, r *Request, size *sizeCheck) error {
 	if err := size.check(g.seg, g.op, r.TargetOffset, extent); err != nil {
 		return err
 	}
-	if err := g.route(e, i, r, firstRange); err != nil {
+	if err := g.route(e, i, r, firstRange); err != nil { // route.go
 		return err
 	}
 	g.charge += extent
@@ -650,55 +641,6 @@ func (g *group) reportLocked() Report {
 		}
 	}
 	return r
-}
-
-// route chooses request i's route (route.go) from the ranges build
-// resolved for it (g.ranges[first:]), and for an off-ring request
-// records its pieces in file order.
-func (g *group) route(e *Engine, i int, r *Request, first int) error {
-	var m reqMemory
-	for _, rr := range g.ranges[first:] {
-		if rr.region.dev != nil {
-			m.device = true
-		} else {
-			m.host = true
-		}
-	}
-	for _, el := range r.Elements {
-		m.padding = m.padding || el.Padding != 0
-	}
-	rt, err := e.chooseRoute(g.ent, r, m)
-	if err != nil {
-		return err
-	}
-	if rt == routeGDS {
-		for _, rr := range g.ranges[first:] {
-			if err := e.gdsRegister(rr.region); err != nil {
-				if r.Transport == TransportGDS {
-					return detail(KindUnavailable, "transport gds: %v", err)
-				}
-				rt = routeStaged
-				break
-			}
-		}
-	}
-	g.routes[i] = rt
-	g.policy[i] = reqPolicy{asked: r.Transport, vector: len(r.Elements) > 0}
-	if r.Producer != nil {
-		if !m.device {
-			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
-		}
-		if g.producers == nil {
-			g.producers = make([]Event, g.n)
-		}
-		g.producers[i] = r.Producer
-	}
-	if rt == routeRing {
-		return nil
-	}
-	g.offRing = true
-	g.addPieces(i, r, first)
-	return nil
 }
 
 // addPieces records request i's pieces in file order; its ranges start

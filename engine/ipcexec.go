@@ -104,18 +104,22 @@ func (rt *remoteTarget) begin(j int) bool {
 	}
 }
 
-// ipcRunningLocked reports whether running task i (absolute) is an IPC
-// task whose copies started (Cancel then refuses); an IPC task not yet
-// started is marked cut here, and cutRunningLocked finishes the cut.
-// REQUIRES: b.mu.
-func (b *Batch) ipcRunningLocked(i int) bool {
-	g := b.mu.tasks[i].g
-	j := i - g.first
-	if g.remote == nil || g.remote.ipcRun == nil || g.routes[j] != routeIPC {
-		return false
+// errIPCQueued is why a cuda_ipc task whose copy was queued cannot be
+// cancelled.
+var errIPCQueued = detail(KindUnavailable, "its CUDA IPC copy is on the GPU and cannot be recalled")
+
+// cancelRunning stops running task j of g (canceller, executor.go) if no
+// copy of it was queued yet: it is marked cut, so no unit of it starts
+// one (begin), and cut as a peer task is. Once a copy was queued it
+// refuses, and the task runs on.
+func (*ipcExec) cancelRunning(g *group, j int) error {
+	rt := g.remote
+	run := &rt.ipcRun[j]
+	if !run.CompareAndSwap(ipcIdle, ipcCut) && run.Load() == ipcStarted {
+		return errIPCQueued
 	}
-	run := &g.remote.ipcRun[j]
-	return !run.CompareAndSwap(ipcIdle, ipcCut) && run.Load() == ipcStarted
+	rt.cutTask(j)
+	return nil
 }
 
 // unit moves unit k of job x: one device-to-device copy.

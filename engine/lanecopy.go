@@ -68,6 +68,15 @@ func (b *Batch) laneCopyLocked(g *group) bool {
 	return true
 }
 
+// runCallerCopy copies caller copy g on a host copy lane when lane
+// (laneCopyLocked's answer) and the lanes take it, else on the submitter;
+// either way it delivers. REQUIRES: not b.mu.
+func (b *Batch) runCallerCopy(g *group, lane bool) {
+	if !lane || !b.e.hostCopy.runCopy(g) {
+		b.callerCopy(g)
+	}
+}
+
 // laneCopy runs lane copy g on a host copy lane.
 func (b *Batch) laneCopy(g *group) {
 	if h := b.e.laneCopyHeld; h != nil {

@@ -243,21 +243,18 @@ func (g *group) remoteConflict(h *group) bool {
 		(g.op == OpWrite || h.op == OpWrite) && g.fileLo < h.fileHi && h.fileLo < g.fileHi
 }
 
-// errCutRunning ends a running remote task that a cancel cut.
-var errCutRunning = errors.New("cancelled while running: its transfer was cut")
+// cancelRunning cuts running task j of remote group g (canceller,
+// executor.go): its units in flight end through their context (the
+// Remote closes the lane a frame is on), later ones never start.
+func (peerExec) cancelRunning(g *group, j int) error {
+	g.remote.cutTask(j)
+	return nil
+}
 
-// cutRunningLocked cuts running task i (absolute) of a remote group: its
-// units in flight end through their context, later ones never start.
-// It reports false for any other group. REQUIRES: b.mu.
-func (b *Batch) cutRunningLocked(i int) bool {
-	g := b.mu.tasks[i].g
-	if g.remote == nil {
-		return false
-	}
-	j := i - g.first
-	g.remote.cut[j].Store(true)
-	g.remote.cancel[j]()
-	return true
+// cutTask marks task j cut and ends its context.
+func (rt *remoteTarget) cutTask(j int) {
+	rt.cut[j].Store(true)
+	rt.cancel[j]()
 }
 
 // endRemote releases a remote group's contexts once it finished, and

@@ -21,6 +21,9 @@
 //     segment keeps routeRemote.
 //   - routeMem: between two regions of this engine, a memory segment
 //     (memgroup.go); the task reports transport memory.
+//   - routeMapped: device memory and a tmpfs file, copied by DMA from
+//     and into the file's pages, mapped and registered once
+//     (mappedexec.go); the task reports transport mapped.
 //   - routeCopy: a small group on an in-memory file that its submitter
 //     copies (callercopy.go); set at dispatch, when FIFO and fences let
 //     Submit start it at once, on requests routed to the ring; the task
@@ -32,8 +35,10 @@
 //     rerouted.
 //   - transport io_uring: the ring for host memory, staging for device
 //     memory.
-//   - unspec: GDS when eligible, else staging, for requests that touch
-//     device memory; host-only requests keep the ring (cuFile would only
+//   - unspec: for requests that touch device memory, the mapped route
+//     when eligible (a tmpfs file, device memory only, no padding,
+//     mapped_files on, within max_mapped_bytes), else GDS when eligible,
+//     else staging; host-only requests keep the ring (cuFile would only
 //     add a copy for DRAM, and would load libcufile for every DRAM user).
 //
 // Eligibility for GDS: a GDS backend that probes usable, gds_enabled, an
@@ -62,10 +67,13 @@ const (
 	// routeIPC: device memory <-> a same-host peer's device region,
 	// copied on the GPU through CUDA IPC (ipcexec.go).
 	routeIPC
+	// routeMapped: device memory <-> a tmpfs file's own pages, mapped
+	// and registered for DMA (mappedexec.go).
+	routeMapped
 )
 
 // routeCount is the number of routes (the size of Engine.execs).
-const routeCount = int(routeIPC) + 1
+const routeCount = int(routeMapped) + 1
 
 // routeTable maps every route to its executor: the one place that names
 // them. Adding a transport is its executor and one line here.
@@ -79,6 +87,7 @@ func (e *Engine) routeTable() {
 		routeHostCopy: e.hostCopy,
 		routeRemote:   e.peerExec,
 		routeIPC:      e.ipcExec,
+		routeMapped:   e.mappedExec,
 	}
 }
 
@@ -97,12 +106,22 @@ func (e *Engine) jobExec(rt route) jobExecutor { return e.execs[rt].(jobExecutor
 // rideAlong routes the host requests of a group that leaves the ring
 // (dispatched as jobs) off the ring route: through staging when the
 // group touches device memory (the task reports io_uring, as on the
-// ring), else on the host copy lanes (it reports copy). Called once the
+// ring), else on the host copy lanes (it reports copy); it records their
+// pieces, which a request on the ring has none of. Called once the
 // group's routes are chosen, before anyone can read them.
-func (g *group) rideAlong() {
+func (g *group) rideAlong(reqs []Request) {
+	k := 0 // g.ranges are in request order
+	for i := range reqs {
+		for k < len(g.ranges) && g.ranges[k].req < i {
+			k++
+		}
+		if g.routes[i] == routeRing {
+			g.addPieces(i, &reqs[i], k)
+		}
+	}
 	device := false
 	for i := 0; i < g.n; i++ {
-		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS
+		device = device || g.routes[i] == routeStaged || g.routes[i] == routeGDS || g.routes[i] == routeMapped
 	}
 	for i := 0; i < g.n; i++ {
 		switch {
@@ -115,10 +134,59 @@ func (g *group) rideAlong() {
 	}
 }
 
+// route chooses request i's route from the ranges build
+// resolved for it (g.ranges[first:]), and for an off-ring request
+// records its pieces in file order.
+func (g *group) route(e *Engine, i int, r *Request, first int) error {
+	var m reqMemory
+	for _, rr := range g.ranges[first:] {
+		if rr.region.dev != nil {
+			m.device = true
+		} else {
+			m.host = true
+		}
+	}
+	for _, el := range r.Elements {
+		m.padding = m.padding || el.Padding != 0
+	}
+	rt, err := e.chooseRoute(g.ent, r, m)
+	if err != nil {
+		return err
+	}
+	if rt == routeGDS {
+		for _, rr := range g.ranges[first:] {
+			if err := e.gdsRegister(rr.region); err != nil {
+				if r.Transport == TransportGDS {
+					return detail(KindUnavailable, "transport gds: %v", err)
+				}
+				rt = routeStaged
+				break
+			}
+		}
+	}
+	g.routes[i] = rt
+	g.policy[i] = reqPolicy{asked: r.Transport, vector: len(r.Elements) > 0}
+	if r.Producer != nil {
+		if !m.device {
+			return detail(KindInvalid, "a producer event needs device memory; this request touches host memory only")
+		}
+		if g.producers == nil {
+			g.producers = make([]Event, g.n)
+		}
+		g.producers[i] = r.Producer
+	}
+	if rt == routeRing {
+		return nil
+	}
+	g.offRing = true
+	g.addPieces(i, r, first)
+	return nil
+}
+
 // nextRoute is the route after request i's current one in its candidate
 // chain (failover.go decides whether to take it).
 func (g *group) nextRoute(i int) (route, bool) {
-	if g.routes[i] == routeGDS && g.policy[i].asked == TransportUnspec {
+	if (g.routes[i] == routeGDS || g.routes[i] == routeMapped) && g.policy[i].asked == TransportUnspec {
 		return routeStaged, true
 	}
 	return 0, false
@@ -149,6 +217,9 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, err
 			return routeHostCopy, nil
 		}
 		return routeRing, nil
+	}
+	if e.mappedEligible(ent, r, m) {
+		return routeMapped, nil
 	}
 	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" {
 		return routeGDS, nil

@@ -78,6 +78,8 @@ type segEntry struct {
 	sizeSeen atomic.Uint64
 	dev      uint64 // st_dev of the bound inode
 	ino      uint64 // st_ino of the bound inode: (dev, ino) names the file for fences
+	// fmap: the file's pages mapped for DMA (mappedexec.go), tmpfs only.
+	fmap entryMap
 
 	closeOnce sync.Once
 
@@ -514,6 +516,7 @@ func (ent *segEntry) closeFDs(keepDirect bool) {
 // closeEntry drops the entry's fd registrations from the transport, then
 // closes its fds. Only for an entry no group can use any more.
 func (e *Engine) closeEntry(ent *segEntry) {
+	e.forgetMapping(ent)
 	keepDirect := e.gdsForgetFile(ent)
 	if e.file != nil {
 		e.file.ForgetFile(ent.buffered.Key)

@@ -84,6 +84,7 @@ func newBatchRig(t *testing.T, batch bool) *batchRig {
 	cfg.StagingChunkCount = batchUnits
 	cfg.StagingChunkSize = batchUnit
 	cfg.StagingLanes = 1
+	cfg.MappedFiles = false // staging, also where the temporary directory is tmpfs
 	gpu := newFakeGPU(1)
 	gpu.batch.Store(batch)
 	ft := &gatherTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}

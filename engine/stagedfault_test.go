@@ -58,6 +58,7 @@ func TestStagedSubmitFailureReusesSlots(t *testing.T) {
 	cfg.StagingChunkCount = 2
 	cfg.StagingChunkSize = 64 << 10
 	cfg.StagingLanes = 1
+	cfg.MappedFiles = false // staging, also where the temporary directory is tmpfs
 	ft := &failSubmitTransport{FileTransport: realTransports(cfg)[0].(engine.FileTransport)}
 	gpu := newFakeGPU(1)
 	e := newEngineOver(t, cfg, ft, gpu)

@@ -237,7 +237,7 @@ func (b *Batch) endTaskLocked(g *group, i int, o outcome) {
 		t.state = TaskCompleted
 		e.st.tasksCompleted.Add(1)
 	case errors.Is(o.err, errCutRunning):
-		t.state = TaskCancelled // a running peer transfer cut (peerexec.go)
+		t.state = TaskCancelled // cut by its executor on a cancel (executor.go)
 		t.err = o.err
 		e.st.tasksCancelled.Add(1)
 	default:

@@ -75,6 +75,10 @@ const (
 	// reference design's NVLink transport); tasks report it, requests
 	// cannot ask for it.
 	TransportCUDAIPC
+	// TransportMapped: device memory and a tmpfs file, copied by DMA from
+	// and into the file's own pages (mappedexec.go); tasks report it,
+	// requests cannot ask for it.
+	TransportMapped
 )
 
 func (t TransportKind) String() string {
@@ -87,6 +91,8 @@ func (t TransportKind) String() string {
 		return "tcp"
 	case TransportCUDAIPC:
 		return "cuda_ipc"
+	case TransportMapped:
+		return "mapped"
 	case TransportIOUring:
 		return "io_uring"
 	case TransportGDS:

@@ -136,6 +136,19 @@ func (b *Backend) Pin(addr uintptr, n uint64) (func() error, error) {
 	return func() error { return d.HostUnregister(addr) }, nil
 }
 
+// PinReadOnly page-locks host memory mapped read-only, for device reads
+// only (engine.ReadOnlyPinner).
+func (b *Backend) PinReadOnly(addr uintptr, n uint64) (func() error, error) {
+	d, err := b.device(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.HostRegisterReadOnly(addr, int(n)); err != nil {
+		return nil, err
+	}
+	return func() error { return d.HostUnregister(addr) }, nil
+}
+
 // NewStream creates a non-blocking stream on device dev.
 func (b *Backend) NewStream(dev int) (engine.Stream, error) {
 	d, err := b.device(dev)

@@ -23,6 +23,7 @@ type DevicePtr uint64
 const (
 	memHostAllocPortable    = 0x01 // CU_MEMHOSTALLOC_PORTABLE
 	memHostRegisterPortable = 0x01 // CU_MEMHOSTREGISTER_PORTABLE
+	memHostRegisterReadOnly = 0x08 // CU_MEMHOSTREGISTER_READ_ONLY
 )
 
 // Alloc allocates n bytes of device memory (cuMemAlloc).
@@ -181,12 +182,26 @@ func (b *HostBuffer) Free() error {
 // an mmap'd region) for DMA from every context (portable). The memory
 // must stay mapped until HostUnregister.
 func (d *Device) HostRegister(addr uintptr, n int) error {
+	return d.hostRegister(addr, n, false)
+}
+
+// HostRegisterReadOnly is HostRegister for memory mapped read-only (the
+// device only reads it: CU_MEMHOSTREGISTER_READ_ONLY).
+func (d *Device) HostRegisterReadOnly(addr uintptr, n int) error {
+	return d.hostRegister(addr, n, true)
+}
+
+func (d *Device) hostRegister(addr uintptr, n int, readOnly bool) error {
 	if addr == 0 || n <= 0 {
 		return fmt.Errorf("%w: host register of %d bytes at %#x on %s", ErrInvalid, n, addr, d)
 	}
+	flags, what := uintptr(memHostRegisterPortable), "portable"
+	if readOnly {
+		flags, what = flags|memHostRegisterReadOnly, "portable, read-only"
+	}
 	err := d.do(func() error {
-		if r := d.drv.call(d.drv.fn.memHostRegister, addr, uintptr(n), memHostRegisterPortable); r != Success {
-			return d.drv.errorf(r, "cuMemHostRegister(%#x, %d bytes, portable, on %s)", addr, n, d)
+		if r := d.drv.call(d.drv.fn.memHostRegister, addr, uintptr(n), flags); r != Success {
+			return d.drv.errorf(r, "cuMemHostRegister(%#x, %d bytes, %s, on %s)", addr, n, what, d)
 		}
 		return nil
 	})

@@ -178,6 +178,9 @@ func TestRoundTrips(t *testing.T) {
 						want := tr
 						if tr == engine.TransportUnspec {
 							want = engine.TransportIOUring
+							if fs == "tmpfs" {
+								want = engine.TransportMapped
+							}
 							if fs == "ext4" && c.aligned {
 								want = engine.TransportGDS
 							}
@@ -511,5 +514,52 @@ func TestFailoverToStaging(t *testing.T) {
 	}
 	if e.Stats().Failovers != 1 {
 		t.Fatalf("stats failovers %d", e.Stats().Failovers)
+	}
+}
+
+// TestMappedFileRewritten: a tmpfs file read into the GPU through its
+// own registered pages (transport mapped), then truncated and rewritten
+// under the mapping. The GPU copies from the pages registration pinned,
+// which the truncation took from the file: without the engine's check
+// the second READ would move the old bytes. A file opened for reading is
+// registered read-only. The device bytes are compared both times.
+func TestMappedFileRewritten(t *testing.T) {
+	e := newEngine(t, nil)
+	for _, perm := range []engine.Permission{engine.PermRead, engine.PermReadWrite} {
+		t.Run(perm.String(), func(t *testing.T) {
+			path, orig := randomFile(t, "/dev/shm", 8<<20)
+			seg, err := e.OpenFileSegment("file://"+path, perm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.CloseFileSegment(seg, time.Minute)
+			d, err := e.RegisterDevice(0, 8<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Unregister(d)
+			for round, want := range [][]byte{orig, nil} {
+				if want == nil {
+					want = make([]byte, len(orig))
+					rand.Read(want)
+					if err := os.WriteFile(path, want, 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ts, err := submit(e, engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 8 << 20}})
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+				if ts[0].Transport != engine.TransportMapped {
+					t.Fatalf("round %d: task %+v, want transport mapped", round, ts[0])
+				}
+				if !bytes.Equal(deviceBytes(t, d, 0, 8<<20), want) {
+					t.Fatalf("round %d: GPU bytes differ from the file", round)
+				}
+			}
+			if st := e.Stats().Mapped; st.Remaps == 0 {
+				t.Fatalf("stats %+v: the rewritten file was not mapped again", st)
+			}
+		})
 	}
 }

@@ -1,0 +1,290 @@
+package engine_test
+
+// mapped_test.go: device memory <-> tmpfs files through the file's own
+// pages, mapped and registered once (mappedexec.go), over the fake GPU,
+// whose copies are CPU copies between the same addresses.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"os"
+	"testing"
+
+	"github.com/orbitefs/orbitefs/config"
+	"github.com/orbitefs/orbitefs/engine"
+)
+
+// shmDir is a fresh directory on tmpfs, or the test skips.
+func shmDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "orbitefs-mapped-")
+	if err != nil {
+		t.Skipf("no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func mappedEngine(t *testing.T, gpu *fakeGPU, mut func(*config.Engine)) *engine.Engine {
+	return gpuEngine(t, gpu, nil, func(c *config.Engine) {
+		c.MappedFiles = true
+		if mut != nil {
+			mut(c)
+		}
+	})
+}
+
+// units128 is eight 128 KiB requests: file unit i into device unit 7-i.
+func units128(d *engine.Region) []engine.Request {
+	var rs []engine.Request
+	for i := range 8 {
+		rs = append(rs, engine.Request{Address: d.BaseAddress() + uint64((7-i)<<17), TargetOffset: uint64(i << 17), Length: 1 << 17})
+	}
+	return rs
+}
+
+// checkUnits fails unless device unit 7-i holds file unit i of want.
+func checkUnits(t *testing.T, d *engine.Region, want []byte) {
+	t.Helper()
+	got := make([]byte, 1<<20)
+	if _, err := d.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if !bytes.Equal(got[(7-i)<<17:(8-i)<<17], want[i<<17:(i+1)<<17]) {
+			t.Fatalf("device unit %d differs from file unit %d", 7-i, i)
+		}
+	}
+}
+
+// TestMappedRoundTrip: READ and WRITE between device memory and a tmpfs
+// file report transport mapped, move the right bytes, and map the file
+// once; with mapped_files off, or a file past max_mapped_bytes, or
+// another filesystem, the same requests take staging.
+func TestMappedRoundTrip(t *testing.T) {
+	cases := []struct {
+		name   string
+		mut    func(*config.Engine)
+		ext4   bool
+		mapped bool
+	}{
+		{"mapped", nil, false, true},
+		{"mapped_files off", func(c *config.Engine) { c.MappedFiles = false }, false, false},
+		{"past max_mapped_bytes", func(c *config.Engine) { c.MaxMappedBytes = 512 << 10 }, false, false},
+		{"ext4", nil, true, false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			gpu := newFakeGPU(1)
+			e := mappedEngine(t, gpu, c.mut)
+			dir := shmDir(t)
+			if c.ext4 {
+				d, ok := filesystems(t)["ext4"]
+				if !ok {
+					t.Skip("no ext4 directory")
+				}
+				dir = d
+			}
+			path, orig := randomFile(t, dir, "f", 1<<20)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			d := deviceRegion(t, e, 0, 1<<20)
+			want := engine.TransportIOUring
+			if c.mapped {
+				want = engine.TransportMapped
+			}
+			b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, ioTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+				t.Fatalf("read: %v %+v", err, st)
+			}
+			for i := range 8 {
+				if ts, _ := b.TaskStatus(i); ts.Transport != want || ts.Transferred != 1<<17 {
+					t.Fatalf("task %d: %+v, want transport %v and 128 KiB", i, ts, want)
+				}
+			}
+			b.Free()
+			checkUnits(t, d, orig)
+			// WRITE the device back with the same map: the file is restored
+			// from new device bytes.
+			fresh := make([]byte, 1<<20)
+			rand.Read(fresh)
+			if _, err := d.WriteAt(fresh, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.SubmitAndWait(engine.OpWrite, seg, units128(d), ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			file, _ := os.ReadFile(path)
+			for i := range 8 {
+				if !bytes.Equal(file[i<<17:(i+1)<<17], fresh[(7-i)<<17:(8-i)<<17]) {
+					t.Fatalf("file unit %d differs from device unit %d", i, 7-i)
+				}
+			}
+			st := e.Stats().Mapped
+			if c.mapped && (st.Files != 1 || st.Bytes != 1<<20 || st.Units != 16 || st.Takes > 4) {
+				t.Fatalf("stats %+v: want one 1 MiB file mapped, 16 units in at most 4 takes", st)
+			}
+			if !c.mapped && (st.Files != 0 || st.Units != 0) {
+				t.Fatalf("stats %+v: want nothing mapped", st)
+			}
+			if err := e.CloseFileSegment(seg, ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			if st := e.Stats().Mapped; st.Files != 0 || st.Bytes != 0 {
+				t.Fatalf("after close: %+v, want the mapping gone", st)
+			}
+		})
+	}
+}
+
+// TestMappedFileRewritten: a file truncated and rewritten under its
+// mapping. Registration pinned the old pages, which the truncation took
+// from the file: a READ through the old mapping would move stale bytes
+// on a real GPU. The lane sees the file changed (ctime) and a page gone
+// from the mapping, and maps it again; a file that only grew is mapped
+// again to cover the new bytes; one that shrank ends READs past its end
+// short (KindRange) with the bytes before it.
+func TestMappedFileRewritten(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, nil)
+	path, orig := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 2<<20)
+	read := func(want []byte) {
+		t.Helper()
+		if _, err := e.SubmitAndWait(engine.OpRead, seg, units128(d), ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		checkUnits(t, d, want)
+	}
+	read(orig)
+	// Written in place through the file: the same pages, no new mapping.
+	patch := make([]byte, 4096)
+	rand.Read(patch)
+	if f, err := os.OpenFile(path, os.O_WRONLY, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		f.WriteAt(patch, 1000)
+		f.Close()
+	}
+	copy(orig[1000:], patch)
+	read(orig)
+	if n := e.Stats().Mapped.Remaps; n != 0 {
+		t.Fatalf("%d remaps after a write in place, want 0", n)
+	}
+	// Truncated and rewritten (os.WriteFile truncates first).
+	next := make([]byte, 1<<20)
+	rand.Read(next)
+	if err := os.WriteFile(path, next, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	read(next)
+	if n := e.Stats().Mapped.Remaps; n != 1 {
+		t.Fatalf("%d remaps after a truncate and rewrite, want 1", n)
+	}
+	// Grown: a READ past the old end is served by a larger mapping.
+	more := make([]byte, 1<<20)
+	rand.Read(more)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(more)
+	f.Close()
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), TargetOffset: 1 << 20, Length: 1 << 20}}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1<<20)
+	d.ReadAt(got, 0)
+	if !bytes.Equal(got, more) {
+		t.Fatal("the grown part differs")
+	}
+	if st := e.Stats().Mapped; st.Remaps != 2 || st.Bytes != 2<<20 {
+		t.Fatalf("stats %+v: want 2 remaps and 2 MiB mapped", st)
+	}
+	// Shrunk to 640 KiB after the engine last saw its size: the first 5
+	// units complete, the rest end short.
+	if err := os.Truncate(path, 640<<10); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	for i := range 8 {
+		ts, _ := b.TaskStatus(i)
+		if i < 5 && (ts.Err != nil || ts.Transferred != 1<<17) {
+			t.Fatalf("task %d inside the file: %+v", i, ts)
+		}
+		if i >= 5 && (ts.Transferred != 0 || engine.KindOf(ts.Err) != engine.KindRange) {
+			t.Fatalf("task %d past the end: %+v, want range and 0 bytes", i, ts)
+		}
+	}
+}
+
+// TestMappedUncertainCopyRetains: a copy whose event fails has an unknown
+// outcome: the READ fails undrained, the mapping is never unregistered
+// (it stays counted and retained), and the close reports unquiesced.
+func TestMappedUncertainCopyRetains(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, nil)
+	path, _ := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	gpu.failEvent.Store(true)
+	rep, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 256 << 10}}, ioTimeout)
+	if err == nil || rep.LocallyDrained {
+		t.Fatalf("err %v report %+v: want a failure that is not locally drained", err, rep)
+	}
+	t.Logf("%v", err)
+	wantKind(t, e.Unregister(d), engine.KindBusy)
+	if st := e.Stats().Mapped; st.Retained != 1 || st.Bytes != 1<<20 {
+		t.Fatalf("stats %+v: want the mapping retained", st)
+	}
+	pinned := gpu.pinnedCount()
+	wantKind(t, e.Close(ioTimeout), engine.KindUnquiesced)
+	if n := gpu.pinnedCount(); n != pinned {
+		t.Fatalf("pinned ranges %d -> %d across Close: the retained mapping was unregistered", pinned, n)
+	}
+}
+
+// TestMappedRefusedFallsBack: a mapping the driver refuses fails its
+// take's units Unavailable before any copy; an unspec READ fails over to
+// staging and completes there, and later requests go to staging at once.
+func TestMappedRefusedFallsBack(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, nil)
+	path, orig := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	// Staging first, so its pool is pinned before pins start failing.
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportIOUring, Address: d.BaseAddress(), Length: 4096}}, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		// Only the mapping's pin fails (the device reads below pin a copy
+		// stage of their own).
+		gpu.failPin.Store(round == 0)
+		b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("round %d: %v %+v", round, err, st)
+		}
+		ts, _ := b.TaskStatus(0)
+		if ts.Transport != engine.TransportIOUring || ts.FailoverCount != 1-round {
+			t.Fatalf("round %d: task %+v, want io_uring after %d failovers", round, ts, 1-round)
+		}
+		b.Free()
+		gpu.failPin.Store(false)
+		checkUnits(t, d, orig)
+	}
+	if st := e.Stats().Mapped; st.Refused != 1 || st.Files != 0 {
+		t.Fatalf("stats %+v: want one refusal and nothing mapped", st)
+	}
+}
