@@ -6,11 +6,13 @@
 # Two network namespaces joined by a veth pair (198.18.253.1 and .2):
 # in the second, one daemon per binary (A on port 7070, B on 7071) exports
 # a 1 GiB cpu region; from the first, every round runs with A's client
-# against A's daemon, then B's against B's: a 4 KiB WRITE round trip
+# against A's daemon, then B's against B's (B's first in every other
+# round, so that neither always runs second): a 4 KiB WRITE round trip
 # alone, the same beside a 64 MiB WRITE stream (--stream), 1 MiB WRITE on
 # hp_tcp (4 lanes, 16 in flight) and tcp (1 lane, 4 in flight), and 1 MiB
 # READ on hp_tcp; -m picks others of these measurements (comma-separated,
-# also "tcp 1MiB read").
+# also "tcp 1MiB read", "4KiB read alone", a 4 KiB READ round trip, and
+# "4KiB x16", 16 4 KiB WRITEs in flight).
 # The load average is recorded before every run.
 #
 # usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-m MEASUREMENTS] [-o OUTDIR]
@@ -84,10 +86,14 @@ for r in $(seq "$rounds"); do
 	echo "round $r/$rounds $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	IFS=, read -ra ms <<<"$measurements"
 	for l in "${ms[@]}"; do
-		for v in a b; do
+		order="a b"
+		[ $((r % 2)) = 1 ] || order="b a" # every other round B first: no side always runs second
+		for v in $order; do
 			case $l in
 			"4KiB beside 64MiB") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 --stream 64MiB ;;
 			"4KiB alone") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 1 ;;
+			"4KiB read alone") run $v "$l" --lanes 4 --op read --size 4KiB --concurrency 1 ;;
+			"4KiB x16") run $v "$l" --lanes 4 --op write --size 4KiB --concurrency 16 ;;
 			"hp_tcp 1MiB") run $v "$l" --lanes 4 --op write --size 1MiB --concurrency 16 ;;
 			"tcp 1MiB") run $v "$l" --lanes 1 --op write --size 1MiB --concurrency 4 ;;
 			"hp_tcp 1MiB read") run $v "$l" --lanes 4 --op read --size 1MiB --concurrency 16 ;;

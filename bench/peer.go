@@ -130,6 +130,9 @@ type PeerResult struct {
 	P99Us       float64 `json:"p99_us"`
 	P999Us      float64 `json:"p999_us"`
 	MaxUs       float64 `json:"max_us"`
+	// BulkGateLinger is the process's bulk gate linger ("0s": never
+	// engaged), set by the command.
+	BulkGateLinger string `json:"bulk_gate_linger,omitempty"`
 
 	// CPU seconds over the run: this process, the serving daemon (-1:
 	// not measured), and both per GB of Bytes (or of the stream's bytes

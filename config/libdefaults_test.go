@@ -26,6 +26,7 @@ func TestPeerLibraryDefaultsMatchConfig(t *testing.T) {
 		{"peer.max_pending_notifications_per_peer (peer.DefaultMaxPendingPerSender)", peer.DefaultMaxPendingPerSender, uint64(c.MaxPendingNotificationsPerPeer)},
 		{"peer.max_pending_notification_bytes (peer.DefaultMaxPendingBytes)", peer.DefaultMaxPendingBytes, uint64(c.MaxPendingNotificationBytes)},
 		{"peer.max_notification_bytes (peer.DefaultMaxNotifyBytes)", peer.DefaultMaxNotifyBytes, uint64(c.MaxNotificationBytes)},
+		{"peer.bulk_gate_linger in ns (peer.DefaultGateLinger)", uint64(peer.DefaultGateLinger), uint64(c.BulkGateLinger)},
 	} {
 		if x.lib != x.conf {
 			t.Errorf("%s: the peer package's default is %d, default.toml's %d", x.key, x.lib, x.conf)

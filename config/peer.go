@@ -12,6 +12,7 @@
 package config
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -44,6 +45,12 @@ type Peer struct {
 	// MaxSliceBytes is the largest payload of one frame (and so of one
 	// slice of a striped request).
 	MaxSliceBytes Size `toml:"max_slice_bytes"`
+	// BulkGateLinger is how long the process's bulk gate stays engaged
+	// after a small READ or WRITE (a client's reply, or the listener's
+	// answer to one): while engaged, bulk payload copies leave a CPU free
+	// so the next small request is noticed at once beside a stream.
+	// 0: the gate is never engaged.
+	BulkGateLinger Duration `toml:"bulk_gate_linger"`
 	// MaxHandshakes bounds the listener's connections accepted and not
 	// yet past the handshake; at the bound a newcomer displaces one.
 	MaxHandshakes int `toml:"max_handshakes"`
@@ -80,7 +87,19 @@ const (
 	MaxPendingNotificationBytesCeiling = 1 << 30
 	maxNotifyRetryInterval             = Duration(60e9) // 1m
 	maxNotifyRetryMaxInterval          = Duration(600e9)
+	// MaxBulkGateLinger bounds peer.bulk_gate_linger: longer only keeps
+	// a bulk-only process gated after its last small request.
+	MaxBulkGateLinger = Duration(10e9) // 10s
 )
+
+// CheckBulkGateLinger is peer.bulk_gate_linger's bound, for the key and
+// for a flag that overrides it (named by key).
+func CheckBulkGateLinger(key string, d Duration) error {
+	if d < 0 || d > MaxBulkGateLinger {
+		return fmt.Errorf("%s (%s) must be in [0, 10s] (0: the bulk gate is never engaged)", key, d)
+	}
+	return nil
+}
 
 func (c *Peer) validate(p *problems) {
 	if c.Listen != "" {
@@ -120,6 +139,9 @@ func (c *Peer) validate(p *problems) {
 	}
 	if c.MaxSliceBytes < MinPeerSlice || c.MaxSliceBytes > MaxPeerSlice {
 		p.addf("peer.max_slice_bytes (%s) must be in [1MiB, 1GiB]", c.MaxSliceBytes)
+	}
+	if err := CheckBulkGateLinger("peer.bulk_gate_linger", c.BulkGateLinger); err != nil {
+		p.addf("%v", err)
 	}
 	p.between("peer.max_handshakes", c.MaxHandshakes, 1, MaxHandshakesCeiling)
 	p.between("peer.max_pending_notifications", c.MaxPendingNotifications, 1, MaxPendingNotificationsCeiling)

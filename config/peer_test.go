@@ -13,7 +13,8 @@ func TestPeerDefaultsOff(t *testing.T) {
 	}
 	p := d.Peer
 	if p.Listen != "" || p.Lanes != 1 || p.IOTimeout.String() != "30s" || p.DialTimeout.String() != "5s" ||
-		p.KeepAliveInterval.String() != "15s" || p.MaxSliceBytes != 64<<20 || p.PayloadChecksum {
+		p.KeepAliveInterval.String() != "15s" || p.MaxSliceBytes != 64<<20 || p.PayloadChecksum ||
+		p.BulkGateLinger.D() != 250*time.Millisecond {
 		t.Fatalf("peer defaults %+v", p)
 	}
 }
@@ -33,6 +34,9 @@ key_file = "/k"`, `host "example.com" is not an IP address`},
 		{`dial_timeout = "10us"`, `peer.dial_timeout (10µs) must be at least 1ms`},
 		{`keepalive_interval = "1us"`, `peer.keepalive_interval (1µs) must be 0 (off) or at least 1ms`},
 		{`max_slice_bytes = "512KiB"`, `peer.max_slice_bytes (512KiB) must be in [1MiB, 1GiB]`},
+		{`bulk_gate_linger = "-1ms"`, `peer.bulk_gate_linger (line 2): duration "-1ms": must not be negative`},
+		{`bulk_gate_linger = "1h"`, `peer.bulk_gate_linger (1h0m0s) must be in [0, 10s] (0: the bulk gate is never engaged)`},
+		{`bulk_gate_linger = 250`, `peer.bulk_gate_linger (line 2): duration 250: want a duration like 5s`},
 		{`lanse = 2`, `lanse`},
 		{`allowed_networks = ["10.0.0.0/8", "10.1.2.3"]`, `peer.allowed_networks: "10.1.2.3" is not a network in CIDR form`},
 	} {
@@ -41,8 +45,8 @@ key_file = "/k"`, `host "example.com" is not an IP address`},
 			t.Errorf("%s: %v, want %q", tc.toml, err, tc.want)
 		}
 	}
-	d, err := Parse("[peer]\nlisten = \"127.0.0.1:0\"\nkey_file = \"/k\"\nlanes = 4\nkeepalive_interval = \"0s\"\n")
-	if err != nil || d.Peer.Lanes != 4 || d.Peer.Listen != "127.0.0.1:0" {
+	d, err := Parse("[peer]\nlisten = \"127.0.0.1:0\"\nkey_file = \"/k\"\nlanes = 4\nkeepalive_interval = \"0s\"\nbulk_gate_linger = \"0s\"\n")
+	if err != nil || d.Peer.Lanes != 4 || d.Peer.Listen != "127.0.0.1:0" || d.Peer.BulkGateLinger != 0 {
 		t.Fatalf("a valid [peer]: %v %+v", err, d)
 	}
 }

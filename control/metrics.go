@@ -110,6 +110,16 @@ var stagingMetrics = []metric{
 	{"staging_pageable_bytes", "gauge", "Bytes of pageable fallback buffers outstanding.", stagingValue(func(f *engine.StagingStats) float64 { return float64(f.PageableBytes) })},
 }
 
+var mappedMetrics = []metric{
+	{"mapped_files", "gauge", "tmpfs files mapped and registered for DMA (engine.mapped_files).", func(s *engine.Stats) float64 { return float64(s.Mapped.Files) }},
+	{"mapped_bytes", "gauge", "Bytes of tmpfs files mapped and registered for DMA (engine.max_mapped_bytes bounds them).", func(s *engine.Stats) float64 { return float64(s.Mapped.Bytes) }},
+	{"mapped_takes_total", "counter", "Batch copies between device memory and mapped tmpfs files.", func(s *engine.Stats) float64 { return float64(s.Mapped.Takes) }},
+	{"mapped_units_total", "counter", "Units copied between device memory and mapped tmpfs files.", func(s *engine.Stats) float64 { return float64(s.Mapped.Units) }},
+	{"mapped_remaps_total", "counter", "Mappings retired because their file was truncated or grew under them.", func(s *engine.Stats) float64 { return float64(s.Mapped.Remaps) }},
+	{"mapped_refused_total", "counter", "Mappings refused (driver, mmap or max_mapped_bytes); the file stays on staging.", func(s *engine.Stats) float64 { return float64(s.Mapped.Refused) }},
+	{"mapped_retained", "gauge", "Mappings kept for good behind a copy of unknown outcome.", func(s *engine.Stats) float64 { return float64(s.Mapped.Retained) }},
+}
+
 var gdsMetrics = []metric{
 	{"gds_files", "gauge", "Segment files registered with cuFile.", func(s *engine.Stats) float64 { return float64(s.GDS.Files) }},
 	{"gds_buffer_registrations", "gauge", "Device regions registered with cuFile.", func(s *engine.Stats) float64 { return float64(s.GDS.BufferRegistrations) }},
@@ -145,6 +155,9 @@ func RenderMetrics(st engine.Stats, version string) []byte {
 		write(m.name, m.typ, m.help, "", m.value(&st))
 	}
 	write("gds_info", "gauge", "GPU Direct Storage mode as a label; the value is always 1.", fmt.Sprintf("{mode=%q}", st.GDS.Mode), 1)
+	for _, m := range mappedMetrics {
+		write(m.name, m.typ, m.help, "", m.value(&st))
+	}
 	for _, m := range gdsMetrics {
 		write(m.name, m.typ, m.help, "", m.value(&st))
 	}

@@ -131,6 +131,9 @@ func TestMetricsCoverStats(t *testing.T) {
 	if n := count(reflect.TypeOf(engine.StagingStats{})); len(stagingMetrics) != n {
 		t.Errorf("engine.StagingStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(stagingMetrics))
 	}
+	if n := count(reflect.TypeOf(engine.MappedStats{})); len(mappedMetrics) != n {
+		t.Errorf("engine.MappedStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(mappedMetrics))
+	}
 	if n := count(reflect.TypeOf(engine.GDSStats{})); len(gdsMetrics) != n {
 		t.Errorf("engine.GDSStats has %d scalar fields, /metrics exports %d: update metrics.go", n, len(gdsMetrics))
 	}

@@ -95,13 +95,17 @@ type MappedStats struct {
 }
 
 // entryMap is one entry's mapping state, under its own lock: lanes of
-// other entries never wait for it.
+// other entries never wait for it. Route selection reads only the
+// atomics, so a submission never waits for a registration in progress.
 type entryMap struct {
 	mu    sync.Mutex
 	cur   *fileMap
 	err   error  // mapping refused for good: staging from now on
 	size  uint64 // the file's size and ctime when cur was last checked
 	ctime unix.Timespec
+
+	refused atomic.Bool // err is set
+	mapped  atomic.Bool // cur is set
 }
 
 // fileMap is one mapping of a file, registered for DMA.
@@ -125,12 +129,10 @@ func (e *Engine) mappedEligible(ent *segEntry, r *Request, m reqMemory) bool {
 		return false
 	}
 	em := &ent.fmap
-	em.mu.Lock()
-	defer em.mu.Unlock()
-	if em.err != nil {
+	if em.refused.Load() {
 		return false
 	}
-	if em.cur != nil {
+	if em.mapped.Load() {
 		return true
 	}
 	e.mapped.mu.Lock()
@@ -379,9 +381,11 @@ func (e *Engine) mapFor(ent *segEntry, x *offRing, ks []int) (*fileMap, uint64, 
 	fm, err := e.mapFile(ent, size)
 	if err != nil {
 		e.mapped.refused.Add(1)
+		em.refused.Store(em.err != nil)
 		return nil, 0, err
 	}
 	em.cur, em.size, em.ctime = fm, size, st.Ctim
+	em.mapped.Store(true)
 	fm.users++
 	return fm, size, nil
 }
@@ -494,6 +498,7 @@ func (e *Engine) releaseMap(ent *segEntry, fm *fileMap) {
 func (e *Engine) retireLocked(em *entryMap, fm *fileMap) {
 	if em.cur == fm {
 		em.cur = nil
+		em.mapped.Store(false)
 	}
 	fm.retired = true
 	if fm.users == 0 {

@@ -66,7 +66,7 @@ func BenchmarkSmallWrite(b *testing.B) {
 	for _, stream := range []bool{false, true} {
 		b.Run(fmt.Sprintf("stream=%v", stream), func(b *testing.B) {
 			// One process: its server and client share one bulk gate.
-			gate := NewGate()
+			gate := NewGate(DefaultGateLinger)
 			s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: 10 * time.Second, MaxSlice: DefaultMaxSlice, Gate: gate}, exp)
 			if err := s.Listen("127.0.0.1:0"); err != nil {
 				b.Fatal(err)

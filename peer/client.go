@@ -142,7 +142,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		cfg.Host = HostID()
 	}
 	if cfg.Gate == nil {
-		cfg.Gate = NewGate()
+		cfg.Gate = NewGate(DefaultGateLinger)
 	}
 	c := &Conn{addr: addr, cfg: cfg, log: cfg.Logger, lanes: newPool(cfg.Lanes), stop: make(chan struct{}), since: time.Now()}
 	if c.log == nil {
@@ -553,20 +553,24 @@ func (c *Conn) do(ctx context.Context, op, region string, off uint64, buf []byte
 	}
 	var next atomic.Int64
 	rq := newRequest()
-	var wg sync.WaitGroup
+	work := func() {
+		for {
+			i := int(next.Add(1) - 1)
+			if i >= len(ps) || rq.failed.Load() {
+				return
+			}
+			res[i].Effect, res[i].Err = c.slice(ctx, op, d, off, uint32(i), ps[i], buf, rq)
+		}
+	}
 	// As many slices in flight as the lanes pipeline: a request cut into
 	// more slices than lanes keeps every lane busy across its round trips.
-	for range min(c.cfg.Lanes*laneDepth, len(ps)) {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= len(ps) || rq.failed.Load() {
-					return
-				}
-				res[i].Effect, res[i].Err = c.slice(ctx, op, d, off, uint32(i), ps[i], buf, rq)
-			}
-		})
+	// The caller is one of the workers: a request of one slice runs
+	// on the caller's goroutine, with no hand-off to another and back.
+	var wg sync.WaitGroup
+	for range min(c.cfg.Lanes*laneDepth, len(ps)) - 1 {
+		wg.Go(work)
 	}
+	work()
 	wg.Wait()
 	if !rq.failed.Load() {
 		return nil

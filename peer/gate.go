@@ -15,8 +15,9 @@
 //
 // The gate is engaged only while a small READ or WRITE is about: one is
 // in flight in the process (client), or one ended or was answered
-// within the last gateLinger. Otherwise bulk copies pass without a
-// slot: holding a P idle costs a bulk-only process its thread
+// within the last linger (config peer.bulk_gate_linger; 0: never
+// engaged, every copy passes at once). Otherwise bulk copies pass
+// without a slot: holding a P idle costs a bulk-only process its thread
 // wake-ups (every goroutine made runnable wakes the idle P's thread,
 // which polls, finds nothing and sleeps again: about twice the futex
 // and epoll_pwait calls per GiB), and there is no small request for the
@@ -59,7 +60,7 @@ type Gate struct {
 	small atomic.Int64 // small round trips in flight (client)
 	until atomic.Int64 // engaged until then (nanoseconds since base)
 	// linger is how long the gate stays engaged after a small round
-	// trip (gateLinger; tests set their own).
+	// trip; 0: never engaged.
 	linger time.Duration
 	// waiting and held, when set (tests), run when a copy finds no free
 	// slot, and in a slot before its system call with the bytes it may
@@ -68,19 +69,31 @@ type Gate struct {
 	held    func(n int)
 }
 
-// gateLinger is how long a small round trip keeps the gate engaged
-// after it: long enough to span the gap between a client's small
-// requests at a steady rate (and so to be engaged before a server
-// reads the next one), short enough that a bulk-only process is
-// soon ungated.
-const gateLinger = 250 * time.Millisecond
+// DefaultGateLinger is how long a small round trip keeps the gate
+// engaged after it unless configured: long enough to span the gap
+// between a client's small requests at a steady rate (and so to be
+// engaged before a server reads the next one), short enough that a
+// bulk-only process is soon ungated.
+const DefaultGateLinger = 250 * time.Millisecond
 
-// NewGate makes a gate of GOMAXPROCS-1 slots (at least 1), read now.
-func NewGate() *Gate { return newGate(max(1, runtime.GOMAXPROCS(0)-1)) }
+// NewGate makes a gate of GOMAXPROCS-1 slots (at least 1), read now,
+// that stays engaged for linger after a small round trip; linger 0 makes
+// a gate that is never engaged (bulk copies never wait for a slot, and
+// a small request beside a stream waits for a busy P to run dry).
+// A negative linger is 0.
+func NewGate(linger time.Duration) *Gate {
+	g := newGate(max(1, runtime.GOMAXPROCS(0)-1))
+	g.linger = max(linger, 0)
+	return g
+}
 
 func newGate(n int) *Gate {
-	return &Gate{slots: make(chan struct{}, n), base: time.Now(), linger: gateLinger}
+	return &Gate{slots: make(chan struct{}, n), base: time.Now(), linger: DefaultGateLinger}
 }
+
+// Linger is how long the gate stays engaged after a small round trip
+// (0: never engaged).
+func (g *Gate) Linger() time.Duration { return g.linger }
 
 // smallBegin and smallEnd bracket a small round trip on the client: the
 // gate is engaged from before its request goes out until linger after
@@ -113,8 +126,11 @@ func (g *Gate) smallSeen() {
 	}
 }
 
-// engaged says whether bulk copies take a slot now.
+// engaged says whether bulk copies take a slot now: never with linger 0.
 func (g *Gate) engaged() bool {
+	if g.linger == 0 {
+		return false
+	}
 	return g.small.Load() > 0 || int64(time.Since(g.base)) < g.until.Load()
 }
 

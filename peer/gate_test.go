@@ -327,3 +327,54 @@ func TestGateEngagedBySmall(t *testing.T) {
 		passes(fmt.Sprintf("linger after a small round trip %s", c.name), 20+i)
 	}
 }
+
+// A gate of linger 0 (peer.bulk_gate_linger = "0s") is never engaged:
+// with every slot taken, a small round trip in flight and one just
+// answered, a bulk write still goes at once. NewGate keeps the linger
+// it is given.
+func TestGateLingerZeroNeverEngaged(t *testing.T) {
+	if g := NewGate(1500 * time.Millisecond); g.Linger() != 1500*time.Millisecond {
+		t.Fatalf("NewGate(1.5s).Linger() = %s", g.Linger())
+	}
+	g := NewGate(0)
+	if g.Linger() != 0 {
+		t.Fatalf("NewGate(0).Linger() = %s", g.Linger())
+	}
+	waiting := make(chan struct{}, 1)
+	g.waiting = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	for range cap(g.slots) {
+		g.slots <- struct{}{}
+	}
+	g.smallBegin()
+	g.smallSeen()
+	defer g.smallEnd()
+	a, b := tcpPair(t)
+	got := readAll(b, 1<<20)
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.writev(a, nil, pattern(1<<20, 7))
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(<-got, pattern(1<<20, 7)) {
+			t.Fatal("the bytes received differ from those written")
+		}
+	case <-waiting:
+		for range cap(g.slots) {
+			<-g.slots // let it go
+		}
+		<-done
+		t.Fatal("linger 0: a bulk write waited for a slot while a small round trip was in flight")
+	case <-time.After(10 * time.Second):
+		t.Fatal("linger 0: a bulk write neither went nor waited")
+	}
+}

@@ -12,7 +12,12 @@
 //     (header, metadata and payload in one writev) under wmu.
 //   - At most one reader runs, and only while requests are in flight: an
 //     idle lane has no reader, so a peek (stillOpen) can tell whether the
-//     peer closed it.
+//     peer closed it. A request sent on a lane with nothing in flight
+//     reads its own reply (no reader goroutine, no hand-off between
+//     goroutines per round trip); when its reply is in and others are
+//     still in flight, a reader goroutine takes over before it returns.
+//     It cannot hold up a reply by writing: the peer answers requests in
+//     order, and nothing was in flight before it.
 //   - Any failure that leaves the stream in doubt (an I/O error, a
 //     timeout, a cancel of any of its requests, a reply that fails a
 //     check) kills the lane: it is closed and every request in flight on
@@ -52,6 +57,11 @@ type lane struct {
 
 	wmu  sync.Mutex // one frame written at a time
 	head []byte     // header and metadata of the frame being written; under wmu
+	hb   []byte     // the header being read; the reader's only
+
+	// readerStarted, when set (tests), runs as a reader goroutine is
+	// started.
+	readerStarted func()
 
 	mu      sync.Mutex
 	dead    bool
@@ -74,6 +84,7 @@ type lane struct {
 
 // call is one request waiting for its reply.
 type call struct {
+	id    uint64
 	slice uint32
 	want  wire.Type
 	dst   []byte // a READ's destination, or nil
@@ -113,7 +124,7 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		return nil, nil, nil, err
 	}
 	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout, gate: cfg.Gate}, 64<<10)
-	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice}, gate: cfg.Gate,
+	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice}, gate: cfg.Gate, hb: make([]byte, wire.HeaderLen),
 		used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
 	return l, ch, w, nil
 }
@@ -174,7 +185,7 @@ func (l *lane) idleSince() time.Time {
 // *remoteError (the lane stays usable); any other failure kills the lane
 // and every request in flight on it.
 func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, dst []byte) (posted bool, meta []byte, err error) {
-	cl := &call{slice: req.Slice, want: want, dst: dst, done: make(chan struct{})}
+	cl := &call{id: req.ID, slice: req.Slice, want: want, dst: dst, done: make(chan struct{})}
 	l.mu.Lock()
 	if l.dead {
 		l.mu.Unlock()
@@ -185,10 +196,9 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 		return false, nil, fmt.Errorf("request id %d already in flight on this lane", req.ID)
 	}
 	l.pending[req.ID] = cl
-	if !l.reading {
-		l.reading = true
-		go l.read()
-	}
+	// Alone on the lane: this caller reads its own reply (readFor).
+	lead := !l.reading
+	l.reading = true
 	l.mu.Unlock()
 
 	// The progress timeout (progress.go) bounds a stall; a cancel or the
@@ -205,6 +215,9 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	posted, err = l.send(req)
 	if err != nil {
 		l.kill(err)
+	}
+	if lead {
+		l.readFor(cl) // on a dead lane: fails what is in flight
 	}
 	<-cl.done
 	if err == nil && cl.err == nil && small {
@@ -251,14 +264,32 @@ func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 	return true, nil
 }
 
-// read is the lane's reader: it reads replies and hands each to its
-// request until none is in flight, or the lane fails.
-func (l *lane) read() {
-	hb := make([]byte, wire.HeaderLen)
+// startReader starts a reader goroutine (reading is set for it).
+func (l *lane) startReader() {
+	if l.readerStarted != nil {
+		l.readerStarted()
+	}
+	go l.read()
+}
+
+// read is the lane's reader goroutine: it reads replies and hands each
+// to its request until none is in flight, or the lane fails.
+func (l *lane) read() { l.readFor(nil) }
+
+// readFor reads replies and hands each to its request until none is in
+// flight, or the lane fails, or (mine not nil) mine has its reply: a
+// reader goroutine then takes over the requests still in flight. The
+// caller is the lane's one reader (reading is set for it).
+func (l *lane) readFor(mine *call) {
 	for {
-		err := l.readOne(hb)
+		got, err := l.readOne(l.hb)
 		l.mu.Lock()
 		if err == nil && len(l.pending) > 0 {
+			if mine != nil && got == mine {
+				l.mu.Unlock()
+				l.startReader() // reading stays set: the lane's reader changes hands
+				return
+			}
 			l.mu.Unlock()
 			continue
 		}
@@ -281,44 +312,57 @@ func (l *lane) read() {
 	}
 }
 
-// readOne reads one reply and completes its request. An error kills the
-// lane (the caller does it).
-func (l *lane) readOne(hb []byte) error {
+// readOne reads one reply and completes its request, which it returns.
+// An error kills the lane (the caller does it).
+func (l *lane) readOne(hb []byte) (*call, error) {
+	cl, err := l.readReply(hb)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	delete(l.pending, cl.id)
+	l.mu.Unlock()
+	close(cl.done)
+	return cl, nil
+}
+
+// readReply reads one reply into its request.
+func (l *lane) readReply(hb []byte) (*call, error) {
 	h, err := wire.ReadHeader(l.br, hb, l.lim)
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
-		return fmt.Errorf("waiting for a reply: %w", err)
+		return nil, fmt.Errorf("waiting for a reply: %w", err)
 	}
 	l.mu.Lock()
 	cl := l.pending[h.ID]
 	l.mu.Unlock()
 	if cl == nil || cl.slice != h.Slice {
-		return fmt.Errorf("%w: reply %s for request %d slice %d, which is not in flight on this lane", wire.ErrCorrupt, h.Type, h.ID, h.Slice)
+		return nil, fmt.Errorf("%w: reply %s for request %d slice %d, which is not in flight on this lane", wire.ErrCorrupt, h.Type, h.ID, h.Slice)
 	}
 	meta, err := wire.ReadMeta(l.br, &h)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	switch {
 	case h.Type == wire.TypeError:
 		var e wire.Error
 		if err := e.Unmarshal(meta); err != nil {
-			return err
+			return nil, err
 		}
 		if h.PayloadLen != 0 {
-			return fmt.Errorf("%w: an error reply with a payload", wire.ErrCorrupt)
+			return nil, fmt.Errorf("%w: an error reply with a payload", wire.ErrCorrupt)
 		}
 		cl.err = &remoteError{e}
 	case h.Type != cl.want:
-		return fmt.Errorf("%w: a %s reply to request %d, want %s", wire.ErrCorrupt, h.Type, h.ID, cl.want)
+		return nil, fmt.Errorf("%w: a %s reply to request %d, want %s", wire.ErrCorrupt, h.Type, h.ID, cl.want)
 	case h.PayloadLen != 0 || cl.dst != nil:
 		if err := wire.ReadPayload(l.br, &h, cl.dst); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return fmt.Errorf("reply to request %d: %w", h.ID, err)
+			return nil, fmt.Errorf("reply to request %d: %w", h.ID, err)
 		}
 	}
 	l.cnt.recv.Add(wire.HeaderLen + uint64(h.MetaLen) + h.PayloadLen)
@@ -326,11 +370,7 @@ func (l *lane) readOne(hb []byte) error {
 		l.cnt.errors.Add(1)
 	}
 	cl.meta = meta
-	l.mu.Lock()
-	delete(l.pending, h.ID)
-	l.mu.Unlock()
-	close(cl.done)
-	return nil
+	return cl, nil
 }
 
 // failPending fails every request in flight on a dead lane with its

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -356,5 +357,76 @@ func TestRequestStopsByDeadLanesOutcome(t *testing.T) {
 	cancel()
 	if stop, err := rq.stopped(ctx); !stop || !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled wait: stopped %v, %v", stop, err)
+	}
+}
+
+// A request alone on its lane reads its own reply on the caller's
+// goroutine: sequential 4 KiB WRITEs run their slice on the caller's
+// goroutine and start no reader goroutine (no hand-off per round trip).
+// When a second request is pipelined behind the first, the first hands
+// the reading to a reader goroutine once its own reply is in, and the
+// second gets its reply.
+func TestRequestReadsOwnReply(t *testing.T) {
+	var exp memExports
+	r := exp.add(1, "kv", 1<<20, wire.PermReadWrite)
+	s, _ := startServer(t, &exp, "127.0.0.1:0", testKey)
+	// Armed later: the server holds the next WRITE's ack until released.
+	var armed atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	setHook(s, func(p hookPoint, h *wire.Header, c net.Conn) {
+		if p == hookWriteApplied && armed.CompareAndSwap(true, false) {
+			close(held)
+			<-release
+		}
+	})
+	c := dial(t, addrOf(s), testKey, 1)
+	ctx := context.Background()
+	if err := c.Write(ctx, "kv", 0, pattern(4096, 0)); err != nil {
+		t.Fatal(err)
+	}
+	sl := c.lanes.small
+	var started atomic.Int32
+	sl.readerStarted = func() { started.Add(1) }
+	var elsewhere atomic.Int32
+	c.sliceDone = func(idx uint32, l *lane, err error) {
+		buf := make([]byte, 64<<10)
+		if !strings.Contains(string(buf[:runtime.Stack(buf, false)]), "peer.(*Conn).Write(") {
+			elsewhere.Add(1)
+		}
+	}
+	for i := range 20 {
+		if err := c.Write(ctx, "kv", uint64(i)*4096, pattern(4096, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := started.Load(); n != 0 {
+		t.Errorf("%d reader goroutines started for 20 sequential 4 KiB WRITEs, want none", n)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d of 20 single-slice WRITEs ran off the caller's goroutine", n)
+	}
+	c.sliceDone = nil
+
+	armed.Store(true)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	wg.Go(func() { errs[0] = c.Write(ctx, "kv", 0, pattern(4096, 100)) })
+	<-held
+	ctx2, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	wg.Go(func() { errs[1] = c.Write(ctx2, "kv", 4096, pattern(4096, 101)) })
+	for deadline := time.Now().Add(5 * time.Second); sl.frames.Load() < 23 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("the first WRITE: %v; the one pipelined behind it: %v", errs[0], errs[1])
+	}
+	if n := started.Load(); n != 1 {
+		t.Errorf("%d reader goroutines started for a pipelined pair, want 1 (the hand-off)", n)
+	}
+	if got := r.bytes(); !bytes.Equal(got[:4096], pattern(4096, 100)) || !bytes.Equal(got[4096:8192], pattern(4096, 101)) {
+		t.Fatal("the pipelined WRITEs landed wrongly")
 	}
 }

@@ -166,6 +166,9 @@ type Server struct {
 	// olderRegions, when set (tests), refuses a regions query that names
 	// capabilities as a server from before them does.
 	olderRegions bool
+	// replies, when set (tests), runs before a connection writes
+	// replies, with how many go out in that write.
+	replies func(n int)
 	// ipcDropped, when set (tests), runs after a finished session's CUDA
 	// IPC mappings were released.
 	ipcDropped func(holder string)
@@ -209,7 +212,7 @@ func NewServer(cfg ServerConfig, exp Exports) *Server {
 		cfg.MaxHandshakes = DefaultMaxHandshakes
 	}
 	if cfg.Gate == nil {
-		cfg.Gate = NewGate()
+		cfg.Gate = NewGate(DefaultGateLinger)
 	}
 	s := &Server{cfg: cfg, exp: exp, epoch: cfg.Epoch, inbox: cfg.Inbox, log: cfg.Logger, hs: newHandshakes(cfg.MaxHandshakes)}
 	if s.log == nil {
@@ -474,14 +477,20 @@ func putBuf(b []byte) {
 
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
-func (s *Server) serve(c net.Conn, hello *wire.Hello, ss *session) error {
+func (s *Server) serve(raw net.Conn, hello *wire.Hello, ss *session) error {
 	role, cnt := hello.Role, &ss.cnt
-	pr := &progressReader{c: c, gate: s.cfg.Gate}
+	pr := &progressReader{c: raw, gate: s.cfg.Gate}
 	br := bufio.NewReaderSize(pr, 64<<10)
 	lim := wire.Limits{MaxPayload: s.cfg.MaxSlice}
 	hb := make([]byte, wire.HeaderLen)
 	var h wire.Header
-	send := func(reply *wire.Frame) error { return s.sendReply(c, cnt, &h, reply) }
+	// Every write on c goes out after the replies held back (replyConn).
+	rc := &replyConn{Conn: raw}
+	c := net.Conn(rc)
+	send := func(reply *wire.Frame) error {
+		hold := len(reply.Payload) == 0 && nextReady(br, lim)
+		return s.sendReply(rc, cnt, &h, reply, hold)
+	}
 	for {
 		pr.timeout = 0 // an idle connection may wait for ever
 		c.SetDeadline(time.Time{})
@@ -599,8 +608,64 @@ func (s *Server) serve(c net.Conn, hello *wire.Hello, ss *session) error {
 	}
 }
 
-// sendReply sends reply to request h on c and counts it.
-func (s *Server) sendReply(c net.Conn, cnt *counters, h *wire.Header, reply *wire.Frame) error {
+// maxHeld bounds the replies a connection holds back (replyConn).
+const maxHeld = 32
+
+// replyConn is a served connection's write side, batching replies: a
+// reply with no payload (a WRITE's ack, an error, a pong) may be held
+// back while the next request is already buffered in full, to go out
+// with the next reply in one writev; a run of pipelined small requests
+// is then answered in one system call (and one wake-up of the client's
+// reader) instead of one per request.
+//
+// Invariants:
+//   - A reply is held only while the request after it is buffered in
+//     full and small (nextReady): serving it waits for no network, so a
+//     held reply never waits for the peer.
+//   - Replies go out in order: every write on the connection (the next
+//     reply, a refusal, Write) sends the held ones first.
+//   - At most maxHeld replies are held.
+type replyConn struct {
+	net.Conn
+	held  []byte // encoded replies not yet written
+	nheld int
+}
+
+// Write writes the held replies, then p, in one writev.
+func (r *replyConn) Write(p []byte) (int, error) {
+	if len(r.held) == 0 {
+		return r.Conn.Write(p)
+	}
+	held := len(r.held)
+	bufs := net.Buffers{r.held, p}
+	n, err := bufs.WriteTo(r.Conn)
+	r.held, r.nheld = r.held[:0], 0
+	return int(max(n-int64(held), 0)), err
+}
+
+// nextReady says whether the next request is buffered in full and is a
+// small READ or WRITE (serving it waits for no network and copies at
+// most SmallFrame bytes).
+func nextReady(br *bufio.Reader, lim wire.Limits) bool {
+	if br.Buffered() < wire.HeaderLen {
+		return false
+	}
+	b, err := br.Peek(wire.HeaderLen)
+	if err != nil {
+		return false
+	}
+	var h wire.Header
+	if h.Unmarshal(b, lim) != nil {
+		return false // refused when read: the held replies go first
+	}
+	return (h.Type == wire.TypeRead || h.Type == wire.TypeWrite) && h.PayloadLen <= SmallFrame &&
+		uint64(br.Buffered()) >= wire.HeaderLen+uint64(h.MetaLen)+h.PayloadLen
+}
+
+// sendReply sends reply to request h on rc and counts it; with hold
+// (nothing to wait for before the next reply: nextReady) a reply
+// without payload may be held back to go out with the next.
+func (s *Server) sendReply(rc *replyConn, cnt *counters, h *wire.Header, reply *wire.Frame, hold bool) error {
 	// Counted before the reply goes out: a client that has its reply
 	// sees its request in the figures.
 	cnt.frames.Add(1)
@@ -615,8 +680,17 @@ func (s *Server) sendReply(c net.Conn, cnt *counters, h *wire.Header, reply *wir
 		// A small request: engage the gate for the next (gate.go).
 		s.cfg.Gate.smallSeen()
 	}
-	head := reply.Append(make([]byte, 0, wire.HeaderLen+len(reply.Meta)))
-	if _, err := s.cfg.Gate.writev(c, head, reply.Payload); err != nil {
+	rc.held = reply.Append(rc.held)
+	rc.nheld++
+	if hold && len(reply.Payload) == 0 && rc.nheld < maxHeld {
+		return nil
+	}
+	if s.replies != nil {
+		s.replies(rc.nheld)
+	}
+	_, err := s.cfg.Gate.writev(rc.Conn, rc.held, reply.Payload)
+	rc.held, rc.nheld = rc.held[:0], 0
+	if err != nil {
 		return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
 	}
 	s.bytesOut.Add(uint64(len(reply.Payload)))

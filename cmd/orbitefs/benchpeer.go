@@ -65,6 +65,7 @@ func benchPeerMain(args []string) int {
 	stream := fs.String("stream", "0", "bytes per request of a background write stream (0: none)")
 	fs.StringVar(&o.StreamRegion, "stream-region", "", "the region the stream writes (default: --region)")
 	lanes := fs.Int("lanes", 0, "data lanes (default: [peer] lanes)")
+	linger := fs.String("bulk-gate-linger", "", "how long the bulk gate stays engaged after a small request, 0s: never (default: [peer] bulk_gate_linger)")
 	fs.IntVar(&o.Concurrency, "concurrency", 1, "requests in flight (clients)")
 	fs.DurationVar(&o.Runtime, "runtime", 5*time.Second, "how long to measure")
 	fs.IntVar(&o.Count, "count", 100000, "notifications (--op notify)")
@@ -107,6 +108,17 @@ func benchPeerMain(args []string) int {
 	} else {
 		o.Total = uint64(n)
 	}
+	var gateLinger *config.Duration
+	if *linger != "" {
+		d, err := config.ParseDuration(*linger)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--bulk-gate-linger: %w", err))
+		} else if err := config.CheckBulkGateLinger("--bulk-gate-linger", d); err != nil {
+			errs = append(errs, err)
+		} else {
+			gateLinger = &d
+		}
+	}
 	if *lanes != 0 && (*lanes < 1 || *lanes > config.MaxPeerLanes) {
 		errs = append(errs, fmt.Errorf("--lanes %d: want 1 to %d", *lanes, config.MaxPeerLanes))
 	}
@@ -131,6 +143,9 @@ func benchPeerMain(args []string) int {
 	if *lanes != 0 {
 		pc.Lanes = *lanes
 	}
+	if gateLinger != nil {
+		pc.BulkGateLinger = *gateLinger
+	}
 	if pc.KeyFile == "" {
 		return fail(errors.New("no key: set [peer] key_file in the --config file"))
 	}
@@ -141,7 +156,7 @@ func benchPeerMain(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	gate := peer.NewGate() // one per process: the receiver and the client share it
+	gate := peer.NewGate(pc.BulkGateLinger.D()) // one per process: the receiver and the client share it
 	var srv *peer.Server
 	if o.Op == "notify" {
 		max := max(o.Count, peer.DefaultMaxPending)
@@ -210,7 +225,7 @@ func benchPeerMain(args []string) int {
 		}
 		res, err = bench.RunPeer(ctx, c, o)
 	}
-	res.Peer, res.Lanes = *addr, pc.Lanes
+	res.Peer, res.Lanes, res.BulkGateLinger = *addr, pc.Lanes, gate.Linger().String()
 	if *asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Printf("%s\n", b)

@@ -88,7 +88,7 @@ type notifications struct {
 // its submissions still have to send); the receiver's inbox is bounded by
 // [peer]'s keys of the same names.
 func newNotifications(c config.Peer, e config.Engine, opts *control.Options, tr *peer.Tracker, lg *slog.Logger) (*notifications, error) {
-	n := &notifications{epoch: peer.NewEpoch(), gate: peer.NewGate()}
+	n := &notifications{epoch: peer.NewEpoch(), gate: peer.NewGate(c.BulkGateLinger.D())}
 	opts.MaxNotificationBytes = int(c.MaxNotificationBytes)
 	opts.MaxPendingNotifications = e.MaxPendingNotifications
 	opts.MaxPendingNotificationBytes = int64(e.MaxPendingNotifyBytes)

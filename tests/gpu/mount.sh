@@ -3,7 +3,9 @@
 # (gate.sh runs it on the GPU machine). A cuda:0 region is filled from an
 # ext4 file through a submission, read back through its data file, changed
 # through the data file and written to another file; a pinned region takes
-# the host path. Every step is checked; any failure exits non-zero.
+# the host path; a tmpfs file goes to the GPU and back through its own
+# pages (transport mapped), also after it is rewritten. Every step is
+# checked; any failure exits non-zero.
 set -euo pipefail
 BIN=$(realpath "$1")
 D=$2
@@ -72,6 +74,26 @@ step vector of GPU ranges, pinned memory and padding
 run_batch '{"op":"read","target":"src","requests":[{"target_offset":4096,"elements":[{"memory":"g","offset":0,"length":8192},{"padding":512},{"memory":"p","offset":0,"length":4096},{"memory":"g","offset":65536,"length":100}]}]}'
 cmp <(head -c 8192 "$M/memory/g/data") <(head -c 12288 "$F" | tail -c 8192)
 cmp <(head -c 4096 "$M/memory/p/data") <(head -c 16896 "$F" | tail -c 4096)
+
+step a tmpfs file to GPU and back through its own pages: transport mapped
+S=$(mktemp -d /dev/shm/orbitefs-gate-mnt.XXXXXX)
+head -c 8388608 "$F" >"$S/kv.bin"
+echo '{"name":"kv","uri":"file://'"$S/kv.bin"'","permission":"read_write"}' >"$M/segments/open"
+run_batch '{"op":"read","target":"kv","requests":[{"memory":"g","offset":0,"target_offset":0,"length":8388608}]}' | tee "$D/task.json"
+grep -q '"transport": *"mapped"' "$D/task.json"
+cmp <(head -c 8388608 "$M/memory/g/data") "$S/kv.bin"
+dd if=/dev/urandom of="$M/memory/g/data" bs=1M count=8 conv=notrunc status=none
+head -c 8388608 "$M/memory/g/data" >"$D/expect-kv.bin"
+run_batch '{"op":"write","target":"kv","requests":[{"memory":"g","offset":0,"target_offset":0,"length":8388608}]}' | tee "$D/task.json"
+grep -q '"transport": *"mapped"' "$D/task.json"
+cmp "$S/kv.bin" "$D/expect-kv.bin"
+# Rewritten under the mapping: the next read moves the new bytes.
+head -c 8388608 /dev/urandom >"$S/kv.bin"
+run_batch '{"op":"read","target":"kv","requests":[{"memory":"g","offset":0,"target_offset":0,"length":8388608}]}' >/dev/null
+cmp <(head -c 8388608 "$M/memory/g/data") "$S/kv.bin"
+cat "$M/stats" | jq -c .mapped_files
+rmdir "$M/segments/kv"
+rm -rf "$S"
 
 step device 9 does not exist: EOPNOTSUPP and a reason
 if echo '{"name":"nine","location":"cuda:9","bytes":4096}' >"$M/memory/register" 2>"$D/err.txt"; then
