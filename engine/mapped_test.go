@@ -288,3 +288,123 @@ func TestMappedRefusedFallsBack(t *testing.T) {
 		t.Fatalf("stats %+v: want one refusal and nothing mapped", st)
 	}
 }
+
+// TestMappedWriteOnlySegment: a segment opened write-only has an fd that
+// mmap refuses (a shared mapping needs a readable fd), so its requests
+// never take the mapped route: a vector WRITE, which cannot fail over,
+// and a plain one with failover off both complete through staging.
+func TestMappedWriteOnlySegment(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, func(c *config.Engine) { c.MaxFailoverAttempts = 0 })
+	path, _ := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	fresh := make([]byte, 1<<20)
+	rand.Read(fresh)
+	if _, err := d.WriteAt(fresh, 0); err != nil {
+		t.Fatal(err)
+	}
+	reqs := []engine.Request{
+		{Address: d.BaseAddress(), Length: 512 << 10},
+		{TargetOffset: 512 << 10, Elements: []engine.Element{
+			{Address: d.BaseAddress() + 512<<10, Length: 256 << 10},
+			{Address: d.BaseAddress() + 768<<10, Length: 256 << 10},
+		}},
+	}
+	b, err := e.SubmitAsync(engine.OpWrite, seg, reqs, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	for i := range reqs {
+		if ts, _ := b.TaskStatus(i); ts.Err != nil || ts.Transferred != 512<<10 || ts.Transport != engine.TransportIOUring {
+			t.Fatalf("task %d: %+v, want 512 KiB through staging", i, ts)
+		}
+	}
+	if file, _ := os.ReadFile(path); !bytes.Equal(file, fresh) {
+		t.Fatal("the file differs from the device bytes")
+	}
+	if st := e.Stats().Mapped; st.Refused != 0 || st.Files != 0 {
+		t.Fatalf("stats %+v: want no mapping tried", st)
+	}
+}
+
+// TestMappedTwoDevices: one READ and one vector READ whose elements lie
+// on cuda:0 and cuda:1, on one tmpfs file. A take gathers units of one
+// job, which here span both devices; each device's units are copied on
+// that device's stream, none fails for sharing a take with the other.
+func TestMappedTwoDevices(t *testing.T) {
+	gpu := newFakeGPU(2)
+	e := mappedEngine(t, gpu, func(c *config.Engine) { c.MaxFailoverAttempts = 0 })
+	path, orig := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d0 := deviceRegion(t, e, 0, 512<<10)
+	d1 := deviceRegion(t, e, 1, 512<<10)
+	reqs := []engine.Request{
+		{Address: d0.BaseAddress(), Length: 256 << 10},
+		{Address: d1.BaseAddress(), TargetOffset: 256 << 10, Length: 256 << 10},
+		{TargetOffset: 512 << 10, Elements: []engine.Element{
+			{Address: d0.BaseAddress() + 256<<10, Length: 128 << 10},
+			{Address: d1.BaseAddress() + 256<<10, Length: 128 << 10},
+			{Address: d0.BaseAddress() + 384<<10, Length: 128 << 10},
+			{Address: d1.BaseAddress() + 384<<10, Length: 128 << 10},
+		}},
+	}
+	b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	for i, want := range []uint64{256 << 10, 256 << 10, 512 << 10} {
+		if ts, _ := b.TaskStatus(i); ts.Err != nil || ts.Transferred != want || ts.Transport != engine.TransportMapped {
+			t.Fatalf("task %d: %+v, want %d bytes mapped", i, ts, want)
+		}
+	}
+	got0, got1 := make([]byte, 512<<10), make([]byte, 512<<10)
+	d0.ReadAt(got0, 0)
+	d1.ReadAt(got1, 0)
+	const k = 128 << 10
+	for _, c := range []struct {
+		got  []byte
+		file int
+	}{{got0[:2*k], 0}, {got1[:2*k], 2 * k}, {got0[2*k : 3*k], 4 * k}, {got1[2*k : 3*k], 5 * k}, {got0[3*k:], 6 * k}, {got1[3*k:], 7 * k}} {
+		if !bytes.Equal(c.got, orig[c.file:c.file+len(c.got)]) {
+			t.Fatalf("device bytes of file offset %d differ", c.file)
+		}
+	}
+}
+
+// plainGPU is the fake GPU without PinReadOnly: a backend that cannot
+// register memory mapped read-only.
+type plainGPU struct{ engine.GPU }
+
+// TestMappedReadOnlyWithoutPinner: on a backend without ReadOnlyPinner a
+// segment opened for reading stays on staging from its first request
+// (with failover off, a first take on the mapped route would fail).
+func TestMappedReadOnlyWithoutPinner(t *testing.T) {
+	needIOUring(t)
+	cfg := config.DefaultEngine()
+	cfg.MaxFailoverAttempts = 0
+	var bs []engine.Backend
+	for _, tr := range realTransports(cfg) {
+		bs = append(bs, tr)
+	}
+	e := newEngineOver(t, cfg, append(bs, plainGPU{newFakeGPU(1)})...)
+	path, orig := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	for i := range 8 {
+		if ts, _ := b.TaskStatus(i); ts.Err != nil || ts.Transport != engine.TransportIOUring {
+			t.Fatalf("task %d: %+v, want staging", i, ts)
+		}
+	}
+	checkUnits(t, d, orig)
+}

@@ -128,6 +128,15 @@ func (e *Engine) mappedEligible(ent *segEntry, r *Request, m reqMemory) bool {
 		ent.fsType != "tmpfs" || ent.blocking {
 		return false
 	}
+	// A shared mapping needs a readable fd: a write-only segment's mmap
+	// fails. A read-only one needs a backend that registers read-only
+	// memory.
+	if !ent.perm.allows(OpRead) {
+		return false
+	}
+	if _, ok := e.gpu.b.(ReadOnlyPinner); !ok && !ent.perm.allows(OpWrite) {
+		return false
+	}
 	em := &ent.fmap
 	if em.refused.Load() {
 		return false
@@ -202,14 +211,28 @@ func (e *Engine) mappedTake(x *offRing, k int) {
 		}
 		return
 	}
-	e.mapped.takes.Add(1)
-	e.copyTake(x, ks, fm, size)
+	// The units may lie on several devices (a vector's elements, or a
+	// job's requests on different GPUs): one batch call per device.
+	for len(ks) > 0 {
+		dev := x.units[ks[0]].pieces[0].dev
+		var one, rest []int
+		for _, j := range ks {
+			if x.units[j].pieces[0].dev == dev {
+				one = append(one, j)
+			} else {
+				rest = append(rest, j)
+			}
+		}
+		e.mapped.takes.Add(1)
+		e.copyTake(x, one, fm, size)
+		ks = rest
+	}
 	e.releaseMap(g.ent, fm)
 }
 
-// copyTake moves the units ks of x between device memory and mapping fm
-// of a file of size bytes, and resolves them; units of unknown outcome
-// keep fm for good, marked before they resolve.
+// copyTake moves the units ks of x, all on one device, between device
+// memory and mapping fm of a file of size bytes, and resolves them;
+// units of unknown outcome keep fm for good, marked before they resolve.
 func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 	g := x.g
 	write := g.op == OpWrite
@@ -233,10 +256,6 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 		pt := part{k: j, n: n}
 		if n < u.n && write {
 			pt.n, pt.err = 0, unitErr(g, u, KindRange, fmt.Errorf("the file shrank to %d bytes under the transfer", size))
-		}
-		if p.dev != dev {
-			// A take serves one device: the rest go back as their own takes.
-			pt.n, pt.err = 0, unitErr(g, u, KindUnavailable, errors.New("mapped copy: another device in the same take"))
 		}
 		parts = append(parts, pt)
 		if pt.err != nil || pt.n == 0 {
