@@ -24,6 +24,9 @@ type fakeGPU struct {
 	devices   int
 	failEvent atomic.Bool // events report an error (an uncertain copy)
 	failPin   atomic.Bool
+	// pinHeld, when set before use, makes Pin signal pinning and wait
+	// for pinHeld to close: a registration in progress.
+	pinHeld, pinning chan struct{}
 
 	mu     sync.Mutex
 	allocs map[uint64]*hostmem.Mapping
@@ -121,6 +124,10 @@ func (f *fakeGPU) ImportIPC(dev int, handle []byte) (engine.DeviceMemory, error)
 }
 
 func (f *fakeGPU) Pin(addr uintptr, n uint64) (func() error, error) {
+	if f.pinHeld != nil {
+		f.pinning <- struct{}{}
+		<-f.pinHeld
+	}
 	if f.failPin.Load() {
 		return nil, errors.New("fake: CUDA_ERROR_OUT_OF_MEMORY")
 	}

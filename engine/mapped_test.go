@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
@@ -405,6 +406,51 @@ func TestMappedReadOnlyWithoutPinner(t *testing.T) {
 		if ts, _ := b.TaskStatus(i); ts.Err != nil || ts.Transport != engine.TransportIOUring {
 			t.Fatalf("task %d: %+v, want staging", i, ts)
 		}
+	}
+	checkUnits(t, d, orig)
+}
+
+// TestMappedStatsDuringRegistration: Stats while a lane registers a
+// file (about 160 ms per GiB on the H200, held under the file's mapping
+// lock) answers at once: it must not wait for the registration while
+// holding the engine lock every open and submission needs.
+func TestMappedStatsDuringRegistration(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.pinHeld, gpu.pinning = make(chan struct{}), make(chan struct{}, 1)
+	e := mappedEngine(t, gpu, nil)
+	d := deviceRegion(t, e, 0, 1<<20) // pins nothing: device memory
+	dir := shmDir(t)
+	path, orig := randomFile(t, dir, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	other, _ := randomFile(t, dir, "f2", 4096)
+	<-gpu.pinning // the lane holds the file's mapping lock, registering
+	done := make(chan engine.Stats)
+	var openErr error
+	go func() {
+		done <- e.Stats()
+		_, openErr = e.OpenFileSegment("file://"+other, engine.PermRead) // needs the engine lock too
+		close(done)
+	}()
+	select {
+	case st := <-done:
+		<-done
+		if st.Mapped.Files != 0 {
+			t.Errorf("stats %+v: the mapping is not made yet", st.Mapped)
+		}
+		if openErr != nil {
+			t.Error(openErr)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("Stats waits for a registration in progress")
+	}
+	close(gpu.pinHeld)
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("read: %v %+v", err, st)
 	}
 	checkUnits(t, d, orig)
 }

@@ -95,8 +95,9 @@ type MappedStats struct {
 }
 
 // entryMap is one entry's mapping state, under its own lock: lanes of
-// other entries never wait for it. Route selection reads only the
-// atomics, so a submission never waits for a registration in progress.
+// other entries never wait for it. Route selection and Stats read only
+// the atomics, so neither a submission nor the engine lock ever waits
+// for a registration in progress.
 type entryMap struct {
 	mu    sync.Mutex
 	cur   *fileMap
@@ -562,13 +563,13 @@ func (e *Engine) mappedStats() MappedStats {
 	s.mu.Lock()
 	st.Bytes = s.bytes
 	s.mu.Unlock()
+	// The atomic, not the entry's lock: a lane holds that lock while it
+	// registers a file, and the engine lock must not wait for that.
 	e.mu.Lock()
 	for _, ent := range e.mu.segments {
-		ent.fmap.mu.Lock()
-		if ent.fmap.cur != nil {
+		if ent.fmap.mapped.Load() {
 			st.Files++
 		}
-		ent.fmap.mu.Unlock()
 	}
 	e.mu.Unlock()
 	return st
