@@ -27,6 +27,7 @@ type fakeGPU struct {
 	// pinHeld, when set before use, makes Pin signal pinning and wait
 	// for pinHeld to close: a registration in progress.
 	pinHeld, pinning chan struct{}
+	failStream       atomic.Bool // NewStream fails
 
 	mu     sync.Mutex
 	allocs map[uint64]*hostmem.Mapping
@@ -141,6 +142,9 @@ func (f *fakeGPU) Pin(addr uintptr, n uint64) (func() error, error) {
 func (f *fakeGPU) PinReadOnly(addr uintptr, n uint64) (func() error, error) { return f.Pin(addr, n) }
 
 func (f *fakeGPU) NewStream(dev int) (engine.Stream, error) {
+	if f.failStream.Load() {
+		return nil, errors.New("fake: cuStreamCreate: CUDA_ERROR_OUT_OF_MEMORY")
+	}
 	s := &fakeStream{f: f, work: make(chan func(), 64)}
 	go func() {
 		for fn := range s.work {

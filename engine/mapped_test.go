@@ -13,6 +13,7 @@ import (
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
+	"golang.org/x/sys/unix"
 )
 
 // shmDir is a fresh directory on tmpfs, or the test skips.
@@ -453,4 +454,64 @@ func TestMappedStatsDuringRegistration(t *testing.T) {
 		t.Fatalf("read: %v %+v", err, st)
 	}
 	checkUnits(t, d, orig)
+}
+
+// TestMappedHolePunched: a hole punched into a mapped file (its size
+// unchanged) moves its ctime and unmaps the punched pages from every
+// mapping, as a truncation does: the lane sees a page gone and maps the
+// file again, and the READ returns the hole's zeros. (The fake GPU's CPU
+// copies would fault the zeros in through the old mapping too; on a GPU
+// the old pinned pages would be read: the remap count is the check.)
+func TestMappedHolePunched(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, nil)
+	path, orig := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, units128(d), ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	checkUnits(t, d, orig)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 256<<10, 64<<10)
+	f.Close()
+	if err != nil {
+		t.Skipf("no hole punching here: %v", err)
+	}
+	clear(orig[256<<10 : 320<<10])
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, units128(d), ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	checkUnits(t, d, orig)
+	if st := e.Stats().Mapped; st.Remaps != 1 {
+		t.Fatalf("stats %+v: want the mapping retired once for the hole", st)
+	}
+}
+
+// TestMappedWriteNoStream: a WRITE whose lane cannot get a stream
+// enqueued nothing: it fails with remote effect none (the file is
+// untouched), so an unspec one may fail over.
+func TestMappedWriteNoStream(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, func(c *config.Engine) { c.MaxFailoverAttempts = 0 })
+	path, orig := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	gpu.failStream.Store(true)
+	b, err := e.SubmitAsync(engine.OpWrite, seg, []engine.Request{{Address: d.BaseAddress(), Length: 128 << 10}}, nil, ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	ts, _ := b.TaskStatus(0)
+	if ts.Transport != engine.TransportMapped || ts.Err == nil || ts.RemoteEffect != engine.EffectNone {
+		t.Fatalf("task %+v: want a mapped failure with remote effect none", ts)
+	}
+	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
+		t.Fatal("the file changed")
+	}
 }

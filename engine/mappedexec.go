@@ -38,7 +38,8 @@
 //     it no later than the earliest cut (deadline + quiesce_grace) of
 //     its units: past that they are unquiesced and the mapping is kept.
 //   - A WRITE unit is marked submitted before its copy is enqueued, so a
-//     failed one is never retried elsewhere.
+//     failed one is never retried elsewhere; one that never got that far
+//     (no mapping, no stream) was not, and may be.
 
 package engine
 
@@ -264,7 +265,6 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 		}
 		host := fm.addr() + u.off
 		if write {
-			x.markSubmitted(j)
 			cs = append(cs, Copy{Dst: host, Src: p.addr, N: pt.n})
 		} else {
 			cs = append(cs, Copy{Dst: p.addr, Src: host, N: pt.n})
@@ -285,6 +285,15 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 			x.resolve(pt.k, 0, pt.err)
 		}
 		return
+	}
+	// A WRITE unit may change the file from its enqueue on (a refused
+	// batch may have enqueued some of its copies): never retried since.
+	if write {
+		for _, pt := range parts {
+			if pt.err == nil && pt.n > 0 {
+				x.markSubmitted(pt.k)
+			}
+		}
 	}
 	// A refused batch is retried copy by copy; a copy refused alone fails
 	// its unit (its bytes never moved; the event below confirms the rest).
