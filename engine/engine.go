@@ -319,6 +319,7 @@ func (e *Engine) Close(timeout time.Duration) error {
 	for _, ex := range e.execs {
 		ex.close()
 	}
+	e.closeMapped()
 	e.closeStaging()
 	e.closeCopyStage()
 	var first error

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -513,5 +514,58 @@ func TestMappedWriteNoStream(t *testing.T) {
 	}
 	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
 		t.Fatal("the file changed")
+	}
+}
+
+// openFDs counts this process's open file descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip(err)
+	}
+	return len(ents)
+}
+
+// TestMappedCloseReleasesFDs: an engine that checked a mapping's pages
+// (/proc/self/pagemap) closes that file at Close, as it closes the rest.
+func TestMappedCloseReleasesFDs(t *testing.T) {
+	needIOUring(t)
+	gpu := newFakeGPU(1)
+	dir := shmDir(t)
+	path, _ := randomFile(t, dir, "f", 1<<20)
+	before := openFDs(t)
+	var closed []*engine.Engine // kept reachable: no finalizer closes a leaked file
+	for range 3 {
+		cfg := config.DefaultEngine()
+		var bs []engine.Backend
+		for _, tr := range realTransports(cfg) {
+			bs = append(bs, tr)
+		}
+		e, err := engine.New(cfg, append(bs, gpu)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seg := openSeg(t, e, path, engine.PermReadWrite)
+		d := deviceRegion(t, e, 0, 1<<20)
+		for range 2 { // the second READ follows a write(2): a pagemap check
+			if _, err := e.SubmitAndWait(engine.OpRead, seg, units128(d), ioTimeout); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, make([]byte, 1<<20), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.Close(ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+		if st := e.Stats().Mapped; st.Remaps != 1 {
+			t.Fatalf("stats %+v: want one pagemap check that remapped", st)
+		}
+		closed = append(closed, e)
+	}
+	runtime.KeepAlive(closed)
+	if after := openFDs(t); after != before {
+		t.Fatalf("%d open fds before three engines, %d after their Close", before, after)
 	}
 }

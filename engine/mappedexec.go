@@ -565,6 +565,16 @@ func (e *Engine) forgetMapping(ent *segEntry) {
 	}
 }
 
+// closeMapped closes /proc/self/pagemap once the lanes stopped (Close):
+// no take checks a mapping after that.
+func (e *Engine) closeMapped() {
+	s := &e.mapped
+	s.pagemapOnce.Do(func() { s.pagemapErr = errors.New("the engine is closed") })
+	if s.pagemap != nil {
+		s.pagemap.Close()
+	}
+}
+
 func (e *Engine) mappedStats() MappedStats {
 	s := &e.mapped
 	st := MappedStats{Takes: s.takes.Load(), Units: s.units.Load(), Remaps: s.remaps.Load(),
