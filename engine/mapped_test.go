@@ -569,3 +569,34 @@ func TestMappedCloseReleasesFDs(t *testing.T) {
 		t.Fatalf("%d open fds before three engines, %d after their Close", before, after)
 	}
 }
+
+// TestMappedReleasedBeforeReport: once a group reports, its takes let
+// go of the file's mapping, so closing the segment then unmaps it at
+// once (its bytes no longer count against max_mapped_bytes). The report
+// is taken on the lane that finished the group (OnGroupDone), the
+// moment it still held the mapping before.
+func TestMappedReleasedBeforeReport(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, nil)
+	path, _ := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	b, err := e.AllocateBatch(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	got := make(chan engine.MappedStats, 1)
+	b.OnGroupDone(func(r engine.Report) {
+		if err := e.CloseFileSegment(seg, ioTimeout); err != nil {
+			t.Error(err)
+		}
+		got <- e.Stats().Mapped
+	})
+	if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 1 << 20}}, nil, ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	if st := <-got; st.Units == 0 || st.Files != 0 || st.Bytes != 0 {
+		t.Fatalf("stats %+v at the report, the segment closed: want the mapping gone", st)
+	}
+}

@@ -215,6 +215,7 @@ func (e *Engine) mappedTake(x *offRing, k int) {
 	}
 	// The units may lie on several devices (a vector's elements, or a
 	// job's requests on different GPUs): one batch call per device.
+	var parts []takePart
 	for len(ks) > 0 {
 		dev := x.units[ks[0]].pieces[0].dev
 		var one, rest []int
@@ -226,25 +227,33 @@ func (e *Engine) mappedTake(x *offRing, k int) {
 			}
 		}
 		e.mapped.takes.Add(1)
-		e.copyTake(x, one, fm, size)
+		parts = append(parts, e.copyTake(x, one, fm, size)...)
 		ks = rest
 	}
+	// Let go of fm before the units resolve: once the group reports, its
+	// segment may close, and that unmaps the file at once.
 	e.releaseMap(g.ent, fm)
+	for _, pt := range parts {
+		x.resolve(pt.k, pt.n, pt.err)
+	}
+}
+
+// takePart is one unit's outcome in a take.
+type takePart struct {
+	k   int
+	n   uint64 // bytes moved
+	err error
 }
 
 // copyTake moves the units ks of x, all on one device, between device
-// memory and mapping fm of a file of size bytes, and resolves them;
-// units of unknown outcome keep fm for good, marked before they resolve.
-func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
+// memory and mapping fm of a file of size bytes, and returns their
+// outcomes for the caller to resolve once it let go of fm; units of
+// unknown outcome keep fm for good and mark x undrained first.
+func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) []takePart {
 	g := x.g
 	write := g.op == OpWrite
 	dev := x.units[ks[0]].pieces[0].dev
-	type part struct {
-		k   int
-		n   uint64 // bytes within the file
-		err error
-	}
-	parts := make([]part, 0, len(ks))
+	parts := make([]takePart, 0, len(ks))
 	var cs []Copy
 	for _, j := range ks {
 		u := &x.units[j]
@@ -255,7 +264,7 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 		} else if u.off+n > size {
 			n = size - u.off
 		}
-		pt := part{k: j, n: n}
+		pt := takePart{k: j, n: n}
 		if n < u.n && write {
 			pt.n, pt.err = 0, unitErr(g, u, KindRange, fmt.Errorf("the file shrank to %d bytes under the transfer", size))
 		}
@@ -271,20 +280,18 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 		}
 	}
 	if len(cs) == 0 {
-		for _, pt := range parts {
-			x.resolve(pt.k, pt.n, pt.err)
-		}
-		return
+		return parts
 	}
 	st, err := e.getStream(dev)
 	if err != nil {
-		for _, pt := range parts {
+		for i := range parts {
+			pt := &parts[i]
 			if pt.err == nil {
 				pt.err = unitErr(g, &x.units[pt.k], KindIO, err)
 			}
-			x.resolve(pt.k, 0, pt.err)
+			pt.n = 0
 		}
-		return
+		return parts
 	}
 	// A WRITE unit may change the file from its enqueue on (a refused
 	// batch may have enqueued some of its copies): never retried since.
@@ -321,17 +328,19 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 		if err != nil {
 			kind, why = KindIO, fmt.Sprintf("device copy: %v", err)
 		}
-		for _, pt := range parts {
+		for i := range parts {
+			pt := &parts[i]
 			if pt.err == nil {
 				pt.err = unitErr(g, &x.units[pt.k], kind, errors.New(why))
 			}
-			x.resolve(pt.k, 0, pt.err)
+			pt.n = 0
 		}
-		return
+		return parts
 	}
 	ev.Close()
 	e.putStream(dev, st)
-	for _, pt := range parts {
+	for i := range parts {
+		pt := &parts[i]
 		u := &x.units[pt.k]
 		if pt.err == nil && pt.n > 0 {
 			dst := u.pieces[0].addr
@@ -345,8 +354,8 @@ func (e *Engine) copyTake(x *offRing, ks []int, fm *fileMap, size uint64) {
 		if pt.err == nil {
 			e.mapped.units.Add(1)
 		}
-		x.resolve(pt.k, pt.n, pt.err)
 	}
+	return parts
 }
 
 // waitCut waits for ev, never past the earliest cut of units ks: a copy
