@@ -600,3 +600,35 @@ func TestMappedReleasedBeforeReport(t *testing.T) {
 		t.Fatalf("stats %+v at the report, the segment closed: want the mapping gone", st)
 	}
 }
+
+// TestMappedDeadlineDuringRegistration: units whose deadline passes
+// while their lane registers the file (seconds for a large one) never
+// start: they fail KindTimeout with nothing copied, as a unit that found
+// its deadline passed before it was taken does.
+func TestMappedDeadlineDuringRegistration(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.pinHeld, gpu.pinning = make(chan struct{}), make(chan struct{}, 1)
+	e := mappedEngine(t, gpu, nil)
+	path, _ := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	const timeout = 200 * time.Millisecond
+	b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	<-gpu.pinning
+	time.Sleep(2 * timeout) // the registration outlasts the deadline
+	copies := gpu.copies.Load()
+	close(gpu.pinHeld)
+	b.Wait(ioTimeout)
+	for i := range 8 {
+		if ts, _ := b.TaskStatus(i); ts.Transferred != 0 || engine.KindOf(ts.Err) != engine.KindTimeout {
+			t.Fatalf("task %d: %+v, want a timeout with nothing moved", i, ts)
+		}
+	}
+	if n := gpu.copies.Load() - copies; n != 0 {
+		t.Fatalf("%d copies after the deadline", n)
+	}
+}

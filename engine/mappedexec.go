@@ -213,6 +213,15 @@ func (e *Engine) mappedTake(x *offRing, k int) {
 		}
 		return
 	}
+	// Mapping a file registers every page (seconds for a large one): a
+	// unit whose deadline passed meanwhile does not start either.
+	if time.Now().After(g.deadline) {
+		e.releaseMap(g.ent, fm)
+		for _, j := range ks {
+			x.resolve(j, 0, unitErr(g, &x.units[j], KindTimeout, errors.New("deadline passed before these bytes started")))
+		}
+		return
+	}
 	// The units may lie on several devices (a vector's elements, or a
 	// job's requests on different GPUs): one batch call per device.
 	var parts []takePart
