@@ -36,8 +36,9 @@
 //   - transport io_uring: the ring for host memory, staging for device
 //     memory.
 //   - unspec: for requests that touch device memory, the mapped route
-//     when eligible (a tmpfs file, device memory only, no padding,
-//     mapped_files on, within max_mapped_bytes), else GDS when eligible,
+//     when eligible (a tmpfs file on a segment that can read, device
+//     memory only, no padding, mapped_files on, within
+//     max_mapped_bytes), else GDS when eligible,
 //     else staging; host-only requests keep the ring (cuFile would only
 //     add a copy for DRAM, and would load libcufile for every DRAM user).
 //
