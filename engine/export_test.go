@@ -39,3 +39,8 @@ func (e *Engine) HoldCopiedCallerCopies(f func()) { e.callerCopyCopied = f }
 // their range pinned, before any byte moves. Set before r is used
 // concurrently.
 func (r *Region) HoldRegionCopies(f func(off int64, n int)) { r.copying = f }
+
+// SetPagemapPath makes the mapped executor read path instead of
+// /proc/self/pagemap (a file that does not exist: a sandbox without it).
+// Set before the engine is used.
+func (e *Engine) SetPagemapPath(path string) { e.mapped.pagemapPath = path }

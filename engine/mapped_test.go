@@ -632,3 +632,37 @@ func TestMappedDeadlineDuringRegistration(t *testing.T) {
 		t.Fatalf("%d copies after the deadline", n)
 	}
 }
+
+// TestMappedNoPagemap: where /proc/self/pagemap cannot be read, a file
+// that changed under its mapping is mapped again (always right), rather
+// than failing every take from then on.
+func TestMappedNoPagemap(t *testing.T) {
+	gpu := newFakeGPU(1)
+	e := mappedEngine(t, gpu, func(c *config.Engine) { c.MaxFailoverAttempts = 0 })
+	dir := shmDir(t)
+	e.SetPagemapPath(dir + "/no-pagemap")
+	path, orig := randomFile(t, dir, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	d := deviceRegion(t, e, 0, 1<<20)
+	for round := range 2 {
+		b, err := e.SubmitAsync(engine.OpRead, seg, units128(d), nil, ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Wait(ioTimeout)
+		for i := range 8 {
+			if ts, _ := b.TaskStatus(i); ts.Err != nil || ts.Transport != engine.TransportMapped {
+				t.Fatalf("round %d task %d: %+v", round, i, ts)
+			}
+		}
+		b.Free()
+		checkUnits(t, d, orig)
+		rand.Read(orig)
+		if err := os.WriteFile(path, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.Stats().Mapped; st.Remaps != 1 {
+		t.Fatalf("stats %+v: want one remap", st)
+	}
+}
