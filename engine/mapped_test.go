@@ -666,3 +666,33 @@ func TestMappedNoPagemap(t *testing.T) {
 		t.Fatalf("stats %+v: want one remap", st)
 	}
 }
+
+// TestMappedHungCopyRetains: a copy that never completes is waited for
+// no later than deadline + quiesce_grace; its units then end
+// unquiesced, and the mapping stays registered and counted for good.
+func TestMappedHungCopyRetains(t *testing.T) {
+	gpu := newFakeGPU(1)
+	gpu.hang = make(chan struct{})
+	t.Cleanup(func() { close(gpu.hang) })
+	e := mappedEngine(t, gpu, func(c *config.Engine) { c.QuiesceGrace = config.Duration(100 * time.Millisecond) })
+	path, _ := randomFile(t, shmDir(t), "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	d := deviceRegion(t, e, 0, 1<<20)
+	b, err := e.SubmitAsync(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 256 << 10}}, nil, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Wait(ioTimeout)
+	if ts, _ := b.TaskStatus(0); engine.KindOf(ts.Err) != engine.KindUnquiesced || ts.Transferred != 0 {
+		t.Fatalf("task %+v: want unquiesced", ts)
+	}
+	if st := e.Stats().Mapped; st.Retained != 1 || st.Bytes != 1<<20 {
+		t.Fatalf("stats %+v: want the mapping retained", st)
+	}
+	pinned := gpu.pinnedCount()
+	wantKind(t, e.Close(ioTimeout), engine.KindUnquiesced)
+	if n := gpu.pinnedCount(); n != pinned {
+		t.Fatalf("pinned ranges %d -> %d across Close: the retained mapping was unregistered", pinned, n)
+	}
+}
