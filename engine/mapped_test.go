@@ -10,6 +10,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -702,5 +703,44 @@ func TestMappedHungCopyRetains(t *testing.T) {
 	wantKind(t, e.Close(ioTimeout), engine.KindUnquiesced)
 	if n := gpu.pinnedCount(); n != pinned {
 		t.Fatalf("pinned ranges %d -> %d across Close: the retained mapping was unregistered", pinned, n)
+	}
+}
+
+// TestMappedFileEmptied: a file emptied after the submission's range
+// check, before any mapping: a READ ends short (KindRange, nothing
+// moved) and a WRITE fails KindRange, as past the end of a mapped file;
+// an empty file is not a refusal.
+func TestMappedFileEmptied(t *testing.T) {
+	for _, op := range []engine.Op{engine.OpRead, engine.OpWrite} {
+		t.Run(op.String(), func(t *testing.T) {
+			gpu := newFakeGPU(1)
+			e := mappedEngine(t, gpu, func(c *config.Engine) { c.MaxFailoverAttempts = 0 })
+			path, _ := randomFile(t, shmDir(t), "f", 1<<20)
+			seg := openSeg(t, e, path, engine.PermReadWrite)
+			d := deviceRegion(t, e, 0, 1<<20)
+			var once sync.Once
+			e.HoldUnits(func(int) {
+				once.Do(func() {
+					if err := os.Truncate(path, 0); err != nil {
+						t.Error(err)
+					}
+				})
+			})
+			b, err := e.SubmitAsync(op, seg, []engine.Request{{Address: d.BaseAddress(), Length: 256 << 10}}, nil, ioTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Free()
+			b.Wait(ioTimeout)
+			if ts, _ := b.TaskStatus(0); ts.Transferred != 0 || engine.KindOf(ts.Err) != engine.KindRange || ts.Transport != engine.TransportMapped {
+				t.Fatalf("task %+v: want a mapped range failure", ts)
+			}
+			if st := e.Stats().Mapped; st.Refused != 0 {
+				t.Fatalf("stats %+v: want no refusal", st)
+			}
+			if fi, _ := os.Stat(path); fi.Size() != 0 {
+				t.Fatalf("the file is %d bytes, want it left empty", fi.Size())
+			}
+		})
 	}
 }

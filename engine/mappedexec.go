@@ -388,13 +388,15 @@ func waitCut(ev Event, x *offRing, ks []int, grace time.Duration) (bool, error) 
 }
 
 // mapFor returns the mapping the units ks of x copy through, taking a
-// user reference, and the file's size now. It checks the file first
+// user reference, and the file's size now; no mapping (nil) when every
+// unit lies past the file's end (nothing to copy). It checks the file first
 // (size and ctime; present pages when either moved) and (re)maps it when
 // it has no mapping, a page of the mapping is no longer the file's, or
 // the units reach past the mapping.
 func (e *Engine) mapFor(ent *segEntry, x *offRing, ks []int) (*fileMap, uint64, error) {
-	var end uint64
+	start, end := x.units[ks[0]].off, uint64(0)
 	for _, j := range ks {
+		start = min(start, x.units[j].off)
 		end = max(end, x.units[j].off+x.units[j].n)
 	}
 	em := &ent.fmap
@@ -408,6 +410,9 @@ func (e *Engine) mapFor(ent *segEntry, x *offRing, ks []int) (*fileMap, uint64, 
 		return nil, 0, os.NewSyscallError("fstat", err)
 	}
 	size := uint64(st.Size)
+	if start >= size {
+		return nil, size, nil // the file shrank under the take (or was emptied)
+	}
 	if fm := em.cur; fm != nil {
 		stale := size != em.size || st.Ctim != em.ctime
 		if stale {
@@ -444,9 +449,6 @@ func (e *Engine) mapFor(ent *segEntry, x *offRing, ks []int) (*fileMap, uint64, 
 // it with the GPU driver within max_mapped_bytes. A refused registration
 // makes the entry stay on staging for good.
 func (e *Engine) mapFile(ent *segEntry, size uint64) (*fileMap, error) {
-	if size == 0 {
-		return nil, fmt.Errorf("%s is empty", ent.path)
-	}
 	if err := e.gpuReady("mapped", ent.path); err != nil {
 		return nil, err
 	}
@@ -536,8 +538,11 @@ func (e *Engine) keepMap(ent *segEntry, fm *fileMap) {
 	}
 }
 
-// releaseMap drops a take's reference to fm.
+// releaseMap drops a take's reference to fm (nil: the take had none).
 func (e *Engine) releaseMap(ent *segEntry, fm *fileMap) {
+	if fm == nil {
+		return
+	}
 	em := &ent.fmap
 	em.mu.Lock()
 	defer em.mu.Unlock()
