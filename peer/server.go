@@ -91,13 +91,13 @@ type Exports interface {
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	Name      string        // advertised in the challenge
-	Key       []byte        // the shared secret
+	Name string // advertised in the challenge
+	Key  []byte // the shared secret
 	// Protection is the frame protection every connection runs
 	// (protect.go); a client that runs another is refused.
 	Protection wire.Protection
-	IOTimeout time.Duration // bound on a handshake, and on a stall of a frame once begun (progress.go)
-	MaxSlice  uint64        // largest payload of one frame
+	IOTimeout  time.Duration // bound on a handshake, and on a stall of a frame once begun (progress.go)
+	MaxSlice   uint64        // largest payload of one frame
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
 	Allowed []netip.Prefix
