@@ -234,8 +234,9 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	}
 	var r *remoteError
 	if errors.As(err, &r) {
-		if cancelled {
-			// The reply arrived, but the cancel closed the lane.
+		if cancelled || r.m.Code == wire.CodeCorrupt {
+			// The reply arrived, but the cancel closed the lane; or the
+			// peer refused a frame as corrupt and ends the connection.
 			l.kill(errClosed)
 		}
 		return true, nil, err
