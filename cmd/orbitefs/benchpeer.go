@@ -235,6 +235,7 @@ func benchPeerMain(args []string) int {
 		res, err = bench.RunPeer(ctx, c, o)
 	}
 	res.Peer, res.Lanes, res.BulkGateLinger = *addr, pc.Lanes, gate.Linger().String()
+	res.FrameProtection = peerProtection(pc).String()
 	if *asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Printf("%s\n", b)
