@@ -435,3 +435,52 @@ func waitFor(t *testing.T, ok func() bool, what string) {
 	}
 	t.Fatalf("timed out waiting: %s", what)
 }
+
+// Notifications travel sealed on the control connection: one is
+// delivered with its message, one over the receiver's limit is refused
+// (its payload opened and dropped) and the connection stays in step for
+// the next; a message changed on the way is refused and never queued.
+func TestAEADNotify(t *testing.T) {
+	s := NewServer(ServerConfig{Name: "srv", Key: testKey, Protection: wire.ProtectAEAD, IOTimeout: 10 * time.Second,
+		MaxSlice: DefaultMaxSlice, Inbox: NewInbox(roomy), MaxNotifyBytes: 16, Logger: slog.New(slog.DiscardHandler)}, &memExports{})
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var mu sync.Mutex
+	flip := false
+	rl := startRelay(t, addrOf(s), func(_ int, up bool, i int, f []byte) []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		if flip && up && frameType(f) == wire.TypeNotify {
+			flip = false
+			f[len(f)-wire.TagLen-1] ^= 0x20
+		}
+		return f
+	})
+	c, err := dialProtected(t, rl.addr(), 1, wire.ProtectAEAD, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if d, err := c.Notify(ctx, "b1", "a message far over sixteen bytes"); d != NotSent || err == nil {
+		t.Fatalf("an oversized notification: %s, %v", d, err)
+	}
+	if d, err := c.Notify(ctx, "b2", "kv ready"); d != Delivered || err != nil {
+		t.Fatalf("Notify = %s, %v; want delivered", d, err)
+	}
+	n, err := s.Notification(ctx)
+	if err != nil || n.Submission != "b2" || n.Message != "kv ready" {
+		t.Fatalf("received %+v, %v", n, err)
+	}
+	mu.Lock()
+	flip = true
+	mu.Unlock()
+	if d, err := c.Notify(ctx, "b3", "kv ready"); d == Delivered || err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("a notification changed on the way: %s, %v", d, err)
+	}
+	if got := s.inbox.Len(); got != 0 {
+		t.Fatalf("the inbox holds %d after a changed notification", got)
+	}
+}
