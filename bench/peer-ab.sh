@@ -13,23 +13,26 @@
 # READ on hp_tcp; -m picks others of these measurements (comma-separated,
 # also "tcp 1MiB read", "4KiB read alone", a 4 KiB READ round trip, and
 # "4KiB x16", 16 4 KiB WRITEs in flight).
+# -f PA,PB sets [peer] frame_protection of A's daemon and client to PA
+# and B's to PB (none or aead): A and B may then be the same binary.
 # The load average is recorded before every run.
 #
-# usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-m MEASUREMENTS] [-o OUTDIR]
+# usage: bench/peer-ab.sh -a BINARY_A -b BINARY_B [-n ROUNDS] [-t SECONDS] [-m MEASUREMENTS] [-f PA,PB] [-o OUTDIR]
 # Needs root, iproute2, jq and nsenter. Prints one JSON line per run to
 # OUTDIR/runs.jsonl and a Markdown table of medians (and each round) on
 # stdout.
 set -euo pipefail
 
-rounds=5 t=3 out="" bina="" binb=""
+rounds=5 t=3 out="" bina="" binb="" prot=""
 measurements="4KiB beside 64MiB,4KiB alone,hp_tcp 1MiB,tcp 1MiB,hp_tcp 1MiB read"
-while getopts "a:b:n:t:m:o:h" opt; do
+while getopts "a:b:n:t:m:f:o:h" opt; do
 	case $opt in
 	a) bina=$(realpath "$OPTARG") ;;
 	b) binb=$(realpath "$OPTARG") ;;
 	n) rounds=$OPTARG ;;
 	t) t=$OPTARG ;;
 	m) measurements=$OPTARG ;;
+	f) prot=$OPTARG ;;
 	o) out=$OPTARG ;;
 	*) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 2 ;;
 	esac
@@ -60,9 +63,13 @@ netpair
 head -c 32 /dev/urandom | base64 >"$out/key"
 chmod 600 "$out/key"
 printf '[peer]\nkey_file = "%s"\nname = "ab-client"\n' "$out/key" >"$out/client.toml"
-declare -A bin=([a]=$bina [b]=$binb) port=([a]=7070 [b]=7071) pid=()
+declare -A bin=([a]=$bina [b]=$binb) port=([a]=7070 [b]=7071) pid=() fp=()
+if [ -n "$prot" ]; then
+	fp[a]=${prot%%,*} fp[b]=${prot#*,}
+fi
 for v in a b; do
 	printf '[peer]\nlisten = "%s:%d"\nkey_file = "%s"\nname = "ab-server-%s"\n' $ipb "${port[$v]}" "$out/key" $v >"$out/server-$v.toml"
+	[ -z "${fp[$v]:-}" ] || printf 'frame_protection = "%s"\n' "${fp[$v]}" >>"$out/server-$v.toml"
 	mkdir -p "$out/m$v"
 	nsenter --net=/var/run/netns/$B "${bin[$v]}" mount --config "$out/server-$v.toml" "$out/m$v" 2>"$out/daemon-$v.log" &
 	pid[$v]=$!
@@ -74,11 +81,12 @@ for v in a b; do
 done
 
 run() { # variant label flags...
-	local v=$1 l=$2 j load
+	local v=$1 l=$2 j load fpf=()
 	shift 2
+	[ -z "${fp[$v]:-}" ] || fpf=(--frame-protection "${fp[$v]}")
 	load=$(cut -d' ' -f1 /proc/loadavg)
 	j=$(inA "${bin[$v]}" bench peer --config "$out/client.toml" --addr $ipb:"${port[$v]}" --server-pid "${pid[$v]}" \
-		--runtime "${t}s" --json "$@") || { echo "peer-ab.sh: $v bench peer $* failed" >&2; return 1; }
+		--runtime "${t}s" --json "${fpf[@]}" "$@") || { echo "peer-ab.sh: $v bench peer $* failed" >&2; return 1; }
 	jq -c --arg v "$v" --arg l "$l" --argjson r "$r" --argjson load "$load" \
 		'{variant: $v, label: $l, round: $r, load: $load} + .' <<<"$j" >>"$out/runs.jsonl"
 }

@@ -133,6 +133,9 @@ type PeerResult struct {
 	// BulkGateLinger is the process's bulk gate linger ("0s": never
 	// engaged), set by the command.
 	BulkGateLinger string `json:"bulk_gate_linger,omitempty"`
+	// FrameProtection is what guarded the run's frames ("none",
+	// "aead"), set by the command.
+	FrameProtection string `json:"frame_protection,omitempty"`
 
 	// CPU seconds over the run: this process, the serving daemon (-1:
 	// not measured), and both per GB of Bytes (or of the stream's bytes

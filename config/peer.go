@@ -42,6 +42,10 @@ type Peer struct {
 	KeepAliveInterval Duration `toml:"keepalive_interval"`
 	// PayloadChecksum adds a CRC32C of every payload.
 	PayloadChecksum bool `toml:"payload_checksum"`
+	// FrameProtection guards every frame after the handshake: "none"
+	// (checksums against accidents only) or "aead" (AES-256-GCM under
+	// per-connection keys). Both ends of a connection must agree.
+	FrameProtection string `toml:"frame_protection"`
 	// MaxSliceBytes is the largest payload of one frame (and so of one
 	// slice of a striped request).
 	MaxSliceBytes Size `toml:"max_slice_bytes"`
@@ -101,6 +105,15 @@ func CheckBulkGateLinger(key string, d Duration) error {
 	return nil
 }
 
+// CheckFrameProtection is peer.frame_protection's check, for the key and
+// for a flag that overrides it (named by key).
+func CheckFrameProtection(key, v string) error {
+	if v != "none" && v != "aead" {
+		return fmt.Errorf("%s %q: want \"none\" (frames in the clear, checksummed) or \"aead\" (every frame after the handshake encrypted and authenticated; both ends must set it)", key, v)
+	}
+	return nil
+}
+
 func (c *Peer) validate(p *problems) {
 	if c.Listen != "" {
 		host, port, err := net.SplitHostPort(c.Listen)
@@ -136,6 +149,9 @@ func (c *Peer) validate(p *problems) {
 	}
 	if c.KeepAliveInterval != 0 && c.KeepAliveInterval < minPeerDuration {
 		p.addf("peer.keepalive_interval (%s) must be 0 (off) or at least 1ms", c.KeepAliveInterval)
+	}
+	if err := CheckFrameProtection("peer.frame_protection", c.FrameProtection); err != nil {
+		p.addf("%v", err)
 	}
 	if c.MaxSliceBytes < MinPeerSlice || c.MaxSliceBytes > MaxPeerSlice {
 		p.addf("peer.max_slice_bytes (%s) must be in [1MiB, 1GiB]", c.MaxSliceBytes)

@@ -14,7 +14,7 @@ func TestPeerDefaultsOff(t *testing.T) {
 	p := d.Peer
 	if p.Listen != "" || p.Lanes != 1 || p.IOTimeout.String() != "30s" || p.DialTimeout.String() != "5s" ||
 		p.KeepAliveInterval.String() != "15s" || p.MaxSliceBytes != 64<<20 || p.PayloadChecksum ||
-		p.BulkGateLinger.D() != 250*time.Millisecond {
+		p.BulkGateLinger.D() != 250*time.Millisecond || p.FrameProtection != "none" {
 		t.Fatalf("peer defaults %+v", p)
 	}
 }
@@ -38,6 +38,8 @@ key_file = "/k"`, `host "example.com" is not an IP address`},
 		{`bulk_gate_linger = "1h"`, `peer.bulk_gate_linger (1h0m0s) must be in [0, 10s] (0: the bulk gate is never engaged)`},
 		{`bulk_gate_linger = 250`, `peer.bulk_gate_linger (line 2): duration 250: want a duration like 5s`},
 		{`lanse = 2`, `lanse`},
+		{`frame_protection = "tls"`, `peer.frame_protection "tls": want "none" (frames in the clear, checksummed) or "aead"`},
+		{`frame_protection = ""`, `peer.frame_protection "": want "none"`},
 		{`allowed_networks = ["10.0.0.0/8", "10.1.2.3"]`, `peer.allowed_networks: "10.1.2.3" is not a network in CIDR form`},
 	} {
 		_, err := Parse("[peer]\n" + tc.toml + "\n")
@@ -45,8 +47,8 @@ key_file = "/k"`, `host "example.com" is not an IP address`},
 			t.Errorf("%s: %v, want %q", tc.toml, err, tc.want)
 		}
 	}
-	d, err := Parse("[peer]\nlisten = \"127.0.0.1:0\"\nkey_file = \"/k\"\nlanes = 4\nkeepalive_interval = \"0s\"\nbulk_gate_linger = \"0s\"\n")
-	if err != nil || d.Peer.Lanes != 4 || d.Peer.Listen != "127.0.0.1:0" || d.Peer.BulkGateLinger != 0 {
+	d, err := Parse("[peer]\nlisten = \"127.0.0.1:0\"\nkey_file = \"/k\"\nlanes = 4\nkeepalive_interval = \"0s\"\nbulk_gate_linger = \"0s\"\nframe_protection = \"aead\"\n")
+	if err != nil || d.Peer.Lanes != 4 || d.Peer.Listen != "127.0.0.1:0" || d.Peer.BulkGateLinger != 0 || d.Peer.FrameProtection != "aead" {
 		t.Fatalf("a valid [peer]: %v %+v", err, d)
 	}
 }

@@ -72,6 +72,9 @@ type Config struct {
 	Tracker *Tracker
 	// PayloadChecksum adds a CRC32C of every payload (both directions).
 	PayloadChecksum bool
+	// Protection is the frame protection every connection to the peer
+	// runs (protect.go); the peer must run the same.
+	Protection wire.Protection
 	// MaxSlice bounds one frame's payload; 0 is DefaultMaxSlice. A
 	// server that accepts less (it says so at the handshake) lowers it.
 	MaxSlice uint64
@@ -149,6 +152,10 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		c.log = slog.New(slog.DiscardHandler)
 	}
 	l, ch, w, err := dialLane(ctx, addr, &c.cfg, wire.Hello{Name: cfg.Name, Epoch: cfg.Epoch, Role: wire.RoleControl}, 0)
+	var pe *errProtection
+	if errors.As(err, &pe) {
+		c.log.Warn("peer refused", "op", "peer", "peer", addr, "reason", err)
+	}
 	if err != nil {
 		return nil, &Error{Op: "dial", Peer: addr, Kind: dialKind(err), Err: err}
 	}

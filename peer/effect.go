@@ -134,8 +134,11 @@ func (r *remoteError) kind() engine.Kind {
 // such, anything else as I/O.
 func kindOf(err error) engine.Kind {
 	var r *remoteError
+	var pe *errProtection
 	var te interface{ Timeout() bool }
 	switch {
+	case errors.As(err, &pe):
+		return engine.KindPermission // refused at the handshake, as a wrong key is
 	case errors.As(err, &r):
 		return r.kind()
 	case errors.Is(err, errRestarted), errors.Is(err, errClosed):

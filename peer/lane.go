@@ -53,7 +53,8 @@ type lane struct {
 	c    net.Conn
 	br   *bufio.Reader
 	lim  wire.Limits
-	gate *Gate // bulk payloads are copied in its slots (gate.go)
+	gate *Gate      // bulk payloads are copied in its slots (gate.go)
+	seal *frameSeal // nil: frames in the clear (protect.go)
 
 	wmu  sync.Mutex // one frame written at a time
 	head []byte     // header and metadata of the frame being written; under wmu
@@ -110,7 +111,8 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 	}
 	c.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Now()) })
-	ch, w, err := clientHandshake(c, cfg.Key, &h, wantEpoch)
+	h.Protect = cfg.Protection
+	ch, w, fs, err := clientHandshake(c, cfg.Key, &h, wantEpoch)
 	if !stop() && err == nil {
 		err = ctx.Err() // the deadline may have been cut under the reply
 	}
@@ -124,7 +126,7 @@ func dialLane(ctx context.Context, addr string, cfg *Config, h wire.Hello, wantE
 		return nil, nil, nil, err
 	}
 	br := bufio.NewReaderSize(&progressReader{c: c, timeout: cfg.IOTimeout, gate: cfg.Gate}, 64<<10)
-	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice}, gate: cfg.Gate, hb: make([]byte, wire.HeaderLen),
+	l := &lane{c: c, br: br, lim: wire.Limits{MaxPayload: cfg.MaxSlice}, gate: cfg.Gate, seal: fs, hb: make([]byte, wire.HeaderLen),
 		used: time.Now(), pending: map[uint64]*call{}, cnt: &counters{}}
 	return l, ch, w, nil
 }
@@ -232,8 +234,9 @@ func (l *lane) roundTrip(ctx context.Context, req *wire.Frame, want wire.Type, d
 	}
 	var r *remoteError
 	if errors.As(err, &r) {
-		if cancelled {
-			// The reply arrived, but the cancel closed the lane.
+		if cancelled || r.m.Code == wire.CodeCorrupt {
+			// The reply arrived, but the cancel closed the lane; or the
+			// peer refused a frame as corrupt and ends the connection.
 			l.kill(errClosed)
 		}
 		return true, nil, err
@@ -254,8 +257,10 @@ func (l *lane) send(req *wire.Frame) (posted bool, err error) {
 		return false, errClosed
 	}
 	l.frames.Add(1)
-	l.head = req.Append(l.head[:0])
-	n, err := l.gate.writev(l.c, l.head, req.Payload)
+	var payload, body []byte
+	l.head, payload, body = l.seal.encode(l.head[:0], req)
+	n, err := l.gate.writev(l.c, l.head, payload)
+	putBuf(body)
 	l.cnt.sent.Add(uint64(n))
 	if err != nil {
 		return n > 0, fmt.Errorf("sending %s %d slice %d: %w", req.Type, req.ID, req.Slice, err)
@@ -341,7 +346,7 @@ func (l *lane) readReply(hb []byte) (*call, error) {
 	if cl == nil || cl.slice != h.Slice {
 		return nil, fmt.Errorf("%w: reply %s for request %d slice %d, which is not in flight on this lane", wire.ErrCorrupt, h.Type, h.ID, h.Slice)
 	}
-	meta, err := wire.ReadMeta(l.br, &h)
+	meta, err := l.seal.meta(l.br, &h)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +363,7 @@ func (l *lane) readReply(hb []byte) (*call, error) {
 	case h.Type != cl.want:
 		return nil, fmt.Errorf("%w: a %s reply to request %d, want %s", wire.ErrCorrupt, h.Type, h.ID, cl.want)
 	case h.PayloadLen != 0 || cl.dst != nil:
-		if err := wire.ReadPayload(l.br, &h, cl.dst); err != nil {
+		if err := l.seal.payload(l.br, &h, cl.dst); err != nil {
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}

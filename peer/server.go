@@ -91,10 +91,13 @@ type Exports interface {
 
 // ServerConfig configures a Server.
 type ServerConfig struct {
-	Name      string        // advertised in the challenge
-	Key       []byte        // the shared secret
-	IOTimeout time.Duration // bound on a handshake, and on a stall of a frame once begun (progress.go)
-	MaxSlice  uint64        // largest payload of one frame
+	Name string // advertised in the challenge
+	Key  []byte // the shared secret
+	// Protection is the frame protection every connection runs
+	// (protect.go); a client that runs another is refused.
+	Protection wire.Protection
+	IOTimeout  time.Duration // bound on a handshake, and on a stall of a frame once begun (progress.go)
+	MaxSlice   uint64        // largest payload of one frame
 	// Allowed, when not empty, are the only networks peers may connect
 	// from; any other address is closed before the handshake.
 	Allowed []netip.Prefix
@@ -337,7 +340,7 @@ func (s *Server) handle(c net.Conn) {
 	}
 	c.SetDeadline(time.Now().Add(s.cfg.IOTimeout))
 	sh := s.hs.begin(c)
-	h, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch, func() { s.hs.helloed(sh) })
+	h, fs, err := serverHandshake(c, s.cfg.Key, s.cfg.Name, s.epoch, s.cfg.Protection, func() { s.hs.helloed(sh) })
 	if s.hs.end(sh) {
 		// Closed by a newcomer's begin, whatever the handshake returned.
 		err = fmt.Errorf("closed in its handshake to make room for a newer connection: %d were in their handshake (peer.max_handshakes); %v", s.cfg.MaxHandshakes, err)
@@ -360,20 +363,20 @@ func (s *Server) handle(c net.Conn) {
 	if err != nil {
 		s.refused.Add(1)
 		e := wire.Error{Code: wire.CodeProtocol, Message: err.Error()}
-		writeMsg(c, wire.TypeError, e.Marshal())
+		fs.writeMsg(c, wire.TypeError, e.Marshal())
 		s.log.Warn("peer refused", "op", "peer", "remote", remote, "name", h.Name, "reason", err)
 		return
 	}
 	defer s.leave(c, ss)
 	w := wire.Welcome{Session: ss.id, MaxPayload: s.cfg.MaxSlice}
-	if err := writeMsg(c, wire.TypeWelcome, w.Marshal()); err != nil {
+	if err := fs.writeMsg(c, wire.TypeWelcome, w.Marshal()); err != nil {
 		return
 	}
 	if h.Role == wire.RoleControl {
 		s.log.Info("peer connected", "op", "peer", "remote", remote, "name", h.Name,
 			"epoch", fmt.Sprintf("%016x", h.Epoch), "session", ss.id)
 	}
-	if err := s.serve(c, h, ss); err != nil {
+	if err := s.serveProtected(c, h, ss, fs); err != nil {
 		s.log.Warn("peer connection ended", "op", "peer", "remote", remote, "name", h.Name, "session", ss.id, "err", err)
 	}
 }
@@ -456,21 +459,25 @@ func (s *Server) leave(c net.Conn, ss *session) {
 // bufs recycles payload buffers, one pool per power of two: a pool of
 // mixed sizes would hand a 4 KiB buffer to a 4 MiB frame, which then
 // allocates (and the garbage collector's pauses land on every request).
+// Each buffer has bufSlack bytes beyond its power of two, so a sealed
+// payload of n bytes (n and its tag, protect.go) takes n's class.
 var bufs [64]sync.Pool
+
+const bufSlack = wire.TagLen
 
 func getBuf(n uint64) []byte {
 	if n == 0 {
 		return nil
 	}
-	k := bits.Len64(n - 1)
+	k := bits.Len64(max(n, bufSlack+1) - bufSlack - 1)
 	if p, ok := bufs[k].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
-	return make([]byte, n, 1<<k)
+	return make([]byte, n, 1<<k+bufSlack)
 }
 
 func putBuf(b []byte) {
-	if c := uint64(cap(b)); c > 0 && c&(c-1) == 0 {
+	if c := uint64(cap(b)) - bufSlack; cap(b) > bufSlack && c&(c-1) == 0 {
 		bufs[bits.Len64(c-1)].Put(&b)
 	}
 }
@@ -478,6 +485,11 @@ func putBuf(b []byte) {
 // serve answers requests on c until it ends. It returns nil for an
 // orderly end (the client closed).
 func (s *Server) serve(raw net.Conn, hello *wire.Hello, ss *session) error {
+	return s.serveProtected(raw, hello, ss, nil)
+}
+
+// serveProtected is serve on a connection protected by fs (nil: none).
+func (s *Server) serveProtected(raw net.Conn, hello *wire.Hello, ss *session, fs *frameSeal) error {
 	role, cnt := hello.Role, &ss.cnt
 	pr := &progressReader{c: raw, gate: s.cfg.Gate}
 	br := bufio.NewReaderSize(pr, 64<<10)
@@ -485,8 +497,8 @@ func (s *Server) serve(raw net.Conn, hello *wire.Hello, ss *session) error {
 	hb := make([]byte, wire.HeaderLen)
 	var h wire.Header
 	// Every write on c goes out after the replies held back (replyConn).
-	rc := &replyConn{Conn: raw}
-	c := net.Conn(rc)
+	rc := &replyConn{Conn: raw, seal: fs}
+	c := rc
 	send := func(reply *wire.Frame) error {
 		hold := len(reply.Payload) == 0 && nextReady(br, lim)
 		return s.sendReply(rc, cnt, &h, reply, hold)
@@ -503,7 +515,7 @@ func (s *Server) serve(raw net.Conn, hello *wire.Hello, ss *session) error {
 			return s.refuseFrame(c, &h, err)
 		}
 		pr.timeout = s.cfg.IOTimeout // a frame begun must keep moving (progress.go)
-		meta, err := wire.ReadMeta(br, &h)
+		meta, err := fs.meta(br, &h)
 		if err != nil {
 			return s.refuseFrame(c, &h, err)
 		}
@@ -562,8 +574,8 @@ func (s *Server) serve(raw net.Conn, hello *wire.Hello, ss *session) error {
 			cs, refused := s.cfg.Credit.admit(senderKey{hello.Name, hello.Epoch}, h.PayloadLen)
 			if refused != nil {
 				// Consume the refused payload so the lane stays in step.
-				if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
-					return fmt.Errorf("discarding write %d over credit: %w", h.ID, err)
+				if err := fs.discard(br, &h); err != nil {
+					return s.refuseRead(c, &h, fmt.Errorf("discarding write %d over credit: %w", h.ID, err))
 				}
 				reply.Meta = refused.Marshal()
 			} else {
@@ -627,7 +639,8 @@ const maxHeld = 32
 //   - At most maxHeld replies are held.
 type replyConn struct {
 	net.Conn
-	held  []byte // encoded replies not yet written
+	seal  *frameSeal // nil: frames in the clear (protect.go)
+	held  []byte     // encoded replies not yet written
 	nheld int
 }
 
@@ -659,7 +672,7 @@ func nextReady(br *bufio.Reader, lim wire.Limits) bool {
 		return false // refused when read: the held replies go first
 	}
 	return (h.Type == wire.TypeRead || h.Type == wire.TypeWrite) && h.PayloadLen <= SmallFrame &&
-		uint64(br.Buffered()) >= wire.HeaderLen+uint64(h.MetaLen)+h.PayloadLen
+		uint64(br.Buffered()) >= wire.HeaderLen+h.BodyLen()
 }
 
 // sendReply sends reply to request h on rc and counts it; with hold
@@ -680,7 +693,8 @@ func (s *Server) sendReply(rc *replyConn, cnt *counters, h *wire.Header, reply *
 		// A small request: engage the gate for the next (gate.go).
 		s.cfg.Gate.smallSeen()
 	}
-	rc.held = reply.Append(rc.held)
+	var payload, body []byte
+	rc.held, payload, body = rc.seal.encode(rc.held, reply)
 	rc.nheld++
 	if hold && len(reply.Payload) == 0 && rc.nheld < maxHeld {
 		return nil
@@ -688,7 +702,8 @@ func (s *Server) sendReply(rc *replyConn, cnt *counters, h *wire.Header, reply *
 	if s.replies != nil {
 		s.replies(rc.nheld)
 	}
-	_, err := s.cfg.Gate.writev(rc.Conn, rc.held, reply.Payload)
+	_, err := s.cfg.Gate.writev(rc.Conn, rc.held, payload)
+	putBuf(body)
 	rc.held, rc.nheld = rc.held[:0], 0
 	if err != nil {
 		return fmt.Errorf("%s reply to request %d slice %d: %w", reply.Type, h.ID, h.Slice, err)
@@ -705,13 +720,25 @@ func roleName(r wire.Role) string {
 }
 
 // refuseFrame answers a frame that failed a check and ends the
-// connection: after a bad header nothing later on it is trusted.
-func (s *Server) refuseFrame(c net.Conn, h *wire.Header, err error) error {
+// connection: after a bad header nothing later on it is trusted. The
+// answer names the frame's request id: whichever request of the
+// client's that is in flight, the server served nothing of it (it
+// answers in order, and refuses before acting).
+func (s *Server) refuseFrame(c *replyConn, h *wire.Header, err error) error {
 	s.corrupt.Add(1)
 	e := wire.Error{Code: wire.CodeCorrupt, Message: err.Error()}
-	f := wire.Frame{Type: wire.TypeError, ID: h.ID, Slice: h.Slice, Meta: e.Marshal()}
-	f.Write(c)
+	head, _, _ := c.seal.encode(nil, &wire.Frame{Type: wire.TypeError, ID: h.ID, Slice: h.Slice, Meta: e.Marshal()})
+	c.Write(head)
 	return fmt.Errorf("frame refused: %w", err)
+}
+
+// refuseRead ends the connection after a payload read failed: refused
+// as corrupt when it failed a check, else (the connection broke) as is.
+func (s *Server) refuseRead(c *replyConn, h *wire.Header, err error) error {
+	if errors.Is(err, wire.ErrCorrupt) {
+		return s.refuseFrame(c, h, err)
+	}
+	return err
 }
 
 // lookup finds the export for id and checks perm and [off, off+n).
@@ -798,23 +825,23 @@ func (s *Server) read(m *wire.Read, reply *wire.Frame) ([]byte, []byte) {
 
 // write serves a WRITE: it reads the payload, writes it to the region
 // and returns the reply's metadata. An error ends the connection.
-func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, reply *wire.Frame) ([]byte, error) {
+func (s *Server) write(br io.Reader, c *replyConn, h *wire.Header, m *wire.Write, reply *wire.Frame) ([]byte, error) {
 	x, bad := s.lookup(m.Region, m.Offset, h.PayloadLen, wire.PermWrite)
 	if bad != nil {
 		// Consume the refused payload so the lane stays in step.
-		if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
-			return nil, fmt.Errorf("discarding refused write %d: %w", h.ID, err)
+		if err := c.seal.discard(br, h); err != nil {
+			return nil, s.refuseRead(c, h, fmt.Errorf("discarding refused write %d: %w", h.ID, err))
 		}
 		return bad.Marshal(), nil
 	}
 	if s.hook != nil {
 		s.hook(hookWriteBody, h, c)
 	}
-	if d, ok := x.Mem.(DirectMemory); ok && h.Flags&wire.FlagPayloadCRC == 0 {
+	if d, ok := x.Mem.(DirectMemory); ok && h.Flags&(wire.FlagPayloadCRC|wire.FlagSealed) == 0 {
 		// Straight into the region: no buffer, no second copy. With a
-		// payload checksum the bytes go through a buffer: a checksum
-		// failure must leave the region untouched, and a concurrent
-		// writer of the same bytes must not fail the check.
+		// payload checksum or sealed, the bytes go through a buffer: a
+		// checksum or tag failure must leave the region untouched, and
+		// a concurrent writer of the same bytes must not fail the check.
 		var got error
 		ran := false
 		inPlace, err := d.InPlace(int64(m.Offset), int(h.PayloadLen), func(b []byte) error {
@@ -831,8 +858,8 @@ func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, 
 		case err != nil:
 			// Refused before any byte moved: consume the payload so the
 			// lane stays in step.
-			if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
-				return nil, fmt.Errorf("discarding refused write %d: %w", h.ID, err)
+			if err := c.seal.discard(br, h); err != nil {
+				return nil, s.refuseRead(c, h, fmt.Errorf("discarding refused write %d: %w", h.ID, err))
 			}
 			return memError(x.Name, 0, err).Marshal(), nil
 		default:
@@ -840,14 +867,16 @@ func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, 
 			return s.written(h, c, reply), nil
 		}
 	}
-	buf := getBuf(h.PayloadLen)
-	defer putBuf(buf)
-	if err := wire.ReadPayload(br, h, buf); err != nil {
+	// Sealed, the payload is opened in this buffer: nothing of it
+	// reaches the region unless its tag checked.
+	buf, err := c.seal.payloadBuf(br, h)
+	if err != nil {
 		if errors.Is(err, wire.ErrCorrupt) {
 			return nil, s.refuseFrame(c, h, err)
 		}
 		return nil, fmt.Errorf("write %d slice %d payload: %w", h.ID, h.Slice, err)
 	}
+	defer putBuf(buf)
 	s.bytesIn.Add(h.PayloadLen)
 	if n, err := x.Mem.WriteAt(buf, int64(m.Offset)); err != nil {
 		return memError(x.Name, n, err).Marshal(), nil
@@ -857,7 +886,7 @@ func (s *Server) write(br io.Reader, c net.Conn, h *wire.Header, m *wire.Write, 
 
 // written makes reply a WRITE's acknowledgement, once its bytes are in
 // the region.
-func (s *Server) written(h *wire.Header, c net.Conn, reply *wire.Frame) []byte {
+func (s *Server) written(h *wire.Header, c *replyConn, reply *wire.Frame) []byte {
 	if s.hook != nil {
 		s.hook(hookWriteApplied, h, c)
 	}
@@ -868,21 +897,22 @@ func (s *Server) written(h *wire.Header, c net.Conn, reply *wire.Frame) []byte {
 // notify serves a NOTIFY: it reads the message and queues it. The reply
 // is notified only once the inbox holds it; a full inbox is answered
 // inbox full (nothing queued). An error ends the connection.
-func (s *Server) notify(br io.Reader, c net.Conn, h *wire.Header, m *wire.Notify, from *wire.Hello, reply *wire.Frame) ([]byte, error) {
+func (s *Server) notify(br io.Reader, c *replyConn, h *wire.Header, m *wire.Notify, from *wire.Hello, reply *wire.Frame) ([]byte, error) {
 	if h.PayloadLen > s.cfg.MaxNotifyBytes {
-		if _, err := io.CopyN(io.Discard, br, int64(h.PayloadLen)); err != nil {
-			return nil, fmt.Errorf("discarding refused notification %d: %w", m.ID, err)
+		if err := c.seal.discard(br, h); err != nil {
+			return nil, s.refuseRead(c, h, fmt.Errorf("discarding refused notification %d: %w", m.ID, err))
 		}
 		e := wire.Error{Code: wire.CodeTooLarge, Message: fmt.Sprintf("a notification of %d bytes, over the receiver's %d", h.PayloadLen, s.cfg.MaxNotifyBytes)}
 		return e.Marshal(), nil
 	}
-	buf := make([]byte, h.PayloadLen)
-	if err := wire.ReadPayload(br, h, buf); err != nil {
+	buf, err := c.seal.payloadBuf(br, h)
+	if err != nil {
 		if errors.Is(err, wire.ErrCorrupt) {
 			return nil, s.refuseFrame(c, h, err)
 		}
 		return nil, fmt.Errorf("notification %d payload: %w", m.ID, err)
 	}
+	defer putBuf(buf)
 	n := Notification{Sender: from.Name, Epoch: fmt.Sprintf("%016x", from.Epoch), ID: m.ID,
 		Submission: m.Submission, Message: string(buf), Received: time.Now().UTC()}
 	if err := s.inbox.Put(n); err != nil {

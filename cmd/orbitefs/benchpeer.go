@@ -66,6 +66,7 @@ func benchPeerMain(args []string) int {
 	fs.StringVar(&o.StreamRegion, "stream-region", "", "the region the stream writes (default: --region)")
 	lanes := fs.Int("lanes", 0, "data lanes (default: [peer] lanes)")
 	linger := fs.String("bulk-gate-linger", "", "how long the bulk gate stays engaged after a small request, 0s: never (default: [peer] bulk_gate_linger)")
+	protection := fs.String("frame-protection", "", "none or aead: what guards frames after the handshake; the peer must run the same (default: [peer] frame_protection)")
 	fs.IntVar(&o.Concurrency, "concurrency", 1, "requests in flight (clients)")
 	fs.DurationVar(&o.Runtime, "runtime", 5*time.Second, "how long to measure")
 	fs.IntVar(&o.Count, "count", 100000, "notifications (--op notify)")
@@ -119,6 +120,11 @@ func benchPeerMain(args []string) int {
 			gateLinger = &d
 		}
 	}
+	if *protection != "" {
+		if err := config.CheckFrameProtection("--frame-protection", *protection); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	if *lanes != 0 && (*lanes < 1 || *lanes > config.MaxPeerLanes) {
 		errs = append(errs, fmt.Errorf("--lanes %d: want 1 to %d", *lanes, config.MaxPeerLanes))
 	}
@@ -146,6 +152,9 @@ func benchPeerMain(args []string) int {
 	if gateLinger != nil {
 		pc.BulkGateLinger = *gateLinger
 	}
+	if *protection != "" {
+		pc.FrameProtection = *protection
+	}
 	if pc.KeyFile == "" {
 		return fail(errors.New("no key: set [peer] key_file in the --config file"))
 	}
@@ -160,7 +169,7 @@ func benchPeerMain(args []string) int {
 	var srv *peer.Server
 	if o.Op == "notify" {
 		max := max(o.Count, peer.DefaultMaxPending)
-		srv = peer.NewServer(peer.ServerConfig{Name: "bench-receiver", Key: key, IOTimeout: pc.IOTimeout.D(),
+		srv = peer.NewServer(peer.ServerConfig{Name: "bench-receiver", Key: key, Protection: peerProtection(pc), IOTimeout: pc.IOTimeout.D(),
 			MaxSlice: uint64(pc.MaxSliceBytes), Inbox: peer.NewInbox(peer.InboxLimits{Max: max, MaxPerSender: max, MaxBytes: 64 << 20}), Gate: gate},
 			noExports{})
 		listenHere := func() error { return srv.Listen(*listen) }
@@ -177,7 +186,7 @@ func benchPeerMain(args []string) int {
 	}
 	c, err := peer.Dial(ctx, *addr, peer.Config{Name: peerName(pc), Key: key, Lanes: pc.Lanes,
 		DialTimeout: pc.DialTimeout.D(), IOTimeout: pc.IOTimeout.D(), KeepAlive: pc.KeepAliveInterval.D(),
-		PayloadChecksum: pc.PayloadChecksum, MaxSlice: uint64(pc.MaxSliceBytes), Gate: gate})
+		PayloadChecksum: pc.PayloadChecksum, Protection: peerProtection(pc), MaxSlice: uint64(pc.MaxSliceBytes), Gate: gate})
 	if err != nil {
 		return fail(err)
 	}
@@ -226,6 +235,7 @@ func benchPeerMain(args []string) int {
 		res, err = bench.RunPeer(ctx, c, o)
 	}
 	res.Peer, res.Lanes, res.BulkGateLinger = *addr, pc.Lanes, gate.Linger().String()
+	res.FrameProtection = peerProtection(pc).String()
 	if *asJSON {
 		b, _ := json.Marshal(res)
 		fmt.Printf("%s\n", b)

@@ -40,7 +40,7 @@ func creditDialer(c config.Peer, n *notifications, lg *slog.Logger) control.Cred
 	return func(ctx context.Context, addr string) (engine.CreditIssuer, uint64, error) {
 		conn, err := peer.Dial(ctx, addr, peer.Config{Name: peerName(c), Epoch: n.epoch, Key: n.key,
 			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
-			MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Gate: n.gate})
+			Protection: peerProtection(c), MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Gate: n.gate})
 		if err != nil {
 			return nil, 0, err
 		}

@@ -114,3 +114,44 @@ func TestBenchPeerBulkGateLinger(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPeerFrameProtection: `bench peer` runs its receiver and client
+// with [peer] frame_protection from --config, --frame-protection
+// overrides it (the JSON names the protection the run had), and a bad
+// value is refused naming it.
+func TestBenchPeerFrameProtection(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "key")
+	if err := os.WriteFile(key, []byte("0123456789abcdef0123456789abcdef"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(cfg, []byte("[peer]\nkey_file = \""+key+"\"\nframe_protection = \"aead\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		flags []string
+		want  string
+	}{
+		{nil, "aead"},
+		{[]string{"--frame-protection", "none"}, "none"},
+	} {
+		args := append([]string{"--config", cfg, "--op", "notify", "--count", "3", "--json"}, tc.flags...)
+		rc, out, errOut := capture(t, func() int { return benchPeerMain(args) })
+		if rc != 0 {
+			t.Fatalf("%v: exit %d: %s", tc.flags, rc, errOut)
+		}
+		var res struct {
+			Protection string `json:"frame_protection"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil || res.Protection != tc.want {
+			t.Errorf("%v: frame_protection %q (%v) in %s, want %q", tc.flags, res.Protection, err, out, tc.want)
+		}
+	}
+	rc, _, errOut := capture(t, func() int {
+		return benchPeerMain([]string{"--config", cfg, "--op", "notify", "--count", "3", "--frame-protection", "tls"})
+	})
+	if want := `--frame-protection "tls": want "none"`; rc != 2 || !strings.Contains(errOut, want) {
+		t.Errorf("--frame-protection tls: exit %d, %q; want 2 and %q", rc, errOut, want)
+	}
+}

@@ -58,6 +58,13 @@ func (x serviceExports) Export(id uint64) (peer.Export, bool) {
 }
 
 // peerName is [peer] name, or the host name.
+// peerProtection is [peer] frame_protection (validated by config; empty,
+// in a config made in code, is none).
+func peerProtection(c config.Peer) wire.Protection {
+	p, _ := wire.ParseProtection(c.FrameProtection)
+	return p
+}
+
 func peerName(c config.Peer) string {
 	if c.Name != "" {
 		return c.Name
@@ -103,7 +110,7 @@ func newNotifications(c config.Peer, e config.Engine, opts *control.Options, tr 
 	n.key = key
 	n.notifier = peer.NewNotifier(peer.Config{Name: peerName(c), Epoch: n.epoch, Key: key,
 		DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), PayloadChecksum: c.PayloadChecksum,
-		MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr, Gate: n.gate})
+		Protection: peerProtection(c), MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr, Gate: n.gate})
 	opts.Notify = func(ctx context.Context, to control.NotifyDest, submission, message string) (string, error) {
 		var d peer.Delivery
 		var err error
@@ -154,7 +161,7 @@ func startPeerServer(c config.Peer, svc *control.Service, n *notifications, issu
 	for _, n := range c.AllowedNetworks {
 		allowed = append(allowed, netip.MustParsePrefix(n)) // validated by config
 	}
-	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, IOTimeout: c.IOTimeout.D(),
+	s := peer.NewServer(peer.ServerConfig{Name: peerName(c), Key: key, Protection: peerProtection(c), IOTimeout: c.IOTimeout.D(),
 		MaxSlice: uint64(c.MaxSliceBytes), Allowed: allowed, MaxHandshakes: c.MaxHandshakes, Logger: lg, Epoch: n.epoch,
 		Inbox: n.inbox, MaxNotifyBytes: uint64(c.MaxNotificationBytes), Credit: issuer, Superseded: superseded, Gate: n.gate}, serviceExports{svc})
 	if err := s.Listen(c.Listen); err != nil {
@@ -223,7 +230,7 @@ func remoteDialer(c config.Peer, epoch uint64, gate *peer.Gate, tr *peer.Tracker
 		}
 		conn, err := peer.Dial(ctx, u.Addr, peer.Config{Name: peerName(c), Epoch: epoch, Key: key, Lanes: lanes,
 			DialTimeout: c.DialTimeout.D(), IOTimeout: c.IOTimeout.D(), KeepAlive: c.KeepAliveInterval.D(),
-			PayloadChecksum: c.PayloadChecksum, MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr, Gate: gate})
+			PayloadChecksum: c.PayloadChecksum, Protection: peerProtection(c), MaxSlice: uint64(c.MaxSliceBytes), Logger: lg, Tracker: tr, Gate: gate})
 		if err != nil {
 			return nil, err
 		}
@@ -397,7 +404,7 @@ func runPeer(args []string) int {
 	ctx := context.Background()
 	c, err := peer.Dial(ctx, *addr, peer.Config{Name: peerName(pc), Key: key, Lanes: pc.Lanes,
 		DialTimeout: pc.DialTimeout.D(), IOTimeout: pc.IOTimeout.D(), KeepAlive: pc.KeepAliveInterval.D(),
-		PayloadChecksum: pc.PayloadChecksum, MaxSlice: uint64(pc.MaxSliceBytes)})
+		PayloadChecksum: pc.PayloadChecksum, Protection: peerProtection(pc), MaxSlice: uint64(pc.MaxSliceBytes)})
 	if err != nil {
 		return fail("%v", err)
 	}

@@ -1,5 +1,6 @@
 // auth.go owns the challenge-response proofs. Each side proves it holds
-// the shared key by an HMAC-SHA256 over both nonces and both identities;
+// the shared key by an HMAC-SHA256 over both nonces and both identities
+// (and the frame protection, when there is one);
 // the key itself never crosses the wire, and a proof is bound to one
 // connection's nonces, so a recorded proof is useless on another.
 
@@ -37,6 +38,13 @@ func Proof(key []byte, server bool, h *Hello, c *Challenge) [ProofLen]byte {
 	for _, v := range []uint64{h.Epoch, c.Epoch, uint64(h.Role), h.Session} {
 		binary.LittleEndian.PutUint64(b[:], v)
 		m.Write(b[:])
+	}
+	// The frame protection each side ran the handshake with (only when
+	// not none: the proofs of an unprotected connection are the
+	// original ones), so a protection stripped or added on the way
+	// fails the proof instead of downgrading the connection.
+	if h.Protect != ProtectNone || c.Protect != ProtectNone {
+		m.Write([]byte{byte(h.Protect), byte(c.Protect)})
 	}
 	var p [ProofLen]byte
 	copy(p[:], m.Sum(nil))

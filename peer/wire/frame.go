@@ -96,9 +96,13 @@ type Flags uint16
 // FlagPayloadCRC says the header's PayloadCRC covers the payload.
 const FlagPayloadCRC Flags = 1 << 0
 
+// FlagSealed says the frame's metadata and payload are sealed (seal.go):
+// each followed by its tag, the header their associated data.
+const FlagSealed Flags = 1 << 1
+
 // knownFlags are the flags version 1 defines; any other bit is refused,
 // so a future flag is never silently ignored.
-const knownFlags = FlagPayloadCRC
+const knownFlags = FlagPayloadCRC | FlagSealed
 
 // Header is the fixed part of a frame.
 //
@@ -197,8 +201,18 @@ func (h *Header) Unmarshal(b []byte, lim Limits) error {
 		return fmt.Errorf("%w: %s payload length %d over the limit %d", ErrCorrupt, h.Type, h.PayloadLen, lim.MaxPayload)
 	case h.Flags&FlagPayloadCRC == 0 && h.PayloadCRC != 0:
 		return fmt.Errorf("%w: payload checksum set without its flag", ErrCorrupt)
+	case h.Flags&FlagSealed != 0 && (h.Flags&FlagPayloadCRC != 0 || h.MetaCRC != 0):
+		return fmt.Errorf("%w: a sealed frame with checksums (its tags cover it)", ErrCorrupt)
 	}
 	return nil
+}
+
+// BodyLen is the size on the wire of what follows the header.
+func (h *Header) BodyLen() uint64 {
+	if h.Flags&FlagSealed != 0 {
+		return SealedLen(h.MetaLen, h.PayloadLen)
+	}
+	return uint64(h.MetaLen) + h.PayloadLen
 }
 
 // ReadHeader reads and checks one header from r.

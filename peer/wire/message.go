@@ -35,6 +35,9 @@ type Hello struct {
 	Role    Role
 	Session uint64 // a lane names its control connection's session; 0 for control
 	Nonce   [NonceLen]byte
+	// Protect is the frame protection the client runs; sent only when
+	// not ProtectNone, so a hello without it is the original one.
+	Protect Protection
 }
 
 // Challenge answers a hello (server to client): the server's identity,
@@ -44,6 +47,9 @@ type Challenge struct {
 	Epoch uint64
 	Nonce [NonceLen]byte
 	Proof [ProofLen]byte
+	// Protect echoes the hello's frame protection once the server
+	// agreed to it; sent only when not ProtectNone.
+	Protect Protection
 }
 
 // Auth is the client's proof.
@@ -287,6 +293,9 @@ func (m *Hello) Marshal() []byte {
 	e.u8(uint8(m.Role))
 	e.u64(m.Session)
 	e.bytes(m.Nonce[:])
+	if m.Protect != ProtectNone {
+		e.u8(uint8(m.Protect))
+	}
 	return e.b
 }
 
@@ -297,12 +306,21 @@ func (m *Hello) Unmarshal(b []byte) error {
 	m.Role = Role(d.u8("hello role"))
 	m.Session = d.u64("hello session")
 	d.fixed(m.Nonce[:], "hello nonce")
+	m.Protect = ProtectNone
+	if d.err == nil && len(d.b) > 0 {
+		// Sent only when not none: a 0 here is no frame of ours.
+		if m.Protect = Protection(d.u8("hello frame protection")); m.Protect == ProtectNone && d.err == nil {
+			d.err = fmt.Errorf("%w: hello names frame protection none (sent only when not none)", ErrCorrupt)
+		}
+	}
 	if err := d.done("hello"); err != nil {
 		return err
 	}
 	if m.Role != RoleControl && m.Role != RoleLane {
 		return fmt.Errorf("%w: hello role %d", ErrCorrupt, m.Role)
 	}
+	// A protection this side does not know stays as it is: the
+	// handshake refuses it by name.
 	return nil
 }
 
@@ -312,6 +330,9 @@ func (m *Challenge) Marshal() []byte {
 	e.u64(m.Epoch)
 	e.bytes(m.Nonce[:])
 	e.bytes(m.Proof[:])
+	if m.Protect != ProtectNone {
+		e.u8(uint8(m.Protect))
+	}
 	return e.b
 }
 
@@ -321,6 +342,13 @@ func (m *Challenge) Unmarshal(b []byte) error {
 	m.Epoch = d.u64("challenge epoch")
 	d.fixed(m.Nonce[:], "challenge nonce")
 	d.fixed(m.Proof[:], "challenge proof")
+	m.Protect = ProtectNone
+	if d.err == nil && len(d.b) > 0 {
+		// Sent only when not none: a 0 here is no frame of ours.
+		if m.Protect = Protection(d.u8("challenge frame protection")); m.Protect == ProtectNone && d.err == nil {
+			d.err = fmt.Errorf("%w: challenge names frame protection none (sent only when not none)", ErrCorrupt)
+		}
+	}
 	return d.done("challenge")
 }
 
