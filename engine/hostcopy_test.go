@@ -6,7 +6,9 @@ package engine_test
 import (
 	"bytes"
 	"os"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/orbitefs/orbitefs/config"
 	"github.com/orbitefs/orbitefs/engine"
@@ -186,6 +188,102 @@ func TestHostCopyBulkGroup(t *testing.T) {
 		t.Fatalf("%d units copied, want %d (one per task handed out)", got, depth)
 	}
 	got := make([]byte, each)
+	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, orig) {
+		t.Fatalf("memory differs from the file (%v)", err)
+	}
+}
+
+// TestHostCopyGroupsOfOneBatchOverlap: a host copy group submitted to a
+// batch while another of its host copy groups is on a lane is dispatched
+// by its Submit and starts on the next lane. A batch worker without a
+// ring sleeps until an off-ring completion pokes it (or a second
+// passes); the second group used to wait there for the first one's end,
+// so two 4 MiB reads of one batch ran one at a time (11 GB/s at queue
+// depth 2 on two cores against the pread loop's 22). The first unit is
+// held on its lane, and the worker given time to fall asleep, before the
+// second group is submitted.
+func TestHostCopyGroupsOfOneBatchOverlap(t *testing.T) {
+	needIOUring(t)
+	shm, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	if runtime.GOMAXPROCS(0) < 2 { // one lane per P: two lanes at least
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	}
+	const each = 4 << 20
+	e := newEngine(t, nil)
+	path, orig := randomFile(t, shm, "f", 2*each)
+	seg := openSeg(t, e, path, engine.PermRead)
+	r := register(t, e, 2*each)
+	held, release := make(chan int, 2), make(chan struct{})
+	e.HoldUnits(func(task int) {
+		held <- task
+		if task == 0 {
+			<-release
+		}
+	})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	b, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	submit := func(i int) {
+		t.Helper()
+		req := []engine.Request{{Address: r.BaseAddress() + uint64(i*each), TargetOffset: uint64(i * each), Length: each}}
+		if _, err := b.Submit(engine.OpRead, seg, req, nil, ioTimeout); err != nil {
+			t.Fatal(err)
+		}
+	}
+	submit(0)
+	if got := <-held; got != 0 {
+		t.Fatalf("first unit held is task %d, want 0", got)
+	}
+	time.Sleep(50 * time.Millisecond) // the worker sleeps on its next wake-up
+	submit(1)
+	// Dispatched by its Submit: running at once, not after the worker's
+	// next wake-up.
+	for end := time.Now().Add(200 * time.Millisecond); ; {
+		ts, err := b.TaskStatus(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts.State == engine.TaskRunning {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("second group %v 200ms after its Submit while the first is on a lane, want running", ts.State)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select {
+	case got := <-held:
+		if got != 1 {
+			t.Fatalf("second unit started is task %d, want 1", got)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatalf("the second group did not start on a lane in %s while the first was held", ioTimeout)
+	}
+	close(release)
+	if err := b.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range b.TaskStatuses() {
+		if ts.State != engine.TaskCompleted || ts.Transport != engine.TransportCopy {
+			t.Fatalf("task %d: %v over %v (%v), want completed over copy", ts.Index, ts.State, ts.Transport, ts.Err)
+		}
+	}
+	got := make([]byte, 2*each)
 	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, orig) {
 		t.Fatalf("memory differs from the file (%v)", err)
 	}

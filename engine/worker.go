@@ -163,13 +163,27 @@ func (w *worker) submitThrough() {
 		return
 	}
 	defer w.ring.mu.Unlock()
-	if w.ring.q == nil || w.ring.tainted.Load() {
+	if w.ring.tainted.Load() {
 		return
 	}
 	b := w.b
 	b.mu.Lock()
 	if w.exited {
 		b.mu.Unlock()
+		return
+	}
+	if w.ring.q == nil {
+		// A worker without a ring sleeps until an off-ring completion
+		// pokes it: dispatch the off-ring heads here, or a group queued
+		// behind one in flight waited for that one's end (two 4 MiB
+		// host copies on one batch ran one at a time). A head that needs
+		// a ring stays queued, and the poke sends the worker for one.
+		w.fillLocked()
+		queued := len(b.mu.queue) > 0
+		b.mu.Unlock()
+		if queued {
+			w.poke()
+		}
 		return
 	}
 	n := len(w.ring.toPrepare)
