@@ -72,6 +72,9 @@ type Engine struct {
 	// ring's ops are prepared (ringLane.prepareChosen), with the unit's
 	// absolute task index.
 	unitHeld func(task int)
+	// progressHeld, nil outside tests, runs on an off-ring executor's
+	// lane before it publishes a task's progress (not its final report).
+	progressHeld func()
 	// callerCopyHeld, nil outside tests, runs on a submitter before its
 	// caller copy (callercopy.go): a test holds one copy running there.
 	callerCopyHeld func()

@@ -28,6 +28,10 @@ func (e *Engine) HoldLaneCopies(f func()) { e.laneCopyHeld = f }
 // the engine is used concurrently.
 func (e *Engine) HoldUnits(f func(task int)) { e.unitHeld = f }
 
+// HoldProgress installs f as the hook an off-ring lane runs before it
+// publishes a task's progress short of its final report.
+func (e *Engine) HoldProgress(f func()) { e.progressHeld = f }
+
 // HoldCallerCopies runs f on the submitter before each caller copy.
 func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }
 

@@ -385,6 +385,9 @@ func (x *offRing) resolve(k int, got uint64, err error) {
 				x.leg.taskDone(r.i, r.err)
 			}
 		} else {
+			if h := x.g.b.e.progressHeld; h != nil {
+				h() // tests: a lane holds a progress report here
+			}
 			x.g.b.progressOffRing(x.g, r.i, r.transferred)
 		}
 	}
@@ -415,9 +418,16 @@ func (x *offRing) advancePrefixLocked(i int) (uint64, bool) {
 }
 
 // progressOffRing publishes a running task's prefix so far; the final
-// count comes with its last unit (finishTask).
+// count comes with its last unit (finishTask). Reports are published
+// outside x.mu, so one may arrive after its task's final report from
+// another lane, after the batch was even freed (its task list gone):
+// it is dropped.
 func (b *Batch) progressOffRing(g *group, i int, got uint64) {
 	b.mu.Lock()
+	if b.mu.freed {
+		b.mu.Unlock()
+		return
+	}
 	if t := &b.mu.tasks[g.first+i]; t.state == TaskRunning && !t.parked && got > t.transferred {
 		t.transferred = got
 		b.changedLocked()
