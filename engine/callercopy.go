@@ -59,7 +59,10 @@ func (g *group) callerCopyEligible() bool {
 			total += v.Len
 		}
 	}
-	return total <= uint64(e.cfg.CallerFastPathBytes)
+	// A lone scalar request of one host copy unit: the lanes leave it to
+	// its submitter (hostCopyEligible).
+	unit := total == hostCopyUnit && len(g.ops) == 1 && len(g.ops[0].Iov) == 1
+	return unit || total <= uint64(e.cfg.CallerFastPathBytes)
 }
 
 // startCallerCopyLocked dispatches g for a caller copy if FIFO and fences

@@ -150,7 +150,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m)
+	rt, err := e.chooseRoute(g.ent, r, m, g.n == 1)
 	if err != nil {
 		return err
 	}
@@ -202,7 +202,7 @@ type reqMemory struct {
 }
 
 // chooseRoute picks request r's route. It may probe cuFile.
-func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, error) {
+func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory, alone bool) (route, error) {
 	switch r.Transport {
 	case TransportGDS:
 		if why := e.gdsIneligible(ent, r, m); why != "" {
@@ -214,7 +214,7 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory) (route, err
 		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
 	}
 	if !m.device {
-		if e.hostCopyEligible(ent, r, m) {
+		if e.hostCopyEligible(ent, r, m, alone) {
 			return routeHostCopy, nil
 		}
 		return routeRing, nil
