@@ -155,9 +155,11 @@ func (w *worker) turn(wait time.Duration) bool {
 // submitting goroutine, so they reach the kernel at once instead of
 // waiting until the worker, blocked reaping, wakes for the next
 // completion (measured: requests then travel in convoys and the device
-// sees a shallower queue; docs/performance.md). Best effort: when the
-// worker holds the SQ side, has no usable ring or is exiting, the group
-// stays queued and the worker dispatches it.
+// sees a shallower queue; docs/performance.md). A worker without a ring
+// gets its off-ring groups dispatched here the same way. Best effort:
+// when the worker holds the SQ side, its ring is tainted, a group needs
+// a ring it has not taken yet, or it is exiting, the group stays queued
+// and the worker dispatches it.
 func (w *worker) submitThrough() {
 	if !w.ring.mu.TryLock() {
 		return
