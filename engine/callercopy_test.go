@@ -127,11 +127,7 @@ func TestCallerCopy(t *testing.T) {
 // not yet handed to the kernel) while the read is submitted; the read
 // is caller-copy eligible in every other respect.
 func TestCallerCopyKeepsFences(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
 	e := newEngine(t, func(c *config.Engine) { c.MaxTransferBytes = 64 << 20 }, spy)
 	const n = 32 << 20
@@ -180,11 +176,7 @@ func TestCallerCopyKeepsFences(t *testing.T) {
 // flight deterministically (dispatched, its op chosen, its bytes not yet
 // handed to the kernel) while the second is submitted.
 func TestCallerCopyWaitsForOverlappingRead(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
 	held, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
@@ -295,11 +287,7 @@ func TestOversizedGroupCountsNothing(t *testing.T) {
 // Submit has returned, so the second report is deterministically queued
 // behind a busy deliverer.
 func TestCallerCopyReportNotStranded(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	e := newEngine(t, nil)
 	path, _ := randomFile(t, shm, "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)
@@ -365,11 +353,7 @@ func TestCallerCopyReportNotStranded(t *testing.T) {
 // and the segment's close still waits for the held group, which then
 // completes with its bytes.
 func TestCallerCopySettlesBeforeFinish(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	e := newEngine(t, nil)
 	path, orig := randomFile(t, shm, "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)

@@ -15,11 +15,7 @@ import (
 // them: a finished batch's reports and task states stay its own while
 // other batches on other goroutines recycle groups by the thousand.
 func TestGroupReuseKeepsReports(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	e := newEngine(t, nil)
 	path, orig := randomFile(t, shm, "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)

@@ -148,3 +148,15 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// tmpfsDir is the tmpfs test directory of filesystems, for a test that
+// also needs io_uring; the test skips without either.
+func tmpfsDir(t *testing.T) string {
+	t.Helper()
+	needIOUring(t)
+	dir, ok := filesystems(t)["tmpfs"]
+	if !ok {
+		t.Skip("no tmpfs at /dev/shm")
+	}
+	return dir
+}

@@ -144,11 +144,7 @@ func moveBytes(reqs []engine.Request, base uint64, mem, file []byte, op engine.O
 // while those are held on the lanes, the rest are still pending, and
 // cancel_all ends every one of them without a byte moved.
 func TestHostCopyBulkGroup(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	const n, each, depth = 4096, 4 << 20, 16
 	e := newEngine(t, func(cfg *config.Engine) {
 		cfg.IOUring.QueueDepth = depth
@@ -211,11 +207,7 @@ func TestHostCopyBulkGroup(t *testing.T) {
 // The first unit is held on its lane, and the worker given time to fall
 // asleep, before the second group is submitted.
 func TestHostCopyGroupsOfOneBatchOverlap(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	if runtime.GOMAXPROCS(0) < 2 { // one lane per P: two lanes at least
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	}

@@ -27,11 +27,7 @@ type laneFixture struct {
 
 func newLaneFixture(t *testing.T, probe, pages int) *laneFixture {
 	t.Helper()
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	f := &laneFixture{e: newEngine(t, func(c *config.Engine) { c.LaneCopyProbe = probe })}
 	held := make(chan struct{})
 	var once sync.Once

@@ -74,11 +74,7 @@ func TestFenceAcrossEntries(t *testing.T) {
 // (not the entry) it would copy the old bytes inside Submit; with it,
 // it waits for the WRITE.
 func TestFenceAcrossEntriesHeld(t *testing.T) {
-	needIOUring(t)
-	dir, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	dir := tmpfsDir(t)
 	spy := &spyTransport{FileTransport: realTransports(config.DefaultEngine())[0].(engine.FileTransport)}
 	e := newEngine(t, nil, spy)
 	const n = 1 << 20 // above caller_fast_path_bytes: the WRITE takes the ring

@@ -260,11 +260,7 @@ func TestCancelRacingCompletion(t *testing.T) {
 // progress only when its first unit finishes first: the test submits
 // again until that order came).
 func TestProgressAfterFree(t *testing.T) {
-	needIOUring(t)
-	shm, ok := filesystems(t)["tmpfs"]
-	if !ok {
-		t.Skip("no tmpfs at /dev/shm")
-	}
+	shm := tmpfsDir(t)
 	if runtime.GOMAXPROCS(0) < 2 { // two lanes: one held, one finishing the task
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
 	}
