@@ -9,11 +9,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/orbitefs/orbitefs/engine"
 	"github.com/orbitefs/orbitefs/peer/wire"
+	"golang.org/x/sys/unix"
 )
 
 // A Remote whose peer restarted (new epoch, the region registered again
@@ -155,7 +157,23 @@ func waitClosed(t *testing.T, addr string) {
 // each direction: a slow link that keeps moving.
 func slowRelay(t *testing.T, target string, chunk int, tick time.Duration) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// The relay's sockets get their small receive buffer before the
+	// handshake (a listener's is inherited by what it accepts), so the
+	// window they advertise is small from the start. Set after accept,
+	// the window already offered stays, and the relay's kernel would
+	// acknowledge hundreds of KiB at once: the sender's socket would
+	// look drained while the relay still held its frame, which no slow
+	// link does.
+	small := func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, chunk)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}
+	ln, err := (&net.ListenConfig{Control: small}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,16 +195,14 @@ func slowRelay(t *testing.T, target string, chunk int, tick time.Duration) strin
 		dst.Close()
 		src.Close()
 	}
+	dialer := &net.Dialer{Control: small}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			// Small buffers: the sender's unacknowledged bytes wait
-			// in its own socket, as they would on a slow link.
-			c.(*net.TCPConn).SetReadBuffer(chunk)
-			up, err := net.Dial("tcp", target)
+			up, err := dialer.Dial("tcp", target)
 			if err != nil {
 				c.Close()
 				continue
