@@ -105,6 +105,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 		{"credits", func(e *Engine) { e.MaxReceiverCreditSessions = 5000 }, []string{"max_receiver_credit_sessions (5000) must be in [0, 4096]"}},
 		{"pending notifications", func(e *Engine) { e.MaxPendingNotifications = 0 }, []string{"max_pending_notifications (0) must be in [1, 1048576]"}},
 		{"pending notification bytes", func(e *Engine) { e.MaxPendingNotifyBytes = 0 }, []string{"max_pending_notification_bytes (0B) must be in [1B, 1GiB]"}},
+		{"host copy min", func(e *Engine) { e.HostCopyMinBytes = 4<<20 + 1 }, []string{"host_copy_min_bytes (4194305B) must be <= 4MiB (the host copy unit); 0 turns it off"}},
 		{"mlu NaN", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.NaN() }, []string{"runtime_queue.mlu_local_threshold (NaN) must be a finite number >= 0"}},
 		{"mlu +Inf", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.Inf(1) }, []string{"runtime_queue.mlu_local_threshold (+Inf) must be a finite number >= 0"}},
 		{"mlu -Inf", func(e *Engine) { e.RuntimeQueue.MLULocalThreshold = math.Inf(-1) }, []string{"runtime_queue.mlu_local_threshold (-Inf) must be a finite number >= 0"}},

@@ -28,6 +28,9 @@ const (
 	MaxSingleIO = 0x7ffff000
 	// MaxStagingTotal bounds staging_slots * staging_slot_kb.
 	MaxStagingTotal = 1 << 30
+	// HostCopyUnit is the bytes one host copy lane copies at once
+	// (engine/hostcopy.go); host_copy_min_bytes is at most this.
+	HostCopyUnit = 4 << 20
 )
 
 // Engine holds the engine limits. The zero value is not usable; start
@@ -55,8 +58,13 @@ type Engine struct {
 	// groups find one on the lanes and follow it there); 1 sends every
 	// such group to the lanes, 0 keeps every one on its submitter
 	// (engine/lanecopy.go).
-	LaneCopyProbe  int      `toml:"lane_copy_probe" json:"lane_copy_probe"`
-	DefaultTimeout Duration `toml:"default_timeout" json:"default_timeout"`
+	LaneCopyProbe int `toml:"lane_copy_probe" json:"lane_copy_probe"`
+	// HostCopyMinBytes: a request of at least this many bytes in a group
+	// of several on a file that lives in memory is copied by the host
+	// copy lanes, shared fairly by every batch, instead of the batch's
+	// own ring; 0 leaves such groups on the ring (engine/hostcopy.go).
+	HostCopyMinBytes Size     `toml:"host_copy_min_bytes" json:"host_copy_min_bytes"`
+	DefaultTimeout   Duration `toml:"default_timeout" json:"default_timeout"`
 	// StoreCallTimeout bounds one open or stat of a segment's file that
 	// the kernel may block on (a stalled FUSE or network store): the
 	// caller gets ETIMEDOUT after it (engine/storewait.go).
@@ -169,6 +177,7 @@ func DefaultEngine() Engine {
 		CallerCopy:               true,
 		MappedFiles:              true,
 		LaneCopyProbe:            64,
+		HostCopyMinBytes:         128 << 10,
 		DefaultTimeout:           Duration(30 * time.Second),
 		StoreCallTimeout:         Duration(5 * time.Second),
 		MergeRequests:            true,
@@ -262,6 +271,9 @@ func (c *Engine) validate(p *problems, pre string) {
 		p.addf("%scaller_fast_path_bytes (%s) must be <= %smax_transfer_bytes (%s)", pre, c.CallerFastPathBytes, pre, c.MaxTransferBytes)
 	}
 	p.between(pre+"lane_copy_probe", c.LaneCopyProbe, 0, 1<<20)
+	if c.HostCopyMinBytes > HostCopyUnit {
+		p.addf("%shost_copy_min_bytes (%s) must be <= %s (the host copy unit); 0 turns it off", pre, c.HostCopyMinBytes, Size(HostCopyUnit))
+	}
 	if c.CallerFastPathWait > Duration(time.Second) {
 		p.addf("%scaller_fast_path_wait (%s) must be <= 1s", pre, c.CallerFastPathWait)
 	}

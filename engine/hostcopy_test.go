@@ -18,9 +18,11 @@ import (
 // TestHostCopyRoutes: a single-range host request of one 4 MiB unit or
 // more on an in-memory file goes to the host copy lanes, cut into units
 // (one 256 MiB buffered READ was one SQE copied by one thread), but for
-// one of exactly a unit alone in its group, which its caller copies;
-// smaller ones, disk files, an explicit io_uring and the runtime queue
-// keep the ring; a small vector in the same group rides along.
+// one of exactly a unit alone in its group, which its caller copies; so
+// does each request of host_copy_min_bytes or more in a group of
+// several (a KV batch); a lone request under a unit, smaller ones, disk
+// files, an explicit io_uring, host_copy_min_bytes 0 and the runtime
+// queue keep the ring; a small vector in the same group rides along.
 func TestHostCopyRoutes(t *testing.T) {
 	needIOUring(t)
 	fss := filesystems(t)
@@ -29,28 +31,34 @@ func TestHostCopyRoutes(t *testing.T) {
 		t.Skip("no tmpfs at /dev/shm")
 	}
 	const big = 12 << 20 // three units
+	twoMiB := func(base uint64) []engine.Request {
+		return []engine.Request{{Address: base, Length: 1 << 20}, {Address: base + 1<<20, TargetOffset: 1 << 20, Length: 1 << 20}}
+	}
 	cases := []struct {
 		name  string
 		dir   string
-		rq    bool // runtime queue enabled
+		cfg   func(*config.Engine) // nil: the defaults
 		reqs  func(base uint64) []engine.Request
 		want  engine.TransportKind
 		units uint64
 	}{
-		{"tmpfs 12 MiB", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportCopy, 3},
-		{"tmpfs exactly one unit alone: its caller copies it", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportCopy, 0},
-		{"tmpfs just under one unit keeps the ring", shm, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4<<20 - 4096}} }, engine.TransportIOUring, 0},
-		{"tmpfs two requests of one unit", shm, false, func(base uint64) []engine.Request {
+		{"tmpfs 12 MiB", shm, nil, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportCopy, 3},
+		{"tmpfs exactly one unit alone: its caller copies it", shm, nil, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4 << 20}} }, engine.TransportCopy, 0},
+		{"tmpfs just under one unit keeps the ring", shm, nil, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 4<<20 - 4096}} }, engine.TransportIOUring, 0},
+		{"tmpfs two requests of one unit", shm, nil, func(base uint64) []engine.Request {
 			return []engine.Request{{Address: base, Length: 4 << 20}, {Address: base + 4<<20, TargetOffset: 4 << 20, Length: 4 << 20}}
 		}, engine.TransportCopy, 2},
-		{"tmpfs two requests under one unit keep the ring", shm, false, func(base uint64) []engine.Request {
-			return []engine.Request{{Address: base, Length: 1 << 20}, {Address: base + 1<<20, TargetOffset: 1 << 20, Length: 1 << 20}}
+		{"tmpfs two 1 MiB requests: the lanes", shm, nil, twoMiB, engine.TransportCopy, 2},
+		{"tmpfs two 1 MiB requests with host_copy_min_bytes 0 keep the ring", shm, func(c *config.Engine) { c.HostCopyMinBytes = 0 }, twoMiB, engine.TransportIOUring, 0},
+		{"tmpfs two requests under host_copy_min_bytes keep the ring", shm, nil, func(base uint64) []engine.Request {
+			return []engine.Request{{Address: base, Length: 128<<10 - 4096}, {Address: base + 128<<10, TargetOffset: 128 << 10, Length: 128<<10 - 4096}}
 		}, engine.TransportIOUring, 0},
-		{"tmpfs explicit io_uring", shm, false, func(base uint64) []engine.Request {
+		{"tmpfs one 1 MiB request alone keeps the ring", shm, nil, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 1 << 20}} }, engine.TransportIOUring, 0},
+		{"tmpfs explicit io_uring", shm, nil, func(base uint64) []engine.Request {
 			return []engine.Request{{Transport: engine.TransportIOUring, Address: base, Length: big}}
 		}, engine.TransportIOUring, 0},
-		{"tmpfs with the runtime queue", shm, true, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportIOUring, 0},
-		{"tmpfs with a padded vector", shm, false, func(base uint64) []engine.Request {
+		{"tmpfs with the runtime queue", shm, func(c *config.Engine) { c.RuntimeQueue.Enabled = true }, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportIOUring, 0},
+		{"tmpfs with a padded vector", shm, nil, func(base uint64) []engine.Request {
 			return []engine.Request{{Address: base, Length: big - 8192},
 				engine.Vector(engine.TransportUnspec, big-8192, engine.Range(base+big-8192, 4096), engine.Pad(100), engine.Range(base+big-4096+100, 4096-100))}
 		}, engine.TransportCopy, 3 + 3},
@@ -59,17 +67,19 @@ func TestHostCopyRoutes(t *testing.T) {
 		cases = append(cases, struct {
 			name  string
 			dir   string
-			rq    bool
+			cfg   func(*config.Engine)
 			reqs  func(base uint64) []engine.Request
 			want  engine.TransportKind
 			units uint64
-		}{"ext4 12 MiB", ext4, false, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportIOUring, 0})
+		}{"ext4 12 MiB", ext4, nil, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: big}} }, engine.TransportIOUring, 0})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEngine(t, func(cfg *config.Engine) {
 				cfg.MaxTransferBytes = 64 << 20
-				cfg.RuntimeQueue.Enabled = c.rq
+				if c.cfg != nil {
+					c.cfg(cfg)
+				}
 			})
 			path, orig := randomFile(t, c.dir, "f", big)
 			seg := openSeg(t, e, path, engine.PermReadWrite)

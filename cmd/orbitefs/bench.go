@@ -226,17 +226,11 @@ func runBench(a benchArgs) (res bench.Result, err error) {
 			}
 		}()
 	}
-	if a.cpuprofile != "" {
-		f, err := os.Create(a.cpuprofile)
-		if err != nil {
-			return res, fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfiles, err := startProfiles(a.cpuprofile, "")
+	if err != nil {
+		return res, err
 	}
+	defer stopProfiles()
 	if a.mutexprofile != "" {
 		f, err := os.Create(a.mutexprofile)
 		if err != nil {

@@ -24,7 +24,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"syscall"
@@ -117,19 +116,12 @@ func ctlMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
 		return 2
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
-			return 1
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "orbitefs bench ctl: --cpuprofile: %v\n", err)
-			return 1
-		}
-		defer pprof.StopCPUProfile()
+	stopProfiles, err := startProfiles(*cpuprofile, "")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)
+		return 1
 	}
+	defer stopProfiles()
 	rep, err := runCtl(*mount, *dataDir, *clients, *runtime, sel)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "orbitefs bench ctl: %v\n", err)

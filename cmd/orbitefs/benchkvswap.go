@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -53,6 +52,7 @@ func kvswapMain(args []string) int {
 	create := fs.Bool("create", false, "create or grow the layer files with random data first")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
+	traceFile := fs.String("trace", "", "write an execution trace of the measured run to `FILE` (go tool trace)")
 	engineJSON := fs.String("engine-json", "", "engine configuration as a JSON `FILE`, as the daemon's --engine-json (keys left out keep their defaults)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -105,17 +105,11 @@ func kvswapMain(args []string) int {
 	cfg.MaxBatchRequests = max(cfg.MaxBatchRequests, o.BatchGroups)
 	cfg.MaxAllocatedRequests = max(cfg.MaxAllocatedRequests, o.BatchGroups*o.Concurrency)
 	return runOnEngine("kvswap", cfg, *asJSON, func(e *engine.Engine) (bench.KVResult, error) {
-		if *cpuprofile != "" {
-			f, err := os.Create(*cpuprofile)
-			if err != nil {
-				return bench.KVResult{}, fmt.Errorf("--cpuprofile: %w", err)
-			}
-			defer f.Close()
-			if err := pprof.StartCPUProfile(f); err != nil {
-				return bench.KVResult{}, fmt.Errorf("--cpuprofile: %w", err)
-			}
-			defer pprof.StopCPUProfile()
+		stopProfiles, err := startProfiles(*cpuprofile, *traceFile)
+		if err != nil {
+			return bench.KVResult{}, err
 		}
+		defer stopProfiles()
 		return bench.RunKV(ctx, e, o)
 	})
 }

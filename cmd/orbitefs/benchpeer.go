@@ -13,8 +13,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/pprof"
-	"runtime/trace"
 	"syscall"
 	"time"
 
@@ -191,28 +189,11 @@ func benchPeerMain(args []string) int {
 		return fail(err)
 	}
 	defer c.Close()
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return fail(fmt.Errorf("--cpuprofile: %w", err))
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fail(fmt.Errorf("--cpuprofile: %w", err))
-		}
-		defer pprof.StopCPUProfile()
+	stopProfiles, err := startProfiles(*cpuprofile, *traceFile)
+	if err != nil {
+		return fail(err)
 	}
-	if *traceFile != "" {
-		f, err := os.Create(*traceFile)
-		if err != nil {
-			return fail(fmt.Errorf("--trace: %w", err))
-		}
-		defer f.Close()
-		if err := trace.Start(f); err != nil {
-			return fail(fmt.Errorf("--trace: %w", err))
-		}
-		defer trace.Stop()
-	}
+	defer stopProfiles()
 	var res bench.PeerResult
 	if o.Op == "notify" {
 		res, err = bench.RunPeerNotify(ctx, c, srv.Notification, o)
