@@ -1,5 +1,6 @@
 // hostcopy.go owns the host copy executor: large requests between host
-// memory and a file that lives in memory (tmpfs, ramfs, hugetlbfs), cut
+// memory and a file that lives in memory (tmpfs, ramfs, hugetlbfs), and
+// the mid-size requests of a group of several (a KV-cache batch), cut
 // into units and copied with pread/pwrite by an engine-wide set of lanes
 // (goroutines), one core each.
 //
