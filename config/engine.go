@@ -59,10 +59,11 @@ type Engine struct {
 	// such group to the lanes, 0 keeps every one on its submitter
 	// (engine/lanecopy.go).
 	LaneCopyProbe int `toml:"lane_copy_probe" json:"lane_copy_probe"`
-	// HostCopyMinBytes: a request of at least this many bytes in a group
-	// of several on a file that lives in memory is copied by the host
-	// copy lanes, shared fairly by every batch, instead of the batch's
-	// own ring; 0 leaves such groups on the ring (engine/hostcopy.go).
+	// HostCopyMinBytes: a group of several scalar requests on a file
+	// that lives in memory, each of at least this many bytes, is copied
+	// by the host copy lanes, shared fairly by every batch, instead of
+	// the batch's own ring; 0 leaves such groups on the ring
+	// (engine/hostcopy.go, lanesBatch).
 	HostCopyMinBytes Size     `toml:"host_copy_min_bytes" json:"host_copy_min_bytes"`
 	DefaultTimeout   Duration `toml:"default_timeout" json:"default_timeout"`
 	// StoreCallTimeout bounds one open or stat of a segment's file that

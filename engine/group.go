@@ -76,7 +76,10 @@ type group struct {
 	// runs on the off-ring executors (offring.go) instead of the ring.
 	offRing      bool
 	offUndrained bool // guarded by b.mu: an off-ring lane could not prove its drain
-	window       int  // guarded by b.mu: an off-ring group's dispatch window (0: not yet asked)
+	// lanesBatch: the group is a batch the host copy lanes take whole
+	// (hostcopy.go, lanesBatch); set before its requests are routed.
+	lanesBatch bool
+	window     int // guarded by b.mu: an off-ring group's dispatch window (0: not yet asked)
 	// caller: the submitting goroutine copies it (callercopy.go); the
 	// worker neither reaps nor cuts it off.
 	caller bool
@@ -186,6 +189,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1
 	g.nearDeadline = deadline.Sub(now) < deadlineSlack
 	g.allowed = opts.Regions
+	g.lanesBatch = e.lanesBatch(ent, reqs) // hostcopy.go
 	fail := func(i int, err error) (*group, error) {
 		g.unmapScratch()
 		return nil, &Error{Op: verb, Name: b.name(), Kind: KindOf(err), Err: fmt.Errorf("requests[%d]: %w", i, err)}

@@ -49,9 +49,9 @@ func newHostCopyExec() hostCopyExec {
 	return hostCopyExec{newLanePool(min(runtime.GOMAXPROCS(0), 16), copyUnit)}
 }
 
-// hostCopyEligible reports whether request r (host memory only) goes to
-// the host copy lanes: a single range on an in-memory file with the
-// transport left to the engine, and either
+// hostCopyEligible reports whether request r (host memory only) of
+// group g goes to the host copy lanes: a single range on an in-memory
+// file with the transport left to the engine, and either
 //   - one unit or more. A request of exactly one unit that is alone in
 //     its group is left to the caller copy (callercopy.go): the
 //     submitter's own pread, as the parallel pread loop does it, where a
@@ -60,15 +60,7 @@ func newHostCopyExec() hostCopyExec {
 //     lanes against 17.2 copied by their submitters (the pread loop
 //     17.3); if FIFO order or a fence keeps it from starting at once, it
 //     goes to the ring like any group the caller cannot copy; or
-//   - host_copy_min_bytes or more in a group of several requests (a
-//     KV-cache batch of 128 KiB groups). On the ring, each batch's
-//     requests were copied inline by its own worker's io_uring_enter, one
-//     batch per thread, and the batches ran in whatever order the Go
-//     scheduler picked their workers: 64 clients of 16 x 128 KiB on dev
-//     saw a batch p99 37x their p50 (173 against 4.7 ms), and one client
-//     used one core. On the lanes a batch's requests spread over every
-//     core and the fair queue serves the batches round-robin: p99 1.8x
-//     p50, one client 2.2x faster.
+//   - a request of a group the lanes take whole (lanesBatch).
 //
 // Group size does not matter otherwise: the worker hands an off-ring
 // group to its executors a window at a time (offring.go), so a bulk
@@ -76,15 +68,48 @@ func newHostCopyExec() hostCopyExec {
 // ring. With the runtime queue enabled the ring keeps it, so its
 // dispatch window accounting is unchanged (an off-ring group takes its
 // window whole).
-func (e *Engine) hostCopyEligible(ent *segEntry, r *Request, m reqMemory, alone bool) bool {
-	if r.Transport != TransportUnspec || !ent.inMemory || m.device || len(r.Elements) > 0 || e.cfg.RuntimeQueue.Enabled {
+func (e *Engine) hostCopyEligible(g *group, r *Request, m reqMemory) bool {
+	if r.Transport != TransportUnspec || !g.ent.inMemory || m.device || len(r.Elements) > 0 || e.cfg.RuntimeQueue.Enabled {
 		return false
 	}
-	if r.Length >= hostCopyUnit {
-		return r.Length > hostCopyUnit || !alone || !e.cfg.CallerCopy || e.adm.gates()
+	if g.lanesBatch {
+		return true
 	}
+	return r.Length >= hostCopyUnit && (r.Length > hostCopyUnit || g.n > 1 || !e.cfg.CallerCopy || e.adm.gates())
+}
+
+// lanesBatch reports whether the host copy lanes take a group of reqs on
+// ent whole: several scalar requests on an in-memory file, each of
+// host_copy_min_bytes or more with the transport left to the engine (a
+// KV-cache batch of 128 KiB groups), and more bytes in all than a caller
+// copy takes (callercopy.go keeps those). Every request qualifies or the
+// group keeps its old routes, so a small request, a vector or an
+// explicit io_uring request never rides along onto the lanes as a unit
+// of its own.
+//
+// Why: on the ring, each batch's requests were copied inline by its own
+// worker's io_uring_enter, one batch per thread, and the batches ran in
+// whatever order the Go scheduler picked their workers: 64 clients of
+// 16 x 128 KiB on dev saw a batch p99 35x their p50 (175 against 5 ms),
+// and one client used one core. On the lanes a batch's requests spread
+// over every core and the fair queue serves the batches round-robin:
+// p99 1.9x p50, one client 2.1x faster (docs/performance.md, "KV batches
+// on tmpfs"). Below 128 KiB a unit's hand-off costs more than the copy
+// it spreads.
+func (e *Engine) lanesBatch(ent *segEntry, reqs []Request) bool {
 	least := uint64(e.cfg.HostCopyMinBytes)
-	return !alone && least > 0 && r.Length >= least
+	if least == 0 || len(reqs) < 2 || !ent.inMemory || e.cfg.RuntimeQueue.Enabled {
+		return false
+	}
+	var total uint64
+	for i := range reqs {
+		r := &reqs[i]
+		if r.Transport != TransportUnspec || len(r.Elements) > 0 || r.Length < least {
+			return false
+		}
+		total += r.Length
+	}
+	return !e.cfg.CallerCopy || total > uint64(e.cfg.CallerFastPathBytes)
 }
 
 func (hostCopyExec) cut() (uint64, bool) { return hostCopyUnit, true }
@@ -140,7 +165,11 @@ func copyUnit(x *offRing, k int) {
 				x.resolve(k, got, unitErr(g, u, KindIO, errShortWrite))
 				return
 			}
-			break // end of file: a short count, KindRange
+			// End of file: a short count, KindRange; later reads past
+			// it are refused at submit, as after a short ring read
+			// (shortio.go).
+			g.ent.noteEOF(u.off + got)
+			break
 		}
 		got += uint64(n)
 	}

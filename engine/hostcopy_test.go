@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"os"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +54,15 @@ func TestHostCopyRoutes(t *testing.T) {
 		{"tmpfs two requests under host_copy_min_bytes keep the ring", shm, nil, func(base uint64) []engine.Request {
 			return []engine.Request{{Address: base, Length: 128<<10 - 4096}, {Address: base + 128<<10, TargetOffset: 128 << 10, Length: 128<<10 - 4096}}
 		}, engine.TransportIOUring, 0},
+		{"tmpfs two requests of exactly host_copy_min_bytes: the lanes", shm, nil, func(base uint64) []engine.Request {
+			return []engine.Request{{Address: base, Length: 128 << 10}, {Address: base + 128<<10, TargetOffset: 512 << 10, Length: 128 << 10}}
+		}, engine.TransportCopy, 2},
+		{"tmpfs a 4 KiB request beside two 1 MiB ones: the whole group keeps the ring", shm, nil, func(base uint64) []engine.Request {
+			return append(twoMiB(base), engine.Request{Address: base + 2<<20, TargetOffset: 2 << 20, Length: 4096})
+		}, engine.TransportIOUring, 0},
+		{"tmpfs an explicit io_uring request beside two 1 MiB ones: the whole group keeps the ring", shm, nil, func(base uint64) []engine.Request {
+			return append(twoMiB(base), engine.Request{Transport: engine.TransportIOUring, Address: base + 2<<20, TargetOffset: 2 << 20, Length: 1 << 20})
+		}, engine.TransportIOUring, 0},
 		{"tmpfs one 1 MiB request alone keeps the ring", shm, nil, func(base uint64) []engine.Request { return []engine.Request{{Address: base, Length: 1 << 20}} }, engine.TransportIOUring, 0},
 		{"tmpfs explicit io_uring", shm, nil, func(base uint64) []engine.Request {
 			return []engine.Request{{Transport: engine.TransportIOUring, Address: base, Length: big}}
@@ -87,34 +97,38 @@ func TestHostCopyRoutes(t *testing.T) {
 			reqs := c.reqs(r.BaseAddress())
 			want := make([]byte, big) // memory starts zeroed
 			moveBytes(reqs, r.BaseAddress(), want, orig, engine.OpRead)
-			before := e.Stats().HostCopyUnits
-			b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-				ts, _ := b.TaskStatus(0)
-				t.Fatalf("READ: %v %v %v", st, err, ts.Err)
-			}
-			for _, ts := range b.TaskStatuses() {
-				if ts.Transport != c.want {
-					t.Fatalf("task %d over %v, want %v", ts.Index, ts.Transport, c.want)
+			// submit runs reqs as op and checks every task's transport
+			// and the host copy units it took.
+			submit := func(op engine.Op) {
+				t.Helper()
+				before := e.Stats().HostCopyUnits
+				b, err := e.SubmitAsync(op, seg, reqs, nil, ioTimeout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Free()
+				if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+					ts, _ := b.TaskStatus(0)
+					t.Fatalf("%s: %v %v %v", op, st, err, ts.Err)
+				}
+				for _, ts := range b.TaskStatuses() {
+					if ts.Transport != c.want {
+						t.Fatalf("%s: task %d over %v, want %v", op, ts.Index, ts.Transport, c.want)
+					}
+				}
+				if n := e.Stats().HostCopyUnits - before; n != c.units {
+					t.Fatalf("%s: %d host copy units, want %d", op, n, c.units)
 				}
 			}
-			b.Free()
+			submit(engine.OpRead)
 			if got := regionBytes(t, r); !bytes.Equal(got, want) {
 				t.Fatal("READ: memory differs from the file")
-			}
-			if n := e.Stats().HostCopyUnits - before; n != c.units {
-				t.Fatalf("%d host copy units, want %d", n, c.units)
 			}
 			// And back: WRITE the memory over a zeroed file.
 			if err := os.WriteFile(path, make([]byte, big), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := e.SubmitAndWait(engine.OpWrite, seg, reqs, ioTimeout); err != nil {
-				t.Fatal(err)
-			}
+			submit(engine.OpWrite)
 			file := make([]byte, big)
 			moveBytes(reqs, r.BaseAddress(), regionBytes(t, r), file, engine.OpWrite)
 			if back, _ := os.ReadFile(path); !bytes.Equal(back, file) {
@@ -297,5 +311,47 @@ func TestHostCopyGroupsOfOneBatchOverlap(t *testing.T) {
 	got := make([]byte, 2*each)
 	if _, err := r.ReadAt(got, 0); err != nil || !bytes.Equal(got, orig) {
 		t.Fatalf("memory differs from the file (%v)", err)
+	}
+}
+
+// TestHostCopyShrunkFile: a read on the host copy lanes that meets the
+// end of a file shrunk behind the engine's back fails with its exact
+// count, and lowers the size the engine range-checks against, as a
+// short ring read does (TestRangeCheckFollowsSize): the next read past
+// the end is refused at submit, naming the size.
+func TestHostCopyShrunkFile(t *testing.T) {
+	shm := tmpfsDir(t)
+	e := newEngine(t, nil)
+	r := register(t, e, 1<<20)
+	path, orig := randomFile(t, shm, "f", 512<<10)
+	seg := openSeg(t, e, path, engine.PermRead)
+	// Two 128 KiB groups: file offsets 0 and 256 KiB, a KV batch the
+	// lanes take.
+	reqs := []engine.Request{{Address: r.BaseAddress(), Length: 128 << 10}, {Address: r.BaseAddress() + 128<<10, TargetOffset: 256 << 10, Length: 128 << 10}}
+	if err := os.Truncate(path, 300000); err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+	if err != nil {
+		t.Fatalf("first read past the new end refused at submit (%v): the size was not seen yet", err)
+	}
+	if _, err := b.Wait(ioTimeout); err != nil {
+		t.Fatal(err)
+	}
+	ts := b.TaskStatuses()
+	b.Free()
+	if ts[0].State != engine.TaskCompleted || ts[0].Transport != engine.TransportCopy {
+		t.Fatalf("the group inside the file: %v over %v, %v", ts[0].State, ts[0].Transport, ts[0].Err)
+	}
+	if want := uint64(300000 - 256<<10); ts[1].State != engine.TaskFailed || engine.KindOf(ts[1].Err) != engine.KindRange || ts[1].Transferred != want {
+		t.Fatalf("the group past the new end: %v, %d bytes, %v; want failed, KindRange, %d bytes", ts[1].State, ts[1].Transferred, ts[1].Err, want)
+	}
+	if got := regionBytes(t, r)[128<<10 : 128<<10+300000-256<<10]; !bytes.Equal(got, orig[256<<10:300000]) {
+		t.Fatal("the prefix before end of file read back wrong")
+	}
+	_, err = e.SubmitAsync(engine.OpRead, seg, reqs, nil, ioTimeout)
+	wantKind(t, err, engine.KindRange)
+	if !strings.Contains(err.Error(), "beyond file size 300000") {
+		t.Errorf("second read past the end: %v, want the size named", err)
 	}
 }

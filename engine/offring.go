@@ -1,6 +1,7 @@
 // offring.go owns the jobs of groups that leave the batch worker's ring:
 // requests that touch device memory (pinned staging, staged.go; cuFile,
-// gdsexec.go), large requests on in-memory files (hostcopy.go) and every
+// gdsexec.go), large requests and batches of mid-size ones on in-memory
+// files (hostcopy.go) and every
 // request on a peer's region (peerexec.go).
 //
 // The worker still owns the group's place in the batch: FIFO dispatch,

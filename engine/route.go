@@ -11,7 +11,8 @@
 //     transport io_uring.
 //   - routeGDS: device memory <-> file through cuFile (gdsexec.go).
 //   - routeHostCopy: a large single-range host request on a file in
-//     memory (tmpfs), copied in units by the host copy lanes
+//     memory (tmpfs), or each request of a batch of mid-size ones
+//     (host_copy_min_bytes), copied in units by the host copy lanes
 //     (hostcopy.go); the task reports transport copy.
 //   - routeRemote: every request on a remote segment, moved by the peer
 //     executor (peerexec.go); the task reports transport tcp.
@@ -40,7 +41,8 @@
 //     memory only, no padding, mapped_files on, within
 //     max_mapped_bytes), else GDS when eligible,
 //     else staging; host-only requests keep the ring (cuFile would only
-//     add a copy for DRAM, and would load libcufile for every DRAM user).
+//     add a copy for DRAM, and would load libcufile for every DRAM user),
+//     but for those the host copy lanes take (hostCopyEligible).
 //
 // Eligibility for GDS: a GDS backend that probes usable, gds_enabled, an
 // O_DIRECT fd on a filesystem with a block device (not tmpfs), no padding,
@@ -59,8 +61,9 @@ const (
 	routeGDS
 	routeMem  // between two regions of this engine (memgroup.go)
 	routeCopy // a memory-backed file, copied by the submitter (callercopy.go)
-	// routeHostCopy: a large host request on a memory-backed file, cut
-	// into units copied by the host copy lanes (hostcopy.go).
+	// routeHostCopy: a large host request, or a batch of mid-size ones,
+	// on a memory-backed file, cut into units copied by the host copy
+	// lanes (hostcopy.go).
 	routeHostCopy
 	// routeRemote: a peer's region (remote.go), moved by the peer
 	// executor (peerexec.go).
@@ -150,7 +153,7 @@ func (g *group) route(e *Engine, i int, r *Request, first int) error {
 	for _, el := range r.Elements {
 		m.padding = m.padding || el.Padding != 0
 	}
-	rt, err := e.chooseRoute(g.ent, r, m, g.n == 1)
+	rt, err := e.chooseRoute(g, r, m)
 	if err != nil {
 		return err
 	}
@@ -202,7 +205,8 @@ type reqMemory struct {
 }
 
 // chooseRoute picks request r's route. It may probe cuFile.
-func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory, alone bool) (route, error) {
+func (e *Engine) chooseRoute(g *group, r *Request, m reqMemory) (route, error) {
+	ent := g.ent
 	switch r.Transport {
 	case TransportGDS:
 		if why := e.gdsIneligible(ent, r, m); why != "" {
@@ -214,7 +218,7 @@ func (e *Engine) chooseRoute(ent *segEntry, r *Request, m reqMemory, alone bool)
 		return 0, detail(KindInvalid, "transport %d unknown", r.Transport)
 	}
 	if !m.device {
-		if e.hostCopyEligible(ent, r, m, alone) {
+		if e.hostCopyEligible(g, r, m) {
 			return routeHostCopy, nil
 		}
 		return routeRing, nil

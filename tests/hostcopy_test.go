@@ -65,11 +65,17 @@ func TestHostCopyKVBatch(t *testing.T) {
 			// Swap out: the same groups written back over a zeroed file
 			// land where they came from, and nowhere else.
 			m.ok(t, `cp "$S/layer.kv" "$S/orig.kv" && head -c 4194304 /dev/zero > "$S/layer.kv"`)
+			before = units()
 			n, st = m.run1(t, fmt.Sprintf(`{"op":"write","target":"%s","requests":[%s]}`, seg, strings.Join(reqs, ",")))
 			if st != "completed" {
 				t.Fatalf("write: state %s", st)
 			}
-			wantStr(t, "task 0", m.task(t, n, 0), "transport", c.want)
+			for i := range picks {
+				wantStr(t, fmt.Sprintf("write task %d", i), m.task(t, n, i), "transport", c.want)
+			}
+			if got := units() - before; got != wantUnits {
+				t.Fatalf("the write: host_copy_units rose by %d, want %d", got, wantUnits)
+			}
 			m.ok(t, fmt.Sprintf(`python3 - "$S/orig.kv" "$S/layer.kv" <<'PY'
 import sys
 orig, got = open(sys.argv[1], 'rb').read(), open(sys.argv[2], 'rb').read()
