@@ -69,11 +69,11 @@ func newHostCopyExec() hostCopyExec {
 // dispatch window accounting is unchanged (an off-ring group takes its
 // window whole).
 func (e *Engine) hostCopyEligible(g *group, r *Request, m reqMemory) bool {
+	if g.lanesBatch {
+		return !m.device // lanesBatch checked the rest of every request
+	}
 	if r.Transport != TransportUnspec || !g.ent.inMemory || m.device || len(r.Elements) > 0 || e.cfg.RuntimeQueue.Enabled {
 		return false
-	}
-	if g.lanesBatch {
-		return true
 	}
 	return r.Length >= hostCopyUnit && (r.Length > hostCopyUnit || g.n > 1 || !e.cfg.CallerCopy || e.adm.gates())
 }
