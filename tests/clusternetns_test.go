@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -60,12 +61,7 @@ func makeSwitch(t *testing.T, n int) *switchNet {
 	var b [3]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	// A /29 of 198.18.0.0/15: .1 the root's, .2 to .(n+1) the members'.
-	block := int(b[0]&1)<<8 | int(b[1])
-	base := fmt.Sprintf("198.%d.%d.", 18+block>>8, block&0xff)
-	first := int(b[2]&0x1f) * 8
-	ip := func(i int) string { return fmt.Sprintf("%s%d", base, first+i) }
-	s := &switchNet{sw: "orbsw-" + id, rootIP: ip(1), id: id}
+	s := &switchNet{sw: "orbsw-" + id, id: id}
 	ipCmd(t, "netns", "add", s.sw)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", s.sw).Run() })
 	ipCmd(t, "-n", s.sw, "link", "add", "br0", "type", "bridge")
@@ -74,10 +70,12 @@ func makeSwitch(t *testing.T, n int) *switchNet {
 	ipCmd(t, "link", "add", root, "type", "veth", "peer", "name", rootSw)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", root).Run() })
 	s.port(t, rootSw)
-	ipCmd(t, "addr", "add", s.rootIP+"/29", "dev", root)
+	// A /29 of 198.18.0.0/15: .1 the root's, .2 to .(n+1) the members'.
+	block := claimBlock(t, 29, func(p netip.Prefix) { ipCmd(t, "addr", "add", hostAt(p, 1)+"/29", "dev", root) })
+	s.rootIP = hostAt(block, 1)
 	ipCmd(t, "link", "set", root, "up")
 	for i := 0; i < n; i++ {
-		s.ns, s.ips, s.links, s.boots = append(s.ns, ""), append(s.ips, ip(2+i)), append(s.links, ""), append(s.boots, 0)
+		s.ns, s.ips, s.links, s.boots = append(s.ns, ""), append(s.ips, hostAt(block, 2+i)), append(s.links, ""), append(s.boots, 0)
 		s.boot(t, i)
 	}
 	return s

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,11 +35,7 @@ func makeVethPair(t *testing.T) vethPair {
 	var b [3]byte
 	rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
-	block := int(b[0]&1)<<8 | int(b[1]) // the /30's third octet and its parity in the second
-	v := vethPair{ns: "orbpeer-" + id,
-		hostIP: fmt.Sprintf("198.%d.%d.%d", 18+block>>8, block&0xff, int(b[2]&0x3f)*4+1),
-	}
-	v.nsIP = v.hostIP[:strings.LastIndexByte(v.hostIP, '.')+1] + fmt.Sprint(int(b[2]&0x3f)*4+2)
+	v := vethPair{ns: "orbpeer-" + id}
 	host, peer := "orbh"+id, "orbn"+id
 	v.hostIf, v.nsIf = host, peer
 	run := func(args ...string) {
@@ -52,7 +49,8 @@ func makeVethPair(t *testing.T) vethPair {
 	run("link", "add", host, "type", "veth", "peer", "name", peer)
 	t.Cleanup(func() { exec.Command("ip", "link", "del", host).Run() })
 	run("link", "set", peer, "netns", v.ns)
-	run("addr", "add", v.hostIP+"/30", "dev", host)
+	p := claimBlock(t, 30, func(p netip.Prefix) { run("addr", "add", hostAt(p, 1)+"/30", "dev", host) })
+	v.hostIP, v.nsIP = hostAt(p, 1), hostAt(p, 2)
 	run("link", "set", host, "up")
 	run("netns", "exec", v.ns, "ip", "addr", "add", v.nsIP+"/30", "dev", peer)
 	run("netns", "exec", v.ns, "ip", "link", "set", peer, "up")
