@@ -394,6 +394,9 @@ func (e *fakeEvent) Close() error { e.f.calls.Add(1); e.f.releases.Add(1); retur
 
 // fakeGDS moves bytes with pread/pwrite on the registered O_DIRECT fd.
 type fakeGDS struct {
+	// fallback: the driver runs cuFile's POSIX fallback (mode
+	// compat-forced, no DMA); otherwise it reports native DMA.
+	fallback     bool
 	failRegister atomic.Bool
 	// failReads / failWrites fail that many next cuFile calls, which
 	// then move no byte.
@@ -452,7 +455,13 @@ func (g *fakeGDS) inCall() func() {
 
 func (g *fakeGDS) Probe() error { g.probes.Add(1); return nil }
 func (g *fakeGDS) Close() error { return nil }
-func (g *fakeGDS) Mode() string { return "compat-forced" }
+func (g *fakeGDS) Mode() string {
+	if g.fallback {
+		return "compat-forced"
+	}
+	return "native"
+}
+func (g *fakeGDS) DMA() bool { return !g.fallback }
 func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	g.opened.Add(1)
 	g.lastFD.Store(int64(fd))

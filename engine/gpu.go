@@ -120,6 +120,11 @@ type GDS interface {
 	// Mode is the driver's compatibility policy: "native",
 	// "compat-permitted", "compat-forced" or "disabled"; "" before Probe.
 	Mode() string
+	// DMA reports whether cuFile moves bytes by DMA between storage and
+	// device memory (nvidia-fs loaded, compatibility not forced); false:
+	// every call is cuFile's POSIX fallback through its own bounce
+	// buffers, and an unspecified transport takes the staging instead.
+	DMA() bool
 	// OpenFile registers an O_DIRECT fd with cuFile.
 	OpenFile(fd int) (GDSFile, error)
 	// RegisterBuffer registers device memory for cuFile I/O. A failure

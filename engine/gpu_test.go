@@ -289,7 +289,7 @@ func TestRoutes(t *testing.T) {
 	if gds.reads.Load() == 0 || gds.opened.Load() != 1 {
 		t.Fatalf("cuFile reads %d, handles opened %d", gds.reads.Load(), gds.opened.Load())
 	}
-	if s := e.Stats().GDS; s.Mode != "compat-forced" || s.Files != 1 || s.BufferRegistrations != 1 {
+	if s := e.Stats().GDS; s.Mode != "native" || s.Files != 1 || s.BufferRegistrations != 1 {
 		t.Fatalf("gds stats %+v", s)
 	}
 	// Closing the segment deregisters its cuFile handle.

@@ -39,8 +39,9 @@
 //   - unspec: for requests that touch device memory, the mapped route
 //     when eligible (a tmpfs file on a segment that can read, device
 //     memory only, no padding, mapped_files on, within
-//     max_mapped_bytes), else GDS when eligible,
-//     else staging; host-only requests keep the ring (cuFile would only
+//     max_mapped_bytes), else GDS when eligible and cuFile moves bytes
+//     by DMA (a second narrowing: cuFile's POSIX fallback is a bounce
+//     copy the staging makes faster), else staging; host-only requests keep the ring (cuFile would only
 //     add a copy for DRAM, and would load libcufile for every DRAM user),
 //     but for those the host copy lanes take (hostCopyEligible).
 //
@@ -226,7 +227,11 @@ func (e *Engine) chooseRoute(g *group, r *Request, m reqMemory) (route, error) {
 	if e.mappedEligible(ent, r, m) {
 		return routeMapped, nil
 	}
-	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" {
+	// cuFile without DMA is a copy through its own bounce buffers, one
+	// blocking call per request: the staging makes the same copy with
+	// deep rings, and measured faster (docs/engine.md, "Transport
+	// selection"). gdsIneligible probes, so DMA is known after it.
+	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" && e.gds.b.DMA() {
 		return routeGDS, nil
 	}
 	return routeStaged, nil

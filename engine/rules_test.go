@@ -351,6 +351,7 @@ func TestRuleGDSSplit16MiB(t *testing.T) {
 // naming the key.
 func TestRuleGDSRequireNative(t *testing.T) {
 	r := newFailoverRig(t, func(c *config.Engine) { c.GDSRequireNative = true })
+	r.gds.fallback = true // before the first submission probes it
 	if tr := gdsRead(t, r); tr != engine.TransportIOUring {
 		t.Fatalf("transport %v, want staging", tr)
 	}
@@ -358,6 +359,42 @@ func TestRuleGDSRequireNative(t *testing.T) {
 	wantKind(t, err, engine.KindUnavailable)
 	if !strings.Contains(err.Error(), "gds_require_native") || r.gds.reads.Load() != 0 {
 		t.Fatalf("error %q, cuFile reads %d", err, r.gds.reads.Load())
+	}
+}
+
+// TestRuleGDSFallbackUnspecTakesStaging: with cuFile in its POSIX
+// fallback (no DMA), an unspecified transport takes the staging without
+// calling cuFile, while an explicit gds request still goes through it;
+// with DMA the same unspecified request takes cuFile.
+func TestRuleGDSFallbackUnspecTakesStaging(t *testing.T) {
+	for _, c := range []struct {
+		fallback bool
+		want     engine.TransportKind
+		reads    int64
+	}{
+		{fallback: true, want: engine.TransportIOUring, reads: 0},
+		{fallback: false, want: engine.TransportGDS, reads: 1},
+	} {
+		r := newFailoverRig(t, nil)
+		r.gds.fallback = c.fallback // before the first submission probes it
+		if tr := gdsRead(t, r); tr != c.want || r.gds.reads.Load() != c.reads {
+			t.Fatalf("fallback %v: transport %v with %d cuFile reads, want %v with %d", c.fallback, tr, r.gds.reads.Load(), c.want, c.reads)
+		}
+		if !c.fallback {
+			continue
+		}
+		b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Transport: engine.TransportGDS, Address: r.dev.BaseAddress(), Length: 64 << 10}}, nil, ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("explicit gds: state %v %v", st, err)
+		}
+		ts, _ := b.TaskStatus(0)
+		b.Free()
+		if ts.Transport != engine.TransportGDS || r.gds.reads.Load() != 1 {
+			t.Fatalf("explicit gds in the fallback: transport %v, cuFile reads %d", ts.Transport, r.gds.reads.Load())
+		}
 	}
 }
 
@@ -379,7 +416,7 @@ func TestRuleInspectionDoesNotLoadCuFile(t *testing.T) {
 	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 4096}}, ioTimeout); err != nil {
 		t.Fatal(err)
 	}
-	if gds.probes.Load() != 1 || e.Stats().GDS.Mode != "compat-forced" {
+	if gds.probes.Load() != 1 || e.Stats().GDS.Mode != "native" {
 		t.Fatalf("after a device submission: probes %d, mode %q", gds.probes.Load(), e.Stats().GDS.Mode)
 	}
 }

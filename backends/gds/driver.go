@@ -201,6 +201,14 @@ func nvfsLoaded() bool {
 // Mode reports the compatibility policy read at open.
 func (d *Driver) Mode() Mode { return d.props.Mode }
 
+// DMA reports whether cuFile can move bytes by DMA between storage and
+// device memory: nvidia-fs is loaded and compatibility is not forced.
+// When false, every call is cuFile's POSIX fallback, a copy through its
+// own host bounce buffers.
+func (d *Driver) DMA() bool {
+	return d.props.NvfsLoaded && d.props.Mode != ModeCompatForced && d.props.Mode != ModeDisabled
+}
+
 // Properties reports what the driver reported at open.
 func (d *Driver) Properties() Properties { return d.props }
 

@@ -125,19 +125,25 @@ func TestOpenDriverFailures(t *testing.T) {
 }
 
 func TestModes(t *testing.T) {
+	// DMA: only with nvidia-fs, and compatibility not forced.
 	for _, c := range []struct {
 		allow, force, nvfs bool
 		want               Mode
+		dma                bool
 	}{
-		{false, false, false, ModeDisabled},
-		{false, false, true, ModeNative},
-		{true, false, false, ModeCompatPermitted},
-		{true, false, true, ModeCompatPermitted},
-		{true, true, false, ModeCompatForced},
-		{false, true, true, ModeCompatForced},
+		{false, false, false, ModeDisabled, false},
+		{false, false, true, ModeNative, true},
+		{true, false, false, ModeCompatPermitted, false},
+		{true, false, true, ModeCompatPermitted, true},
+		{true, true, false, ModeCompatForced, false},
+		{false, true, true, ModeCompatForced, false},
 	} {
-		if got := modeOf(c.allow, c.force, c.nvfs); got != c.want {
+		got := modeOf(c.allow, c.force, c.nvfs)
+		if got != c.want {
 			t.Errorf("modeOf(allow=%v, force=%v, nvfs=%v) = %s, want %s", c.allow, c.force, c.nvfs, got, c.want)
+		}
+		if d := (&Driver{props: Properties{Mode: got, NvfsLoaded: c.nvfs}}); d.DMA() != c.dma {
+			t.Errorf("DMA with mode %s, nvidia-fs %v: %v, want %v", got, c.nvfs, d.DMA(), c.dma)
 		}
 	}
 	var pid atomic.Int64

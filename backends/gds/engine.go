@@ -62,6 +62,10 @@ func (b *Backend) Mode() string {
 	return string(b.drv.Mode())
 }
 
+// DMA reports whether cuFile moves bytes by DMA (Driver.DMA); false
+// before Probe.
+func (b *Backend) DMA() bool { return b.drv != nil && b.drv.DMA() }
+
 // OpenFile registers an O_DIRECT fd.
 func (b *Backend) OpenFile(fd int) (engine.GDSFile, error) {
 	if err := b.Probe(); err != nil {

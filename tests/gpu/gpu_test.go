@@ -33,6 +33,13 @@ func ext4Dir(t *testing.T) string {
 
 func newEngine(t *testing.T, mut func(*config.Engine)) *engine.Engine {
 	t.Helper()
+	e, _ := newEngineGDS(t, mut)
+	return e
+}
+
+// newEngineGDS is newEngine, also returning its cuFile backend.
+func newEngineGDS(t *testing.T, mut func(*config.Engine)) (*engine.Engine, *gds.Backend) {
+	t.Helper()
 	cfg := config.DefaultEngine()
 	cfg.MaxTransferBytes = 1 << 30
 	cfg.MaxInflightBytes = 8 << 30
@@ -46,7 +53,8 @@ func newEngine(t *testing.T, mut func(*config.Engine)) *engine.Engine {
 		}
 		t.Skipf("no GPU: %v", err)
 	}
-	e, err := engine.New(cfg, iouring.New(cfg.IOUring), c, gds.NewBackend(c.Bind))
+	g := gds.NewBackend(c.Bind)
+	e, err := engine.New(cfg, iouring.New(cfg.IOUring), c, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +63,7 @@ func newEngine(t *testing.T, mut func(*config.Engine)) *engine.Engine {
 			t.Errorf("engine close: %v", err)
 		}
 	})
-	return e
+	return e, g
 }
 
 func randomFile(t *testing.T, dir string, n int) (string, []byte) {
@@ -118,9 +126,13 @@ func submit(e *engine.Engine, op engine.Op, seg *engine.Segment, reqs []engine.R
 
 // TestRoundTrips: file -> GPU -> file on ext4 and tmpfs, 4 KiB to 1 GiB,
 // aligned and not, through staging (io_uring) and cuFile, every byte
-// checked.
+// checked. An unspecified transport on ext4 takes cuFile where it moves
+// bytes by DMA, and the staging where cuFile would run its POSIX
+// fallback.
 func TestRoundTrips(t *testing.T) {
-	e := newEngine(t, nil)
+	e, g := newEngineGDS(t, nil)
+	dma := g.Probe() == nil && g.DMA()
+	t.Logf("cuFile mode %q, DMA %v", g.Mode(), dma)
 	dirs := map[string]string{"ext4": ext4Dir(t), "tmpfs": "/dev/shm"}
 	sizes := []struct {
 		name        string
@@ -181,7 +193,7 @@ func TestRoundTrips(t *testing.T) {
 							if fs == "tmpfs" {
 								want = engine.TransportMapped
 							}
-							if fs == "ext4" && c.aligned {
+							if fs == "ext4" && c.aligned && dma {
 								want = engine.TransportGDS
 							}
 						}
@@ -454,6 +466,11 @@ type flakyGDS struct {
 	*gds.Backend
 	fail atomic.Int64 // read calls left to fail
 }
+
+// DMA says yes, whatever the driver runs: an unspecified transport then
+// tries cuFile first (in its POSIX fallback where nvidia-fs is absent),
+// so the injected failure meets the failover.
+func (f *flakyGDS) DMA() bool { return true }
 
 func (f *flakyGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	h, err := f.Backend.OpenFile(fd)
