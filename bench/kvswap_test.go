@@ -41,7 +41,7 @@ func TestKVSwapRuns(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Log(res)
-			if res.Batches == 0 || res.Bytes != res.Batches*4*(64<<10) || res.GBps <= 0 || res.P99Us < res.P50Us {
+			if res.Batches == 0 || res.Bytes != res.Batches*4*(64<<10) || res.GBps <= 0 || res.P99Us < res.P50Us || res.WarmupMaxUs <= 0 {
 				t.Fatalf("result %+v", res)
 			}
 			if s := e.Stats(); s.Batches != 0 || s.Segments != 0 || s.Regions != 0 {

@@ -124,6 +124,8 @@ type GDS interface {
 	// device memory (nvidia-fs loaded, compatibility not forced); false:
 	// every call is cuFile's POSIX fallback through its own bounce
 	// buffers, and an unspecified transport takes the staging instead.
+	// It never loads cuFile: before Probe it reports whether DMA is
+	// possible at all.
 	DMA() bool
 	// OpenFile registers an O_DIRECT fd with cuFile.
 	OpenFile(fd int) (GDSFile, error)

@@ -227,14 +227,25 @@ func (e *Engine) chooseRoute(g *group, r *Request, m reqMemory) (route, error) {
 	if e.mappedEligible(ent, r, m) {
 		return routeMapped, nil
 	}
-	// cuFile without DMA is a copy through its own bounce buffers, one
-	// blocking call per request: the staging makes the same copy with
-	// deep rings, and measured faster (docs/engine.md, "Transport
-	// selection"). gdsIneligible probes, so DMA is known after it.
-	if r.Transport == TransportUnspec && e.gdsIneligible(ent, r, m) == "" && e.gds.b.DMA() {
+	if r.Transport == TransportUnspec && e.gdsForUnspec(ent, r, m) {
 		return routeGDS, nil
 	}
 	return routeStaged, nil
+}
+
+// gdsForUnspec says whether an unspecified transport takes cuFile for r:
+// r is eligible and cuFile moves bytes by DMA. Without DMA each cuFile
+// call is a copy through its own bounce buffers, one blocking call per
+// request; the staging makes the same copies from deep rings, and
+// measured faster (docs/engine.md). DMA is asked before the eligibility
+// check, which probes cuFile, so a machine without nvidia-fs never loads
+// cuFile for an unspecified transport; and again after, for the policy
+// the driver runs.
+func (e *Engine) gdsForUnspec(ent *segEntry, r *Request, m reqMemory) bool {
+	if e.gds.b == nil || !e.cfg.GDSEnabled || !e.gds.b.DMA() {
+		return false
+	}
+	return e.gdsIneligible(ent, r, m) == "" && e.gds.b.DMA()
 }
 
 // gdsIneligible returns why r cannot use cuFile, or "".

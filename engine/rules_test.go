@@ -364,7 +364,7 @@ func TestRuleGDSRequireNative(t *testing.T) {
 
 // TestRuleGDSFallbackUnspecTakesStaging: with cuFile in its POSIX
 // fallback (no DMA), an unspecified transport takes the staging without
-// calling cuFile, while an explicit gds request still goes through it;
+// loading or calling cuFile, while an explicit gds request still goes through it;
 // with DMA the same unspecified request takes cuFile.
 func TestRuleGDSFallbackUnspecTakesStaging(t *testing.T) {
 	for _, c := range []struct {
@@ -382,6 +382,9 @@ func TestRuleGDSFallbackUnspecTakesStaging(t *testing.T) {
 		}
 		if !c.fallback {
 			continue
+		}
+		if n := r.gds.probes.Load(); n != 0 {
+			t.Fatalf("fallback: cuFile probed %d times for an unspecified transport, want never", n)
 		}
 		b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Transport: engine.TransportGDS, Address: r.dev.BaseAddress(), Length: 64 << 10}}, nil, ioTimeout)
 		if err != nil {

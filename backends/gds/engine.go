@@ -12,16 +12,19 @@ package gds
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/orbitefs/orbitefs/engine"
 )
 
 // Backend is the engine's view of cuFile.
 type Backend struct {
-	bind func(dev int, fn func() error) error
-	once sync.Once
-	drv  *Driver
-	err  error
+	bind   func(dev int, fn func() error) error
+	nvfs   func() bool // whether the nvidia-fs module is loaded, read once
+	once   sync.Once
+	probed atomic.Bool // set once Probe's verdict (drv, err) is written
+	drv    *Driver
+	err    error
 }
 
 var _ engine.GDS = (*Backend)(nil)
@@ -29,7 +32,7 @@ var _ engine.GDS = (*Backend)(nil)
 // NewBackend returns an unloaded backend; bind runs fn with device dev's
 // CUDA context current (cuda.Backend.Bind).
 func NewBackend(bind func(dev int, fn func() error) error) *Backend {
-	return &Backend{bind: bind}
+	return &Backend{bind: bind, nvfs: sync.OnceValue(nvfsLoaded)}
 }
 
 // Probe loads libcufile and opens the driver. Errors match
@@ -43,6 +46,7 @@ func (b *Backend) Probe() error {
 		}
 		b.drv = d
 	})
+	b.probed.Store(true)
 	return b.err
 }
 
@@ -62,9 +66,15 @@ func (b *Backend) Mode() string {
 	return string(b.drv.Mode())
 }
 
-// DMA reports whether cuFile moves bytes by DMA (Driver.DMA); false
-// before Probe.
-func (b *Backend) DMA() bool { return b.drv != nil && b.drv.DMA() }
+// DMA reports whether cuFile moves bytes by DMA (Driver.DMA). It never
+// loads cuFile: before Probe it says whether DMA is possible at all (the
+// nvidia-fs module is loaded).
+func (b *Backend) DMA() bool {
+	if !b.probed.Load() {
+		return b.nvfs()
+	}
+	return b.drv != nil && b.drv.DMA()
+}
 
 // OpenFile registers an O_DIRECT fd.
 func (b *Backend) OpenFile(fd int) (engine.GDSFile, error) {
