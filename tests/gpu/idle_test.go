@@ -19,8 +19,9 @@ import (
 // TestIdleEngineLoadsNothing: an engine with every backend loads neither
 // libcuda nor libcufile for construction, segment open and info, stats,
 // host registration or a DRAM transfer; the first device registration
-// loads libcuda (showing the check can fire), and the first GDS-eligible
-// transfer loads libcufile. It runs in a fresh process, since this test
+// loads libcuda (showing the check can fire); an unspecified device
+// transfer loads libcufile only where nvidia-fs is loaded, and the first
+// transfer with transport gds loads it. It runs in a fresh process, since this test
 // binary's other tests load both.
 func TestIdleEngineLoadsNothing(t *testing.T) {
 	if err := cuda.NewBackend(cuda.Options{}).Probe(); err != nil {
@@ -95,13 +96,24 @@ func idleChild(path string) error {
 		return errors.New("after a device registration: want libcuda loaded and libcufile not")
 	}
 	fmt.Println("libcuda loaded by the first device registration")
+	// An unspecified transport considers cuFile only where it can move
+	// bytes by DMA (the nvidia-fs module is loaded); an explicit gds
+	// request always does.
 	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Address: d.BaseAddress(), Length: 1 << 20}}, time.Minute); err != nil {
 		return err
 	}
-	if !loaded("libcufile.so") {
-		return errors.New("a GDS-eligible transfer did not load libcufile")
+	_, nvfs := os.Stat("/sys/module/nvidia_fs")
+	if got, want := loaded("libcufile.so"), nvfs == nil; got != want {
+		return fmt.Errorf("after an unspecified device transfer, nvidia-fs loaded %v: libcufile loaded %v", want, got)
 	}
-	fmt.Println("libcufile loaded by the first GDS-eligible transfer")
+	fmt.Printf("libcufile loaded by an unspecified device transfer: %v (nvidia-fs loaded: %v)\n", nvfs == nil, nvfs == nil)
+	if _, err := e.SubmitAndWait(engine.OpRead, seg, []engine.Request{{Transport: engine.TransportGDS, Address: d.BaseAddress(), Length: 1 << 20}}, time.Minute); err != nil {
+		return err
+	}
+	if !loaded("libcufile.so") {
+		return errors.New("a transfer with transport gds did not load libcufile")
+	}
+	fmt.Println("libcufile loaded by the first transfer with transport gds")
 	e.Unregister(d)
 	return nil
 }
