@@ -394,9 +394,11 @@ func (e *fakeEvent) Close() error { e.f.calls.Add(1); e.f.releases.Add(1); retur
 
 // fakeGDS moves bytes with pread/pwrite on the registered O_DIRECT fd.
 type fakeGDS struct {
-	// fallback: the driver runs cuFile's POSIX fallback (mode
-	// compat-forced, no DMA); otherwise it reports native DMA.
-	fallback     bool
+	// mode is the driver's policy once probed ("": native). noNvfs: no
+	// nvidia-fs module, so no DMA at all (known before the probe); with
+	// the module, DMA unless the probed mode is compat-forced.
+	mode         string
+	noNvfs       bool
 	failRegister atomic.Bool
 	// failReads / failWrites fail that many next cuFile calls, which
 	// then move no byte.
@@ -456,12 +458,17 @@ func (g *fakeGDS) inCall() func() {
 func (g *fakeGDS) Probe() error { g.probes.Add(1); return nil }
 func (g *fakeGDS) Close() error { return nil }
 func (g *fakeGDS) Mode() string {
-	if g.fallback {
-		return "compat-forced"
+	if g.mode == "" {
+		return "native"
 	}
-	return "native"
+	return g.mode
 }
-func (g *fakeGDS) DMA() bool { return !g.fallback }
+func (g *fakeGDS) DMA() bool {
+	if g.noNvfs {
+		return false
+	}
+	return g.probes.Load() == 0 || g.Mode() != "compat-forced"
+}
 func (g *fakeGDS) OpenFile(fd int) (engine.GDSFile, error) {
 	g.opened.Add(1)
 	g.lastFD.Store(int64(fd))

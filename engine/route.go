@@ -39,9 +39,9 @@
 //   - unspec: for requests that touch device memory, the mapped route
 //     when eligible (a tmpfs file on a segment that can read, device
 //     memory only, no padding, mapped_files on, within
-//     max_mapped_bytes), else GDS when eligible and cuFile moves bytes
-//     by DMA (a second narrowing: cuFile's POSIX fallback is a bounce
-//     copy the staging makes faster), else staging; host-only requests keep the ring (cuFile would only
+//     max_mapped_bytes), else GDS when eligible and cuFile moves
+//     bytes by DMA (a second narrowing: cuFile's POSIX fallback is a
+//     bounce copy the staging makes faster), else staging; host-only requests keep the ring (cuFile would only
 //     add a copy for DRAM, and would load libcufile for every DRAM user),
 //     but for those the host copy lanes take (hostCopyEligible).
 //
@@ -237,15 +237,19 @@ func (e *Engine) chooseRoute(g *group, r *Request, m reqMemory) (route, error) {
 // r is eligible and cuFile moves bytes by DMA. Without DMA each cuFile
 // call is a copy through its own bounce buffers, one blocking call per
 // request; the staging makes the same copies from deep rings, and
-// measured faster (docs/engine.md). DMA is asked before the eligibility
-// check, which probes cuFile, so a machine without nvidia-fs never loads
-// cuFile for an unspecified transport; and again after, for the policy
-// the driver runs.
+// measured faster (docs/engine.md). DMA is asked before cuFile is
+// probed, so a machine without nvidia-fs never loads it for an
+// unspecified transport; and again after the probe, for the policy the
+// driver runs, before the eligibility check registers the file with
+// cuFile (a handle the staging would never use).
 func (e *Engine) gdsForUnspec(ent *segEntry, r *Request, m reqMemory) bool {
 	if e.gds.b == nil || !e.cfg.GDSEnabled || !e.gds.b.DMA() {
 		return false
 	}
-	return e.gdsIneligible(ent, r, m) == "" && e.gds.b.DMA()
+	if e.gdsReady() != nil || !e.gds.b.DMA() {
+		return false
+	}
+	return e.gdsIneligible(ent, r, m) == ""
 }
 
 // gdsIneligible returns why r cannot use cuFile, or "".

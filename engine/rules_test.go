@@ -346,14 +346,15 @@ func TestRuleGDSSplit16MiB(t *testing.T) {
 }
 
 // TestRuleGDSRequireNative: gds_require_native excludes cuFile when the
-// driver permits or forces compatibility mode (the fake forces it):
-// device requests take staging, an explicit gds request is Unavailable
-// naming the key.
+// driver permits compatibility mode, even with DMA possible (the fake:
+// nvidia-fs loaded, compat-permitted): device requests take staging
+// after the probe said so, an explicit gds request is Unavailable naming
+// the key.
 func TestRuleGDSRequireNative(t *testing.T) {
 	r := newFailoverRig(t, func(c *config.Engine) { c.GDSRequireNative = true })
-	r.gds.fallback = true // before the first submission probes it
-	if tr := gdsRead(t, r); tr != engine.TransportIOUring {
-		t.Fatalf("transport %v, want staging", tr)
+	r.gds.mode = "compat-permitted" // before the first submission probes it
+	if tr := gdsRead(t, r); tr != engine.TransportIOUring || r.gds.probes.Load() != 1 {
+		t.Fatalf("transport %v after %d probes, want staging after one", tr, r.gds.probes.Load())
 	}
 	_, err := r.e.SubmitAndWait(engine.OpRead, r.seg, []engine.Request{{Transport: engine.TransportGDS, Address: r.dev.BaseAddress(), Length: 4096}}, ioTimeout)
 	wantKind(t, err, engine.KindUnavailable)
@@ -364,39 +365,45 @@ func TestRuleGDSRequireNative(t *testing.T) {
 
 // TestRuleGDSFallbackUnspecTakesStaging: with cuFile in its POSIX
 // fallback (no DMA), an unspecified transport takes the staging without
-// loading or calling cuFile, while an explicit gds request still goes through it;
-// with DMA the same unspecified request takes cuFile.
+// calling cuFile: without nvidia-fs it is not even loaded; with the
+// module but compatibility forced it is probed, and no file handle is
+// registered. An explicit gds request still goes through cuFile. With
+// DMA the same unspecified request takes cuFile.
 func TestRuleGDSFallbackUnspecTakesStaging(t *testing.T) {
 	for _, c := range []struct {
-		fallback bool
-		want     engine.TransportKind
-		reads    int64
+		name           string
+		noNvfs         bool
+		mode           string
+		want           engine.TransportKind
+		reads, probes  int64
+		handles        int64
+		tryExplicitGDS bool
 	}{
-		{fallback: true, want: engine.TransportIOUring, reads: 0},
-		{fallback: false, want: engine.TransportGDS, reads: 1},
+		{"no nvidia-fs", true, "compat-permitted", engine.TransportIOUring, 0, 0, 0, true},
+		{"compat forced", false, "compat-forced", engine.TransportIOUring, 0, 1, 0, true},
+		{"native", false, "", engine.TransportGDS, 1, 1, 1, false},
+		{"compat permitted with nvidia-fs", false, "compat-permitted", engine.TransportGDS, 1, 1, 1, false},
 	} {
 		r := newFailoverRig(t, nil)
-		r.gds.fallback = c.fallback // before the first submission probes it
-		if tr := gdsRead(t, r); tr != c.want || r.gds.reads.Load() != c.reads {
-			t.Fatalf("fallback %v: transport %v with %d cuFile reads, want %v with %d", c.fallback, tr, r.gds.reads.Load(), c.want, c.reads)
+		r.gds.noNvfs, r.gds.mode = c.noNvfs, c.mode // before the first submission probes it
+		if tr := gdsRead(t, r); tr != c.want || r.gds.reads.Load() != c.reads || r.gds.probes.Load() != c.probes || r.gds.opened.Load() != c.handles {
+			t.Fatalf("%s: transport %v, %d cuFile reads, %d probes, %d handles; want %v, %d, %d, %d", c.name, tr,
+				r.gds.reads.Load(), r.gds.probes.Load(), r.gds.opened.Load(), c.want, c.reads, c.probes, c.handles)
 		}
-		if !c.fallback {
+		if !c.tryExplicitGDS {
 			continue
-		}
-		if n := r.gds.probes.Load(); n != 0 {
-			t.Fatalf("fallback: cuFile probed %d times for an unspecified transport, want never", n)
 		}
 		b, err := r.e.SubmitAsync(engine.OpRead, r.seg, []engine.Request{{Transport: engine.TransportGDS, Address: r.dev.BaseAddress(), Length: 64 << 10}}, nil, ioTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-			t.Fatalf("explicit gds: state %v %v", st, err)
+			t.Fatalf("%s: explicit gds: state %v %v", c.name, st, err)
 		}
 		ts, _ := b.TaskStatus(0)
 		b.Free()
 		if ts.Transport != engine.TransportGDS || r.gds.reads.Load() != 1 {
-			t.Fatalf("explicit gds in the fallback: transport %v, cuFile reads %d", ts.Transport, r.gds.reads.Load())
+			t.Fatalf("%s: explicit gds in the fallback: transport %v, cuFile reads %d", c.name, ts.Transport, r.gds.reads.Load())
 		}
 	}
 }

@@ -24,6 +24,7 @@ package tests
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -34,10 +35,14 @@ import (
 )
 
 var (
-	testNets   = netip.MustParsePrefix("198.18.0.0/15")
-	benchNets  = netip.MustParsePrefix("198.18.252.0/22") // 252 to 255: the bench scripts' (and a spare /24)
-	netLockDir = os.TempDir()
+	testNets  = netip.MustParsePrefix("198.18.0.0/15")
+	benchNets = netip.MustParsePrefix("198.18.252.0/22") // 252 to 255: the bench scripts' (and a spare /24)
 )
+
+// netLock is the claim lock's path: one for the whole machine, whatever
+// TMPDIR each test process has (the tests that make networks run as
+// root, and /run is root's).
+const netLock = "/run/orbitefs-test-nets.lock"
 
 // claimBlock picks a free block of 198.18.0.0/15 with prefix length
 // bits and runs add with it (add puts the block's root-side address on
@@ -45,7 +50,10 @@ var (
 // anyone else looks.
 func claimBlock(t *testing.T, bits int, add func(netip.Prefix)) netip.Prefix {
 	t.Helper()
-	f, err := os.OpenFile(filepath.Join(netLockDir, "orbitefs-test-nets.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	f, err := os.OpenFile(netLock, os.O_CREATE|os.O_RDWR, 0o600)
+	if errors.Is(err, os.ErrNotExist) { // no /run: the temporary directory, shared by processes of one TMPDIR
+		f, err = os.OpenFile(filepath.Join(os.TempDir(), filepath.Base(netLock)), os.O_CREATE|os.O_RDWR, 0o600)
+	}
 	if err != nil {
 		t.Fatalf("test network lock: %v", err)
 	}

@@ -25,9 +25,9 @@ Swaps KV-cache groups between per-layer files (DIR/layer-NNN.kv, each
 pinned or cuda:N) through the engine API: each of --clients clients loops
 over batches of --batch random groups of one random layer, read (swap-in)
 or, for --write-pct percent of the batches, written (swap-out). Before
-the clock starts, every client swaps one batch in at once (the warm-up:
-the engine's first-use costs at this concurrency), reported apart as
-warmup_max_us. Reports GB/s, batches/s and per-batch p50/p99. O_DIRECT
+the clock starts, every client swaps one batch in at once (the warm-up,
+reads only: the engine's first-use costs at this concurrency), reported
+apart as warmup_max_us. Reports GB/s, batches/s and per-batch p50/p99. O_DIRECT
 where the filesystem has it unless --buffered. --create makes the layer
 files first.
 
