@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,32 @@ func TestServerSupersededAndEvict(t *testing.T) {
 	}
 	if err := other.Read(ctx, "kv", 0, buf); err != nil {
 		t.Fatalf("another engine's session after the eviction: %v", err)
+	}
+}
+
+// Evict holds at the racy point: the session is evicted while its
+// control connection's handler has not yet left (here: there is none),
+// and a lane of that session arrives (the client has not seen the close
+// yet and dials a new one). The lane is refused; a second Evict counts
+// nothing.
+func TestEvictRefusesLateLane(t *testing.T) {
+	s := NewServer(ServerConfig{Name: "srv", Key: testKey, IOTimeout: time.Second, MaxSlice: DefaultMaxSlice}, &memExports{})
+	ctrl, ctrlPeer := net.Pipe()
+	defer ctrlPeer.Close()
+	ss, err := s.join(ctrl, &wire.Hello{Role: wire.RoleControl, Name: "c", Epoch: 0xbeef})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Evict("c", 0xbeef); n != 1 {
+		t.Fatalf("Evict closed %d sessions, want 1", n)
+	}
+	lane, lanePeer := net.Pipe()
+	defer lane.Close()
+	defer lanePeer.Close()
+	if _, err := s.join(lane, &wire.Hello{Role: wire.RoleLane, Session: ss.id, Name: "c", Epoch: 0xbeef}); err == nil || !strings.Contains(err.Error(), "evicted") {
+		t.Fatalf("a lane joining an evicted session: %v, want refused as evicted", err)
+	}
+	if n := s.Evict("c", 0xbeef); n != 0 {
+		t.Fatalf("a second Evict closed %d sessions, want 0", n)
 	}
 }

@@ -23,7 +23,8 @@
 //   - A notification is answered notified only after it is in the
 //     inbox, and inbox full only when it was not queued.
 //   - A lane belongs to one control session; when the control connection
-//     ends, its lanes are closed.
+//     ends, its lanes are closed. An evicted session (Evict) takes no new
+//     lane from the moment Evict returns.
 //   - At most MaxHandshakes connections are in their handshake at once
 //     (handshakes.go): a flood of silent connections displaces itself,
 //     never a peer that says hello.
@@ -195,6 +196,10 @@ type session struct {
 	since time.Time
 	cnt   counters // payload bytes and requests of the session's connections (stats.go)
 	ipc   ipcHolds // CUDA IPC mappings the client announced (ipc.go); under Server.mu
+	// evicted: Evict closed it; no lane joins it any more, though it
+	// stays listed until its control connection's handler leaves.
+	// Under Server.mu.
+	evicted bool
 }
 
 // NewServer makes a server for exp with a fresh random epoch.
@@ -413,6 +418,8 @@ func (s *Server) join(c net.Conn, h *wire.Hello) (*session, error) {
 	switch {
 	case ss == nil:
 		return nil, fmt.Errorf("lane for session %d, which is not open (its control connection ended)", h.Session)
+	case ss.evicted:
+		return nil, fmt.Errorf("lane for session %d of %q epoch %016x, which was evicted", h.Session, ss.name, ss.epoch)
 	case ss.name != h.Name || ss.epoch != h.Epoch:
 		return nil, fmt.Errorf("lane for session %d from %q epoch %016x, but the session is %q epoch %016x",
 			h.Session, h.Name, h.Epoch, ss.name, ss.epoch)
@@ -430,9 +437,13 @@ func (s *Server) Evict(name string, epoch uint64) int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, ss := range s.mu.sessions {
-		if ss.name != name || ss.epoch != epoch {
+		if ss.name != name || ss.epoch != epoch || ss.evicted {
 			continue
 		}
+		// Marked under s.mu, as join checks it: a lane dialed after this
+		// (the client has not seen the close yet) is refused, not served
+		// until the control connection's handler gets to leave.
+		ss.evicted = true
 		ss.ctrl.Close()
 		for l := range ss.lanes {
 			l.Close()
