@@ -263,7 +263,7 @@ func warmUp(e *engine.Engine, segs []*engine.Segment, base uint64, o KVOptions) 
 			defer wg.Done()
 			reqs := make([]engine.Request, o.BatchGroups)
 			for i := range reqs {
-				reqs[i] = engine.Request{Address: base + uint64(c)*slot + uint64(i)*o.GroupBytes, TargetOffset: uint64(i%o.GroupsPerLay) * o.GroupBytes, Length: o.GroupBytes}
+				reqs[i] = engine.Request{Address: base + uint64(c)*slot + uint64(i)*o.GroupBytes, TargetOffset: uint64(i) * o.GroupBytes, Length: o.GroupBytes}
 			}
 			t0 := time.Now()
 			errs[c] = swapBatch(e, engine.OpRead, segs[c%len(segs)], reqs)

@@ -41,9 +41,10 @@
 //     memory only, no padding, mapped_files on, within
 //     max_mapped_bytes), else GDS when eligible and cuFile moves
 //     bytes by DMA (a second narrowing: cuFile's POSIX fallback is a
-//     bounce copy the staging makes faster), else staging; host-only requests keep the ring (cuFile would only
-//     add a copy for DRAM, and would load libcufile for every DRAM user),
-//     but for those the host copy lanes take (hostCopyEligible).
+//     bounce copy the staging makes faster), else staging; host-only
+//     requests keep the ring (cuFile would only add a copy for DRAM,
+//     and would load libcufile for every DRAM user), but for those the
+//     host copy lanes take (hostCopyEligible).
 //
 // Eligibility for GDS: a GDS backend that probes usable, gds_enabled, an
 // O_DIRECT fd on a filesystem with a block device (not tmpfs), no padding,

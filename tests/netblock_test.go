@@ -22,13 +22,14 @@
 package tests
 
 import (
-	"crypto/rand"
 	"encoding/binary"
 	"errors"
+	mrand "math/rand/v2"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -62,7 +63,7 @@ func claimBlock(t *testing.T, bits int, add func(netip.Prefix)) netip.Prefix {
 		t.Fatalf("test network lock: %v", err)
 	}
 	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	p, ok := pickBlock(heldNets(t), bits, randUint32())
+	p, ok := pickBlock(heldNets(t), bits, mrand.Uint32())
 	if !ok {
 		t.Fatalf("no free /%d in %s outside %s", bits, testNets, benchNets)
 	}
@@ -80,17 +81,11 @@ func pickBlock(held []netip.Prefix, bits int, start uint32) (netip.Prefix, bool)
 		var a [4]byte
 		binary.BigEndian.PutUint32(a[:], base+((start+i)%n)<<(32-bits))
 		p := netip.PrefixFrom(netip.AddrFrom4(a), bits)
-		if !p.Overlaps(benchNets) && !overlapsAny(p, held) {
+		if !p.Overlaps(benchNets) && !slices.ContainsFunc(held, p.Overlaps) {
 			return p, true
 		}
 	}
 	return netip.Prefix{}, false
-}
-
-func randUint32() uint32 {
-	var r [4]byte
-	rand.Read(r[:])
-	return binary.BigEndian.Uint32(r[:])
 }
 
 // heldNets lists the prefixes of the root namespace's addresses in
@@ -114,15 +109,6 @@ func heldNets(t *testing.T) []netip.Prefix {
 		}
 	}
 	return held
-}
-
-func overlapsAny(p netip.Prefix, held []netip.Prefix) bool {
-	for _, h := range held {
-		if p.Overlaps(h) {
-			return true
-		}
-	}
-	return false
 }
 
 // hostAt is the address n of block p (1 is its first host).

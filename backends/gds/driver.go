@@ -206,7 +206,7 @@ func (d *Driver) Mode() Mode { return d.props.Mode }
 // When false, every call is cuFile's POSIX fallback, a copy through its
 // own host bounce buffers.
 func (d *Driver) DMA() bool {
-	return d.props.NvfsLoaded && d.props.Mode != ModeCompatForced && d.props.Mode != ModeDisabled
+	return d.props.NvfsLoaded && d.props.Mode != ModeCompatForced // disabled implies no nvidia-fs (modeOf)
 }
 
 // Properties reports what the driver reported at open.
