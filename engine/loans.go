@@ -142,51 +142,84 @@ func (t *loanTable) conflict(lo, hi uint64, g *group, bigHeld bool) (loan, bool)
 // take grants g the loan [lo, hi) unless the region is closed or another
 // group holds an overlapping one.
 func (t *loanTable) take(lo, hi uint64, g *group) (closed bool, held loan, ok bool) {
+	closed, held, _, ok = t.takeAll([]hostRange{{lo: lo, hi: hi}}, g)
+	return closed, held, ok
+}
+
+// takeAll grants g the loans of rs, all of them or none: unless the
+// region is closed, or another group holds a loan overlapping rs[at]
+// (held). It holds the locks covering the bounding range of rs once for
+// the whole set: a KV group of 16 requests of 128 KiB took every shard's
+// lock and bigMu once per request, and at 64 clients those 65 locks per
+// request were where the batch workers queued (docs/performance.md).
+func (t *loanTable) takeAll(rs []hostRange, g *group) (closed bool, held loan, at int, ok bool) {
+	lo, hi := rs[0].lo, rs[0].hi
+	for _, r := range rs[1:] {
+		lo, hi = min(lo, r.lo), max(hi, r.hi)
+	}
 	bigHeld := t.lock(lo, hi)
 	defer t.unlock(lo, hi, bigHeld)
 	if t.closed {
-		return true, loan{}, false
+		return true, loan{}, 0, false
 	}
-	if l, busy := t.conflict(lo, hi, g, bigHeld); busy {
-		return false, l, false
+	for k, r := range rs {
+		if l, busy := t.conflict(r.lo, r.hi, g, bigHeld); busy {
+			return false, l, k, false
+		}
 	}
 	if t.granting != nil {
 		t.granting()
 	}
-	l := loan{lo: lo, hi: hi, owner: g}
-	first, n, big := span(lo, hi)
-	if big {
-		t.big.add(l)
-		t.bigN.Add(1)
-		return false, loan{}, true
+	for _, r := range rs {
+		l := loan{lo: r.lo, hi: r.hi, owner: g}
+		first, n, big := span(r.lo, r.hi)
+		if big {
+			t.big.add(l)
+			t.bigN.Add(1)
+			continue
+		}
+		for k := 0; k < n; k++ {
+			s := &t.shards[(first+k)%loanShards]
+			s.loans = append(s.loans, l)
+		}
 	}
-	for k := 0; k < n; k++ {
-		s := &t.shards[(first+k)%loanShards]
-		s.loans = append(s.loans, l)
-	}
-	return false, loan{}, true
+	return false, loan{}, 0, true
 }
 
 // drop removes g's loans of [lo, hi), or one pin of it when g is nil.
 func (t *loanTable) drop(lo, hi uint64, g *group) {
-	first, n, big := span(lo, hi)
-	if big {
-		t.bigMu.Lock()
-		if t.big.drop(lo, hi, g) {
-			t.bigN.Add(-1)
+	t.dropAll([]hostRange{{lo: lo, hi: hi}}, g)
+}
+
+// dropAll removes g's loans of rs (pins when g is nil), the large ones
+// in one hold of bigMu.
+func (t *loanTable) dropAll(rs []hostRange, g *group) {
+	bigHeld := false
+	for _, r := range rs {
+		first, n, big := span(r.lo, r.hi)
+		if big {
+			if !bigHeld {
+				t.bigMu.Lock()
+				bigHeld = true
+			}
+			if t.big.drop(r.lo, r.hi, g) {
+				t.bigN.Add(-1)
+			}
+			continue
 		}
-		t.bigMu.Unlock()
-		return
+		for k := 0; k < n; k++ {
+			s := &t.shards[(first+k)%loanShards]
+			s.mu.Lock()
+			if g == nil {
+				s.loans, _ = removeLoan(s.loans, loan{lo: r.lo, hi: r.hi})
+			} else {
+				s.loans = without(s.loans, g)
+			}
+			s.mu.Unlock()
+		}
 	}
-	for k := 0; k < n; k++ {
-		s := &t.shards[(first+k)%loanShards]
-		s.mu.Lock()
-		if g == nil {
-			s.loans, _ = removeLoan(s.loans, loan{lo: lo, hi: hi})
-		} else {
-			s.loans = without(s.loans, g)
-		}
-		s.mu.Unlock()
+	if bigHeld {
+		t.bigMu.Unlock()
 	}
 }
 

@@ -451,11 +451,14 @@ func (e *Engine) Regions() []*Region {
 // acquireLoans takes exclusive loans for every range of g, all or none.
 // A range overlapping another group's loan fails with ErrBusy.
 func acquireLoans(g *group) error {
-	// One region lock at a time (never two at once), and anything taken
-	// is returned on failure, so no order among regions is needed.
-	for k, rr := range g.ranges {
-		r := rr.region
-		closed, l, ok := r.loans.take(rr.lo, rr.hi, g)
+	// One region's locks at a time (never two regions' at once), and
+	// anything taken is returned on failure, so no order among regions is
+	// needed.
+	for k := 0; k < len(g.ranges); {
+		rs := loanRun(g.ranges[k:])
+		r := rs[0].region
+		closed, l, at, ok := r.loans.takeAll(rs, g)
+		rr := rs[at]
 		switch {
 		case closed:
 			releaseLoans(g, k)
@@ -467,8 +470,38 @@ func acquireLoans(g *group) error {
 			releaseLoans(g, k)
 			return errorf(KindBusy, "submit", r.name(), "requests[%d]: host range [%#x, %#x) overlaps a loan held by batches/%d", rr.req, rr.lo, rr.hi, l.owner.b.id)
 		}
+		k += len(rs)
 	}
 	return nil
+}
+
+// regionRun returns the leading ranges of rs on the region of rs[0].
+func regionRun(rs []hostRange) []hostRange {
+	n := 1
+	for n < len(rs) && rs[n].region == rs[0].region {
+		n++
+	}
+	return rs[:n]
+}
+
+// loanRun returns the leading ranges of rs to grant in one pass of their
+// region's loan table (loanTable.takeAll): the region's run when its
+// bounding range takes no more locks than its ranges one at a time would
+// (it is small, or one of them is large and so takes every lock anyway),
+// else rs[0] alone: small ranges scattered over a region would otherwise
+// hold every shard where each needs one.
+func loanRun(rs []hostRange) []hostRange {
+	rs = regionRun(rs)
+	lo, hi, big := rs[0].lo, rs[0].hi, false
+	for _, r := range rs {
+		lo, hi = min(lo, r.lo), max(hi, r.hi)
+		_, _, b := span(r.lo, r.hi)
+		big = big || b
+	}
+	if _, _, boxBig := span(lo, hi); boxBig && !big {
+		return rs[:1]
+	}
+	return rs
 }
 
 // releaseLoans drops the loans of g's first n ranges (all of them when n
@@ -477,7 +510,9 @@ func releaseLoans(g *group, n int) {
 	if n < 0 || n > len(g.ranges) {
 		n = len(g.ranges)
 	}
-	for _, rr := range g.ranges[:n] {
-		rr.region.loans.drop(rr.lo, rr.hi, g)
+	for k := 0; k < n; {
+		rs := regionRun(g.ranges[k:n])
+		rs[0].region.loans.dropAll(rs, g)
+		k += len(rs)
 	}
 }
