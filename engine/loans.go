@@ -191,20 +191,17 @@ func (t *loanTable) drop(lo, hi uint64, g *group) {
 	t.dropAll([]hostRange{{lo: lo, hi: hi}}, g)
 }
 
-// dropAll removes g's loans of rs (pins when g is nil), the large ones
-// in one hold of bigMu.
+// dropAll removes g's loans of rs (pins when g is nil): the small ones
+// shard by shard, then the large ones in one hold of bigMu, which is
+// never held while a shard's lock is taken (the order is shards, then
+// bigMu: a drop holding bigMu while it waited for a shard deadlocked
+// against a grant holding that shard and waiting for bigMu).
 func (t *loanTable) dropAll(rs []hostRange, g *group) {
-	bigHeld := false
+	big := false
 	for _, r := range rs {
-		first, n, big := span(r.lo, r.hi)
-		if big {
-			if !bigHeld {
-				t.bigMu.Lock()
-				bigHeld = true
-			}
-			if t.big.drop(r.lo, r.hi, g) {
-				t.bigN.Add(-1)
-			}
+		first, n, large := span(r.lo, r.hi)
+		if large {
+			big = true
 			continue
 		}
 		for k := 0; k < n; k++ {
@@ -218,8 +215,15 @@ func (t *loanTable) dropAll(rs []hostRange, g *group) {
 			s.mu.Unlock()
 		}
 	}
-	if bigHeld {
-		t.bigMu.Unlock()
+	if !big {
+		return
+	}
+	t.bigMu.Lock()
+	defer t.bigMu.Unlock()
+	for _, r := range rs {
+		if _, _, large := span(r.lo, r.hi); large && t.big.drop(r.lo, r.hi, g) {
+			t.bigN.Add(-1)
+		}
 	}
 }
 

@@ -306,6 +306,45 @@ func TestLoanTakeAll(t *testing.T) {
 	}
 }
 
+// TestLoanDropAllOrder: a drop of a group's large and small loans never
+// holds bigMu while it waits for a shard's lock. A grant or a pin holds
+// its shards and then waits for bigMu (while any large loan exists), so
+// a drop that held bigMu and then waited for one of those shards
+// deadlocked the two (and the region with them). Here a shard the drop
+// needs is held; while the drop waits for it, bigMu must be free.
+func TestLoanDropAllOrder(t *testing.T) {
+	const page = 1 << loanShift
+	var lt loanTable
+	g := &group{}
+	rs := []hostRange{
+		{lo: 1 << 20, hi: 1<<20 + 128<<10}, // large, first: a drop in order takes bigMu first
+		{lo: 5 * page, hi: 5*page + 8},     // small, in shard 5
+	}
+	if _, _, _, ok := lt.takeAll(rs, g); !ok {
+		t.Fatal("takeAll refused on an empty table")
+	}
+	s := &lt.shards[5]
+	s.mu.Lock() // a grant or pin holding shard 5
+	done := make(chan struct{})
+	go func() {
+		lt.dropAll(rs, g)
+		close(done)
+	}()
+	time.Sleep(50 * time.Millisecond) // the drop reaches shard 5 and waits
+	free := lt.bigMu.TryLock()
+	if free {
+		lt.bigMu.Unlock()
+	}
+	s.mu.Unlock()
+	<-done
+	if !free {
+		t.Fatal("dropAll held bigMu while it waited for a shard's lock")
+	}
+	if lt.bigN.Load() != 0 || len(s.loans) != 0 {
+		t.Fatalf("after dropAll: %d large and %d small loans left", lt.bigN.Load(), len(s.loans))
+	}
+}
+
 // TestLoanRun: a region's run is granted in one pass where that takes no
 // more locks than its ranges one at a time; scattered small ranges go
 // one by one; a run ends at the next region.

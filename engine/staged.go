@@ -157,7 +157,7 @@ type lane struct {
 	keepRing    bool
 	poisoned    bool
 	keepStreams bool // a copy on some stream has an unknown outcome
-	// parked: the lane waits in pause with a live slot, so a wake-up
+	// parked: the lane is idle in pause with a live slot, so a wake-up
 	// reaches it at once and it can take units. Guarded by
 	// stagedExec.mu.
 	parked bool
@@ -233,7 +233,7 @@ func (s *stagedExec) ready(x *offRing) {
 // (docs/performance.md). REQUIRES: s.mu.
 func (s *stagedExec) wakeLocked(x *offRing) {
 	n := len(s.lanes)
-	if x != nil && x.g.ent != nil && x.g.ent.direct.FD >= 0 && n > 0 {
+	if x != nil && x.direct() && n > 0 {
 		per := max(1, s.e.cfg.StagingChunkCount/n)
 		left := max(1, len(x.units)-int(x.next.Load()))
 		n = min(n, (left+per-1)/per)
@@ -257,6 +257,18 @@ func (s *stagedExec) wakeLocked(x *offRing) {
 		default:
 		}
 	}
+}
+
+// direct reports whether x's units read or write through O_DIRECT (as
+// fileFor will choose for them: the chunks are aligned, so the units'
+// own offsets and lengths decide; the first stands for the job).
+func (x *offRing) direct() bool {
+	ent := x.g.ent
+	if ent == nil || ent.direct.FD < 0 || ent.dioOff == 0 || len(x.units) == 0 {
+		return false
+	}
+	u := &x.units[0]
+	return u.off%ent.dioOff == 0 && u.n%ent.dioOff == 0
 }
 
 // start creates the lanes: the pinned pool split among them.
@@ -423,22 +435,23 @@ func (l *lane) loop() {
 }
 
 // pause waits for new work (or, with d > 0, at most d); false when the
-// executor closed. The lane is parked meanwhile: wakeLocked may pick it.
+// executor closed. Only an idle lane's wait (d == 0) parks it, and only
+// with a live slot, so wakeLocked never picks a lane that waits for a
+// ring or can take no unit.
 func (l *lane) pause(d time.Duration) bool {
 	var timeout <-chan time.Time
 	if d > 0 {
 		t := time.NewTimer(d)
 		defer t.Stop()
 		timeout = t.C
+	} else {
+		l.park()
+		defer func() {
+			l.s.mu.Lock()
+			l.parked = false
+			l.s.mu.Unlock()
+		}()
 	}
-	l.s.mu.Lock()
-	l.parked = l.live // a lane with no live slot takes no unit
-	l.s.mu.Unlock()
-	defer func() {
-		l.s.mu.Lock()
-		l.parked = false
-		l.s.mu.Unlock()
-	}()
 	select {
 	case <-l.wake:
 		return true
@@ -447,6 +460,16 @@ func (l *lane) pause(d time.Duration) bool {
 	case <-l.s.done:
 		return false
 	}
+}
+
+// park marks the lane parked if it has a live slot. Slots may have died
+// since the lane's last fill (an unconfirmed WRITE copy, a poisoned
+// ring), so live is looked at afresh.
+func (l *lane) park() {
+	alive := l.liveSlot()
+	l.s.mu.Lock()
+	l.parked = alive
+	l.s.mu.Unlock()
 }
 
 // acquireRing takes a ring for the lane's work. It waits for one only
