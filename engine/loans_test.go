@@ -202,9 +202,9 @@ func TestLoanCheckThenInsert(t *testing.T) {
 // BenchmarkLoansKVSwap: the loans of the KV swap workload, each client
 // holding its batch's 16 loans of 128 KiB in its own 2 MiB slot of one
 // region: the cost of a grant and a drop as the clients (and so the loans
-// held) grow, one request at a time (the client keeps 15 more held) or
-// a whole group again in one pass (over the group's own loans) (takeAll and dropAll, as acquireLoans and
-// releaseLoans now do).
+// held) grow, either one request at a time (the client keeps 15 more
+// held) or a whole group at once, again over the group's own loans
+// (takeAll and dropAll, as acquireLoans and releaseLoans do).
 func BenchmarkLoansKVSwap(b *testing.B) {
 	const (
 		perBatch = 16

@@ -263,12 +263,7 @@ func (s *stagedExec) wakeLocked(x *offRing) {
 // fileFor will choose for them: the chunks are aligned, so the units'
 // own offsets and lengths decide; the first stands for the job).
 func (x *offRing) direct() bool {
-	ent := x.g.ent
-	if ent == nil || ent.direct.FD < 0 || ent.dioOff == 0 || len(x.units) == 0 {
-		return false
-	}
-	u := &x.units[0]
-	return u.off%ent.dioOff == 0 && u.n%ent.dioOff == 0
+	return x.g.ent != nil && len(x.units) > 0 && x.g.ent.directUnit(&x.units[0])
 }
 
 // start creates the lanes: the pinned pool split among them.
@@ -709,12 +704,19 @@ func (l *lane) prepare(i int, x *offRing, k int) {
 	l.pending = append(l.pending, i)
 }
 
-// fileFor picks the O_DIRECT fd when the unit satisfies its alignment.
+// fileFor picks the O_DIRECT fd when the unit and its chunk satisfy its
+// alignment.
 func fileFor(ent *segEntry, c *chunk, u *unit) FileRef {
-	if ent.direct.FD >= 0 && u.off%ent.dioOff == 0 && u.n%ent.dioOff == 0 && c.addr()%ent.dioMem == 0 {
+	if ent.directUnit(u) && c.addr()%ent.dioMem == 0 {
 		return ent.direct
 	}
 	return ent.buffered
+}
+
+// directUnit reports whether unit u's file range may go through the
+// O_DIRECT fd (there is one, and u's offset and length are aligned).
+func (ent *segEntry) directUnit(u *unit) bool {
+	return ent.direct.FD >= 0 && u.off%ent.dioOff == 0 && u.n%ent.dioOff == 0
 }
 
 // free returns slot sl to the free state after its unit resolved. The
