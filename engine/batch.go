@@ -110,6 +110,7 @@ type Batch struct {
 	id       uint64
 	capacity int
 
+	comb      combiner   // caller copies' entries and finishes (combine.go)
 	deliverMu sync.Mutex // one goroutine at a time runs onDone
 	spare     []Report   // guarded by deliverMu: the emptied notify slice, reused
 	// reports is len(mu.notify) > 0, written under b.mu at each change
@@ -235,62 +236,88 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, err
 	}
-	copyOK := g.callerCopyEligible() // callercopy.go; needs no lock
-	b.mu.Lock()
-	if err := b.acceptLocked(len(reqs)); err != nil {
+	var en entry
+	if g.callerCopyEligible() { // callercopy.go; needs no lock
+		en = b.enterCombined(g, reqs) // combine.go
+	} else {
+		b.mu.Lock()
+		en = b.enterLocked(g, reqs, false)
 		b.mu.Unlock()
+	}
+	if en.err != nil {
 		g.release()
 		b.e.st.groupsRejected.Add(1)
-		return TaskRange{}, err
+		return TaskRange{}, en.err
+	}
+	tr := TaskRange{First: en.first, Count: len(reqs)}
+	b.e.st.groupsSubmitted.Add(1) // counters out of b.mu: each add may miss the cache
+	switch {
+	case en.copy:
+		b.e.st.callerCopies.Add(1)
+		b.runCallerCopy(g, en.lane) // lanecopy.go; and delivers
+	case en.fast:
+		en.w.fastPath()
+	case en.start:
+		en.w.start()
+	case en.w != nil:
+		en.w.submitThrough()
+		b.deliver() // a group it finished without I/O reports here
+	}
+	return tr, nil
+}
+
+// entry is what became of a submission at the batch: refused (err), a
+// caller copy its submitter (or a host copy lane) now runs, or queued
+// for the worker, which its submitter starts, runs the fast path of, or
+// submits through. The submitter acts on it after b.mu is released.
+type entry struct {
+	err         error
+	first       int  // the group's first task, read under b.mu
+	copy, lane  bool // a caller copy; lane: the host copy lanes run it
+	w           *worker
+	start, fast bool
+}
+
+// enterLocked accepts admitted group g into the batch, or refuses it,
+// and decides how it runs (entry). reqs are its requests; copyOK is
+// g.callerCopyEligible(). REQUIRES: b.mu.
+func (b *Batch) enterLocked(g *group, reqs []Request, copyOK bool) entry {
+	if err := b.acceptLocked(len(reqs)); err != nil {
+		return entry{err: err}
 	}
 	// first is read here, under b.mu: once a caller copy finishes, its
 	// group may be recycled after a Free (group.go).
 	if b.mu.tasks == nil {
 		b.listsForLocked() // group.go
 	}
-	first := len(b.mu.tasks)
-	g.first = first
+	en := entry{first: len(b.mu.tasks)}
+	g.first = en.first
 	for i := range reqs {
 		b.mu.tasks = append(b.mu.tasks, task{length: reqs[i].extent(), g: g})
 	}
 	b.mu.groups = append(b.mu.groups, g)
 	b.mu.active++
 	if copyOK && b.startCallerCopyLocked(g) {
-		lane := b.laneCopyLocked(g) // lanecopy.go
+		en.copy = true
+		en.lane = b.laneCopyLocked(g) // lanecopy.go
 		b.changedLocked()
-		b.mu.Unlock()
-		b.e.st.groupsSubmitted.Add(1)
-		b.e.st.callerCopies.Add(1) // counters out of b.mu: each add may miss the cache
-		b.runCallerCopy(g, lane)   // lanecopy.go; and delivers
-		return TaskRange{First: first, Count: len(reqs)}, nil
+		return en
 	}
 	b.mu.queue = append(b.mu.queue, g)
-	start := !b.mu.worker
+	en.start = !b.mu.worker
 	// The caller fast path serves a batch's first group only (what
 	// SubmitAndWait and SubmitAsync create). A client streaming groups into
 	// one batch would otherwise block for the whole wait window each time
 	// the batch drains, with the rest of its queue depth idle
 	// (docs/performance.md measured 0.26x fio for 4 KiB at QD 32).
-	fast := start && len(b.mu.groups) == 1 && len(b.mu.inflight) == 0 && g.fastPathEligible()
-	w := b.mu.w
-	if start {
-		w = &worker{b: b, wake: make(chan struct{}, 1), fast: fast}
-		b.mu.worker, b.mu.w = true, w
+	en.fast = en.start && len(b.mu.groups) == 1 && len(b.mu.inflight) == 0 && g.fastPathEligible()
+	en.w = b.mu.w
+	if en.start {
+		en.w = &worker{b: b, wake: make(chan struct{}, 1), fast: en.fast}
+		b.mu.worker, b.mu.w = true, en.w
 	}
 	b.changedLocked()
-	b.mu.Unlock()
-	b.e.st.groupsSubmitted.Add(1)
-
-	switch {
-	case fast:
-		w.fastPath()
-	case start:
-		w.start()
-	case w != nil:
-		w.submitThrough()
-		b.deliver() // a group it finished without I/O reports here
-	}
-	return TaskRange{First: first, Count: len(reqs)}, nil
+	return en
 }
 
 // acceptLocked says whether an admitted group of n requests may join the

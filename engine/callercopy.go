@@ -150,19 +150,42 @@ func (b *Batch) callerCopy(g *group) {
 	if h := b.e.callerCopyCopied; h != nil && !g.lane {
 		h() // tests: the submitter holds its finish here
 	}
+	if full {
+		b.finishCombined(g) // combine.go
+		return
+	}
 	b.mu.Lock()
+	b.finishCopyLocked(g, res)
+	b.unlockAndDeliver(true)
+}
+
+// finishCopyLocked publishes the outcomes of caller copy g: res[i] is
+// op i's result, or res is nil when every op moved all its bytes.
+// REQUIRES: b.mu; g's copy has ended.
+func (b *Batch) finishCopyLocked(g *group, res []int32) {
 	if g.lane {
 		b.mu.laneCopies--
 	} else {
 		b.mu.callerCopying--
 	}
 	for i := range g.ops {
-		b.completeLocked(Completion{Token: g.ops[i].Token, Res: res[i]})
+		r := int32(opBytes(&g.ops[i]))
+		if res != nil {
+			r = res[i]
+		}
+		b.completeLocked(Completion{Token: g.ops[i].Token, Res: r})
 	}
+}
+
+// unlockAndDeliver publishes a change made under b.mu, releases b.mu,
+// pokes the worker when finished (a worker sleeping on in-flight work
+// may exit or go on) and delivers finished groups' reports. It takes the
+// reports in the same hold of b.mu: one acquisition fewer per request,
+// which 32 submitters on one batch otherwise queue for. REQUIRES: b.mu,
+// which it releases.
+func (b *Batch) unlockAndDeliver(finished bool) {
 	b.changedLocked()
 	w := b.mu.w
-	// Deliver in the same hold of b.mu: one acquisition fewer per
-	// request, which 32 submitters on one batch otherwise queue for.
 	var reps []Report
 	var fn func(Report)
 	deliver := b.deliverMu.TryLock()
@@ -170,8 +193,8 @@ func (b *Batch) callerCopy(g *group) {
 		reps, fn, deliver = b.takeReportsLocked()
 	}
 	b.mu.Unlock()
-	if w != nil {
-		w.poke() // a worker sleeping on in-flight work may exit or go on
+	if finished && w != nil {
+		w.poke()
 	}
 	if deliver {
 		b.runReports(reps, fn)

@@ -81,6 +81,10 @@ type Engine struct {
 	// callerCopyCopied, nil outside tests, runs on a submitter after its
 	// caller copy moved its bytes and before its finish takes b.mu.
 	callerCopyCopied func()
+	// combineHeld, nil outside tests, runs on a batch's combiner that
+	// applied the list it took, under b.mu, just before it lets the
+	// combining lock go (combine.go).
+	combineHeld func(b *Batch)
 	// peerHandoff, nil outside tests, runs on a peer lane before a unit's
 	// context check and its handoff to the Remote (peerexec.go).
 	peerHandoff func(g *group, task int)

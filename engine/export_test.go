@@ -48,3 +48,15 @@ func (r *Region) HoldRegionCopies(f func(off int64, n int)) { r.copying = f }
 // /proc/self/pagemap (a file that does not exist: a sandbox without it).
 // Set before the engine is used.
 func (e *Engine) SetPagemapPath(path string) { e.mapped.pagemapPath = path }
+
+// HoldCombiners runs f on a batch's combiner that applied the list it
+// took, under the batch's lock, before it lets the combining lock go
+// (combine.go).
+func (e *Engine) HoldCombiners(f func()) { e.combineHeld = func(*Batch) { f() } }
+
+// CombineWaiterAsleep reports whether the newest node on b's combining
+// list is an entry whose submitter sleeps for its decision.
+func (b *Batch) CombineWaiterAsleep() bool {
+	g := b.comb.head.Load()
+	return g != nil && !g.comb.finish && g.comb.state.Load() == combSleeping
+}

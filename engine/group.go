@@ -24,10 +24,13 @@
 //     Until its batch is freed every task of the group points to it, so
 //     status and report readers of a live batch always read their own
 //     group. A caller copy is touched only by its submitter (or a host
-//     copy lane) and under b.mu, and its submitter lets go of it at the
-//     finish, under b.mu (SubmitWith reads the group's first task under
-//     b.mu, before the copy); Free takes b.mu after that, so it sees every
-//     write to the group and no goroutine holds it. Free empties the
+//     copy lane), by the batch's combiner (combine.go) and under b.mu,
+//     and it is let go of at the finish, under b.mu (SubmitWith reads
+//     the group's first task under b.mu, before the copy; a finish left
+//     on the combining list is the submitter's last touch, and the
+//     combiner reads nothing of the group after applying it); Free takes
+//     b.mu after that, so it sees every write to the group and no
+//     goroutine holds it. Free empties the
 //     batch's task and group lists before it recycles, so a reader of the
 //     freed batch finds nothing rather than another batch's group.
 //     Groups of the ring, the off-ring executors, memory and remote
@@ -105,6 +108,7 @@ type group struct {
 	nearDeadline bool
 
 	inline groupInline // storage of a one-request group (groupinline.go)
+	comb   combNode    // its link in the batch's combining list (combine.go)
 }
 
 // deadlineSlack bounds how late a group may start without reading the

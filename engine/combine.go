@@ -1,0 +1,176 @@
+// combine.go owns the batch's combiner: caller copies (callercopy.go)
+// enter their batch, and those that moved every byte finish there,
+// through whichever goroutine holds the batch's combining lock, which
+// applies every waiting entry and finish in one hold of b.mu.
+//
+// Why: 32 goroutines submitting 4 KiB caller copies into one batch each
+// took b.mu twice per request, once to enter and once to finish, and the
+// batch moved 0.05x of a parallel pread loop on 16 cores
+// (docs/performance.md, "One batch at queue depth 32"): the lock's
+// critical sections are short, but each ran on a different core from the
+// one before, with the batch's lines in another core's cache, and once a
+// waiter had parked the lock went hand to hand, one wake-up per section.
+// Combining turns the queue of waiters into a list that one goroutine
+// applies with the batch's lines hot in its cache: a finishing submitter
+// leaves its group on the list and goes, and an entering one waits only
+// for its own decision, spinning briefly, then asleep.
+//
+// Invariants:
+//   - A group is on its batch's list at most once at a time: first to
+//     enter, then, once its copy moved every byte, to finish. The
+//     combiner reads a node's next link before it applies the node;
+//     after it applies a finish it never touches the group again (a
+//     freed batch may recycle it), and after it decides an entry it
+//     touches the group only to wake its submitter.
+//   - Entries and finishes are applied under b.mu exactly as the direct
+//     path applies them (enterLocked, finishCopyLocked), in the order
+//     they were pushed (FIFO per submitter: a goroutine's next push
+//     follows its previous one's application).
+//   - No push is stranded: a pusher that fails to take combMu leaves its
+//     node to the holder, and the holder looks at the list again after
+//     it lets combMu go, so either the pusher's TryLock or the holder's
+//     second look sees the node.
+//   - Nothing runs a report hook while holding combMu: a hook may
+//     Submit, and its entry would wait on the combiner it is running on.
+//   - A finish left on the list keeps its group active (b.mu.active), so
+//     Close, Free and Wait see the batch busy until it is applied, as
+//     they saw the submitter waiting for b.mu before.
+
+package engine
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// combNode is a group's link in its batch's combining list.
+type combNode struct {
+	next   *group
+	finish bool      // a finish (finishCopyLocked), not an entry
+	reqs   []Request // an entry's requests, while it waits
+	state  atomic.Uint32
+	wake   chan struct{} // made by a submitter that sleeps, reused
+	entry  entry         // the decision, written before state turns decided
+}
+
+// combNode.state of an entry.
+const (
+	combPending  uint32 = iota // pushed, not decided
+	combSleeping               // its submitter sleeps on wake
+	combDecided                // entry holds the decision
+)
+
+// combSpins is how many looks an entering submitter takes at its
+// decision before it sleeps: about what one combining pass of a few
+// dozen nodes costs, so that a submitter behind one pass never sleeps.
+const combSpins = 64
+
+// combiner is a batch's list of pushed nodes and the lock of the
+// goroutine applying them.
+type combiner struct {
+	mu   sync.Mutex // held by the goroutine applying the list
+	head atomic.Pointer[group]
+}
+
+func (c *combiner) push(g *group) {
+	for {
+		h := c.head.Load()
+		g.comb.next = h
+		if c.head.CompareAndSwap(h, g) {
+			return
+		}
+	}
+}
+
+// enterCombined is enterLocked for caller copy g through the combiner;
+// it returns once g's entry is decided.
+func (b *Batch) enterCombined(g *group, reqs []Request) entry {
+	c := &b.comb
+	g.comb.finish = false
+	g.comb.reqs = reqs
+	g.comb.state.Store(combPending)
+	c.push(g)
+	if c.mu.TryLock() {
+		b.combine()
+	}
+	for i := 0; g.comb.state.Load() != combDecided; i++ {
+		if i < combSpins {
+			if i%8 == 7 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		if g.comb.wake == nil {
+			g.comb.wake = make(chan struct{}, 1)
+		}
+		if g.comb.state.CompareAndSwap(combPending, combSleeping) {
+			<-g.comb.wake
+		}
+	}
+	en := g.comb.entry
+	g.comb.entry = entry{}
+	return en
+}
+
+// finishCombined publishes the outcome of caller copy g, which moved
+// every byte, through the combiner. The submitter may return before it
+// is applied: the combiner running now applies it.
+func (b *Batch) finishCombined(g *group) {
+	c := &b.comb
+	g.comb.finish = true
+	c.push(g)
+	if c.mu.TryLock() {
+		b.combine()
+	}
+}
+
+// combine applies the list until it stays empty. REQUIRES: b.comb.mu,
+// which it releases.
+func (b *Batch) combine() {
+	c := &b.comb
+	for {
+		head := c.head.Swap(nil)
+		if head == nil {
+			c.mu.Unlock()
+			// A node pushed after the Swap found its TryLock failing:
+			// look again now that mu is free.
+			if c.head.Load() == nil || !c.mu.TryLock() {
+				return
+			}
+			continue
+		}
+		var fifo *group
+		for g := head; g != nil; {
+			next := g.comb.next
+			g.comb.next = fifo
+			fifo = g
+			g = next
+		}
+		finished := false
+		b.mu.Lock()
+		for g := fifo; g != nil; {
+			next := g.comb.next
+			if g.comb.finish {
+				b.finishCopyLocked(g, nil)
+				finished = true
+			} else {
+				g.comb.entry = b.enterLocked(g, g.comb.reqs, true)
+				g.comb.reqs = nil
+				if g.comb.state.Swap(combDecided) == combSleeping {
+					g.comb.wake <- struct{}{}
+				}
+			}
+			g = next
+		}
+		if h := b.e.combineHeld; h != nil {
+			h(b) // tests: a node pushed here must not be stranded
+		}
+		// Reports may run hooks that Submit: not under c.mu.
+		c.mu.Unlock()
+		b.unlockAndDeliver(finished)
+		if c.head.Load() == nil || !c.mu.TryLock() {
+			return
+		}
+	}
+}
