@@ -13,7 +13,7 @@
 // Combining turns the queue of waiters into a list that one goroutine
 // applies with the batch's lines hot in its cache: a finishing submitter
 // leaves its group on the list and goes, and an entering one waits only
-// for its own decision, spinning briefly (combSpin), then asleep.
+// for its own decision, spinning briefly (combSpinFor), then asleep.
 //
 // Invariants:
 //   - A group is on its batch's list at most once at a time: first to
@@ -61,13 +61,20 @@ const (
 	combDecided                // entry holds the decision
 )
 
-// combSpin is how long an entering submitter looks at its decision
-// before it sleeps: about what a combining pass of a few dozen nodes
-// takes on a busy machine, so that a submitter behind one pass rarely
-// sleeps. It spins without yielding: runtime.Gosched puts the goroutine
-// on the scheduler's global queue, under its global lock, and on 16
-// cores that lock took a third of the CPU of 32 submitters on one batch.
-const combSpin = 20 * time.Microsecond
+// combSpinFor is how long an entering submitter looks at its decision
+// before it sleeps, on procs processors: about what a combining pass of
+// a few dozen nodes takes on a busy machine, so that a submitter behind
+// one pass rarely sleeps; none with fewer than 4 processors, where the
+// spinner would take the CPU that the combiner needs. It spins without
+// yielding: runtime.Gosched puts the goroutine on the scheduler's
+// global queue, under its global lock, and on 16 cores that lock took a
+// third of the CPU of 32 submitters on one batch.
+func combSpinFor(procs int) time.Duration {
+	if procs < 4 {
+		return 0
+	}
+	return 20 * time.Microsecond
+}
 
 // combiner is a batch's list of pushed nodes and the lock of the
 // goroutine applying them.
@@ -97,27 +104,35 @@ func (b *Batch) enterCombined(g *group, reqs []Request) entry {
 	if c.mu.TryLock() {
 		b.combine()
 	}
-	var since time.Time
-	for i := 0; g.comb.state.Load() != combDecided; i++ {
-		if i%256 != 255 {
-			continue
-		}
-		if since.IsZero() {
-			since = time.Now()
-		}
-		if time.Since(since) < combSpin {
-			continue
-		}
-		if g.comb.wake == nil {
-			g.comb.wake = make(chan struct{}, 1)
-		}
-		if g.comb.state.CompareAndSwap(combPending, combSleeping) {
-			<-g.comb.wake
-		}
+	if g.comb.state.Load() != combDecided {
+		b.awaitEntry(g)
 	}
 	en := g.comb.entry
 	g.comb.entry = entry{}
 	return en
+}
+
+// awaitEntry returns once g's entry is decided: it spins for up to the
+// engine's combSpin, then sleeps until the combiner that decides it
+// wakes it.
+func (b *Batch) awaitEntry(g *group) {
+	if spin := b.e.combSpin; spin > 0 {
+		start := time.Now()
+		for i := 1; ; i++ {
+			if g.comb.state.Load() == combDecided {
+				return
+			}
+			if i%256 == 0 && time.Since(start) >= spin {
+				break
+			}
+		}
+	}
+	if g.comb.wake == nil {
+		g.comb.wake = make(chan struct{}, 1)
+	}
+	if g.comb.state.CompareAndSwap(combPending, combSleeping) {
+		<-g.comb.wake // the combiner turned it decided before the send
+	}
 }
 
 // finishCombined publishes the outcome of caller copy g, which moved

@@ -89,12 +89,28 @@ func TestCombinerFinishNotStranded(t *testing.T) {
 	}
 }
 
-// TestCombinerWakesSleepingEntry: a submitter whose entry waits behind
-// a combiner that holds the lock spins, then sleeps; the combiner that
-// applies its entry wakes it, and its group runs.
-func TestCombinerWakesSleepingEntry(t *testing.T) {
+// TestCombinerEntryWaits: a submitter whose entry waits behind a
+// combiner that holds the lock gets its decision either while it spins
+// (spins: a spin longer than the test) or after it slept (sleeps: no
+// spin, the engine's choice with fewer than 4 processors); the combiner
+// that applies its entry wakes it, and its group runs.
+func TestCombinerEntryWaits(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		spin  time.Duration
+		ready func(*engine.Batch) bool
+	}{
+		{"sleeps", 0, (*engine.Batch).CombineWaiterAsleep},
+		{"spins", time.Hour, (*engine.Batch).CombineWaiterPending},
+	} {
+		t.Run(c.name, func(t *testing.T) { testCombinerEntryWaits(t, c.spin, c.ready) })
+	}
+}
+
+func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine.Batch) bool) {
 	shm := tmpfsDir(t)
 	e := newEngine(t, nil)
+	e.SetCombineSpin(spin)
 	path, orig := randomFile(t, shm, "f", 1<<20)
 	seg := openSeg(t, e, path, engine.PermRead)
 	defer e.CloseFileSegment(seg, ioTimeout)
@@ -123,7 +139,7 @@ func TestCombinerWakesSleepingEntry(t *testing.T) {
 	go func() { tr, err := submit(0); first <- result{tr, err} }()
 	<-held
 	go func() { tr, err := submit(1); second <- result{tr, err} }()
-	waitFor(t, "the second submitter asleep for its entry", b.CombineWaiterAsleep)
+	waitFor(t, "the second submitter waiting for its entry", func() bool { return ready(b) })
 	close(release)
 	for i, ch := range []chan result{first, second} {
 		select {

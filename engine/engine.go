@@ -27,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +82,9 @@ type Engine struct {
 	// callerCopyCopied, nil outside tests, runs on a submitter after its
 	// caller copy moved its bytes and before its finish takes b.mu.
 	callerCopyCopied func()
+	// combSpin is how long a caller copy's entry spins for its
+	// combiner's decision before it sleeps (combine.go).
+	combSpin time.Duration
 	// combineHeld, nil outside tests, runs on a batch's combiner that
 	// applied the list it took, under b.mu, just before it lets the
 	// combining lock go (combine.go).
@@ -170,7 +174,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, wrap(KindInvalid, "new", "engine", err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends, regLimit: cfg.RegisteredLimit()}
+	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends, regLimit: cfg.RegisteredLimit(), combSpin: combSpinFor(runtime.GOMAXPROCS(0))}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
