@@ -155,6 +155,10 @@ type Batch struct {
 		// reservation returns when the last group finishes (deferfree.go).
 		deferred bool
 		retired  chan struct{} // closed once the reservation is settled
+		// recyclable counts the finished groups that may be recycled
+		// (group.recyclable), so Free knows without reading every group
+		// whether all of them may be (group.go, recycle).
+		recyclable int
 		// unquiesced is set when a group ends unquiesced; Free then
 		// quarantines the batch instead of returning its reservation.
 		unquiesced bool

@@ -51,6 +51,57 @@ func (f *freeListFixture) run(t *testing.T, capacity, n int) (*engine.Batch, []a
 	return b, b.GroupIdentities()
 }
 
+// TestFreeListSkipsOthers: a freed batch with a group that may not be
+// recycled (two requests) passes on only its one-request caller copies,
+// in order.
+func TestFreeListSkipsOthers(t *testing.T) {
+	f := newFreeListFixture(t)
+	for attempt := 0; ; attempt++ {
+		old, err := f.e.AllocateBatch(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k < 64; k++ {
+			if k == 5 { // one group of two requests in the middle
+				reqs := []engine.Request{
+					{Address: f.r.BaseAddress() + 70*4096, TargetOffset: 0, Length: 4096},
+					{Address: f.r.BaseAddress() + 71*4096, TargetOffset: 4096, Length: 4096},
+				}
+				if _, err := old.Submit(engine.OpRead, f.seg, reqs, nil, ioTimeout); err != nil {
+					t.Fatal(err)
+				}
+				k++
+				continue
+			}
+			if err := f.submit(old, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old.Seal()
+		if st, err := old.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+			t.Fatalf("state %v, %v", st, err)
+		}
+		groups := old.GroupIdentities()
+		want := append(slices.Clone(groups[:5]), groups[6:]...)
+		if err := old.Free(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := f.e.AllocateBatch(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		free := b.FreeList()
+		b.Free()
+		if len(free) == 0 && attempt < 50 {
+			continue // sync.Pool dropped the lists
+		}
+		if !slices.Equal(free, want) {
+			t.Fatalf("free list of %d groups, want the %d one-request ones of %d", len(free), len(want), len(groups))
+		}
+		return
+	}
+}
+
 // TestFreeListCarriesGroups: the caller copies of a freed batch whose
 // lists are pooled (at least 64 tasks, minPooledList) become the free list of the next batch that takes its
 // lists, and that batch's one-request groups come from it, in order,
