@@ -43,11 +43,11 @@
 //     the slot only after its own swap or its wake-up saw the hook's.
 //   - With one slot (queue depth 1) the driver has one task in flight at
 //     a time, and its cell is the slot's own, which the slot resets
-//     after reading and before its next Submit. A cell per task, in an
-//     array of max_batch_requests cells per batch, was touched once per
-//     request, 4096 requests after the last touch of its cache line: the
-//     hook's write missed the cache on every request, 3 % of a 32-job QD
-//     1 run's CPU (docs/performance.md).
+//     after reading and before its next Submit. A cell per task, in a
+//     fresh array of max_batch_requests cells per batch, met the hook's
+//     write cold when 32 jobs ran at QD 1 (the others ran between two
+//     requests of one job): the hook's own time was 2.4 % of the run's
+//     CPU (docs/performance.md).
 //   - Only ops finished before the measurement's cutoff are counted.
 //   - Every batch allocated is freed before Run returns, on every path.
 
