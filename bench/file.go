@@ -41,6 +41,13 @@
 //     progress and none to come.
 //   - A task's cell is written by the hook before its swap, and read by
 //     the slot only after its own swap or its wake-up saw the hook's.
+//   - With one slot (queue depth 1) the driver has one task in flight at
+//     a time, and its cell is the slot's own, which the slot resets
+//     after reading and before its next Submit. A cell per task, in a
+//     fresh array of max_batch_requests cells per batch, met the hook's
+//     write cold when 32 jobs ran at QD 1 (the others ran between two
+//     requests of one job): the hook's own time was 2.4 % of the run's
+//     CPU (docs/performance.md).
 //   - Only ops finished before the measurement's cutoff are counted.
 //   - Every batch allocated is freed before Run returns, on every path.
 
@@ -228,7 +235,7 @@ type live struct {
 	pending atomic.Int64
 	used    atomic.Int64
 	full    atomic.Bool // it became the previous batch (set under d.mu)
-	cells   []cell      // per task
+	cells   []cell      // per task; nil with one slot (slot.cell)
 }
 
 // cell is where a task's hook and slot meet.
@@ -258,6 +265,7 @@ type slot struct {
 	ops   uint64        // measured ops and bytes: the slot's own, merged by run
 	bytes uint64
 	hist  *histShard
+	cell  cell     // every task's cell when the driver has only this slot
 	_     [64]byte // slots are written by their own goroutines only
 }
 
@@ -427,7 +435,7 @@ func (d *driver) slotLoop(i int) {
 			d.settle(lv)
 			return
 		}
-		c := &lv.cells[tr.First]
+		c := d.cellOf(lv, tr.First)
 		if h := d.o.meet; h != nil {
 			h(lv.b.ID(), tr.First, false, false)
 		}
@@ -440,6 +448,9 @@ func (d *driver) slotLoop(i int) {
 		}
 		f := c.f
 		c.f = finish{} // keep no error alive
+		if lv.cells == nil {
+			c.state.Store(0) // the slot's own cell: ready for its next task
+		}
 		if f.err != nil {
 			d.fail(f.err)
 		} else if f.at.UnixNano() <= d.cutoff.Load() {
@@ -501,7 +512,10 @@ func (d *driver) rollOverLocked() error {
 			d.cur.Store(nil)
 			return err
 		}
-		lv := &live{b: b, cells: make([]cell, d.capacity)}
+		lv := &live{b: b}
+		if len(d.slots) > 1 {
+			lv.cells = make([]cell, d.capacity)
+		}
 		b.OnGroupDone(d.onDone(lv))
 		d.cur.Store(lv)
 		d.batches++
@@ -525,7 +539,7 @@ func (d *driver) settle(lv *live) {
 // the task's cell, waking the slot if it already waits there.
 func (d *driver) onDone(lv *live) func(engine.Report) {
 	return func(r engine.Report) {
-		c := &lv.cells[r.Tasks.First]
+		c := d.cellOf(lv, r.Tasks.First)
 		c.f = finish{at: time.Now(), bytes: r.CompletedBytes}
 		if r.CompletedRequests != 1 {
 			c.f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
@@ -541,6 +555,15 @@ func (d *driver) onDone(lv *live) func(engine.Report) {
 			d.slots[i-1].wake <- struct{}{}
 		}
 	}
+}
+
+// cellOf is where task i of lv's hook and slot meet: its own cell, or,
+// when the driver has one slot, that slot's.
+func (d *driver) cellOf(lv *live, i int) *cell {
+	if lv.cells == nil {
+		return &d.slots[0].cell
+	}
+	return &lv.cells[i]
 }
 
 // retire seals, waits for and frees a batch whose tasks have all been

@@ -320,7 +320,9 @@ func TestRunQueueDepthInFlight(t *testing.T) {
 // left (checkResult: every op counted with its bytes). Each case holds
 // one side just before its swap until the other side has swapped, on
 // every task: the hook first (as for a caller copy, which finishes
-// inside Submit), or the slot first (as for a ring completion). The
+// inside Submit), or the slot first (as for a ring completion), at
+// queue depth 4 (a cell per task) and 1 (the slot's own cell, reused by
+// every task). The
 // requests go through the ring (O_DIRECT) and never the caller fast path,
 // so the hook runs on the batch worker and may be held without holding
 // the slot's Submit; but a Submit delivers the reports that finished
@@ -329,14 +331,20 @@ func TestRunQueueDepthInFlight(t *testing.T) {
 // before its Submit returns) and counts as inline.
 func TestRunHookMeetsSlot(t *testing.T) {
 	needIOUring(t)
-	for _, hookFirst := range []bool{true, false} {
-		name := "slot first"
-		if hookFirst {
-			name = "hook first"
-		}
-		t.Run(name, func(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		hookFirst bool
+		qd        int // 1: every task meets in the slot's own cell
+	}{
+		{"hook first", true, 4},
+		{"slot first", false, 4},
+		{"hook first qd1", true, 1},
+		{"slot first qd1", false, 1},
+	} {
+		hookFirst := c.hookFirst
+		t.Run(c.name, func(t *testing.T) {
 			o := Options{File: tempFile(t, "", 256<<10), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096,
-				QueueDepth: 4, Size: 256 << 10, Runtime: 150 * time.Millisecond, Direct: true, Seed: 3}
+				QueueDepth: c.qd, Size: 256 << 10, Runtime: 150 * time.Millisecond, Direct: true, Seed: 3}
 			type key struct {
 				batch uint64
 				task  int
@@ -401,4 +409,40 @@ func goid() uint64 {
 		panic(fmt.Sprintf("goroutine header %q: %v", f, err))
 	}
 	return id
+}
+
+// TestRunCallerCopyQD1Jobs: jobs at queue depth 1 on an in-memory file,
+// where every request is a caller copy whose hook runs inside its
+// slot's Submit, meet in each slot's own cell (one per driver) across
+// many batch roll-overs: every op is counted, with its bytes, and the
+// engine finished as many groups as it was given.
+func TestRunCallerCopyQD1Jobs(t *testing.T) {
+	if st, err := os.Stat("/dev/shm"); err != nil || !st.IsDir() {
+		t.Skip("no /dev/shm")
+	}
+	dir, err := os.MkdirTemp("/dev/shm", "orbitefs-bench-qd1")
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	o := Options{File: tempFile(t, dir, 1<<20), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096, QueueDepth: 1, Jobs: 4,
+		Size: 1 << 20, Runtime: 150 * time.Millisecond, Seed: 3}
+	base := config.DefaultEngine()
+	base.MaxBatchRequests = 64 // many roll-overs, each batch's lists pooled
+	e := newEngine(t, &o, base)
+	r, err := Run(context.Background(), e, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, r, o, "engine")
+	if r.Engine == nil || r.Engine.Batches < 8 {
+		t.Fatalf("engine counters %+v: want many batches (roll-over)", r.Engine)
+	}
+	if r.Engine.GroupsSubmitted < r.Ops {
+		t.Errorf("%d groups for %d ops", r.Engine.GroupsSubmitted, r.Ops)
+	}
+	st := e.Stats()
+	if st.CallerCopies == 0 || st.TasksCompleted != st.GroupsSubmitted {
+		t.Errorf("stats after the run: %d caller copies, %d tasks completed of %d groups", st.CallerCopies, st.TasksCompleted, st.GroupsSubmitted)
+	}
 }

@@ -110,6 +110,12 @@ type Batch struct {
 	id       uint64
 	capacity int
 
+	// free: recycled one-request groups, handed out before the engine's
+	// pool (groupinline.go). Set at allocation and never changed;
+	// freeNext is the next index to take.
+	free     []*group
+	freeNext atomic.Int64
+
 	comb      combiner   // caller copies' entries and finishes (combine.go)
 	deliverMu sync.Mutex // one goroutine at a time runs onDone
 	spare     []Report   // guarded by deliverMu: the emptied notify slice, reused
@@ -150,6 +156,10 @@ type Batch struct {
 		// reservation returns when the last group finishes (deferfree.go).
 		deferred bool
 		retired  chan struct{} // closed once the reservation is settled
+		// recyclable counts the finished groups that may be recycled
+		// (group.recyclable), so Free knows without reading every group
+		// whether all of them may be (group.go, recycle).
+		recyclable int
 		// unquiesced is set when a group ends unquiesced; Free then
 		// quarantines the batch instead of returning its reservation.
 		unquiesced bool
@@ -172,19 +182,27 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 	if capacity < 1 || capacity > e.cfg.MaxBatchRequests {
 		return nil, errorf(KindInvalid, op, "batches", "capacity %d: must be in [1, max_batch_requests (%d)]", capacity, e.cfg.MaxBatchRequests)
 	}
+	b := &Batch{e: e, capacity: capacity}
+	l := b.takeLists() // group.go; before b is shared
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	fail := func(err error) (*Batch, error) {
+		if l != nil {
+			e.lists.Put(l)
+		}
+		return nil, err
+	}
 	if e.closed.Load() {
-		return nil, errorf(KindClosed, op, "batches", "engine is closed")
+		return fail(errorf(KindClosed, op, "batches", "engine is closed"))
 	}
 	if n := len(e.mu.batches) + e.mu.quarantined + len(e.mu.deferred); n >= e.cfg.MaxAllocatedBatches {
-		return nil, errorf(KindExhausted, op, "batches", "%d live, %d deferred and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), len(e.mu.deferred), e.mu.quarantined, e.cfg.MaxAllocatedBatches)
+		return fail(errorf(KindExhausted, op, "batches", "%d live, %d deferred and %d quarantined batches reach max_allocated_batches (%d); free some", len(e.mu.batches), len(e.mu.deferred), e.mu.quarantined, e.cfg.MaxAllocatedBatches))
 	}
 	if e.mu.reserved+capacity > e.cfg.MaxAllocatedRequests {
-		return nil, errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests)
+		return fail(errorf(KindExhausted, op, "batches", "capacity %d + %d reserved exceeds max_allocated_requests (%d)", capacity, e.mu.reserved, e.cfg.MaxAllocatedRequests))
 	}
 	e.mu.nextBatch++
-	b := &Batch{e: e, id: e.mu.nextBatch, capacity: capacity}
+	b.id = e.mu.nextBatch
 	e.mu.batches[b.id] = b
 	e.mu.reserved += capacity
 	return b, nil
@@ -727,7 +745,7 @@ func (b *Batch) Free() error {
 	quarantine := b.mu.unquiesced
 	b.changedLocked()
 	b.retiredLocked()
-	lists := b.detachGroupsLocked() // group.go
+	lists := b.detachGroupsLocked() // group.go; and the free list's rest
 	b.mu.Unlock()
 	e := b.e
 	if !quarantine {

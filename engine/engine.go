@@ -96,6 +96,9 @@ type Engine struct {
 	// close has closed the entry to new work and before it waits for the
 	// entry's users: a test holds concurrent closes there.
 	closeDrained func()
+	// groupTaken, nil outside tests, runs in newGroup after a submission
+	// took a group from its batch's free list (groupinline.go).
+	groupTaken func(g *group)
 
 	// segMu serializes the share-or-insert step of segment opens; it is
 	// never held across the open itself, which may block on the store.

@@ -17,9 +17,10 @@
 //   - A report of an unquiesced group has KindUnquiesced at the first
 //     unsuccessful request; a failed WRITE group's report has an unknown
 //     remote effect when any request of its affected span was submitted.
-//   - Reuse: a group object is recycled (Engine.groups) only when nothing
-//     can reach it any more, which is when its batch is freed by Free with
-//     no group active (never deferred, never quarantined), and only when
+//   - Reuse: a group object is recycled (Engine.groups, or the free list
+//     that a freed batch's pooled lists carry to the batch that takes
+//     them next, recycle) only when nothing can reach it any more, which
+//     is when its batch is freed by Free with no group active (never deferred, never quarantined), and only when
 //     it is a finished, drained one-request caller copy (callercopy.go).
 //     Until its batch is freed every task of the group points to it, so
 //     status and report readers of a live batch always read their own
@@ -37,11 +38,18 @@
 //     targets are never recycled: their executors may touch them after
 //     they finish. The emptied task and group lists are pooled too,
 //     cleared, so no group stays reachable through them.
+//   - A free list is fixed when its batch is allocated; each entry is
+//     handed out once (an atomic index, takeFree), and Free claims the
+//     entries not handed out. A free list's array is never reused: a
+//     submission that took its entry before Free may clear it after. A
+//     freed batch whose groups are all recyclable (b.mu.recyclable, counted
+//     at each finish) passes its group list on as the free list whole.
 
 package engine
 
 import (
 	"fmt"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -188,7 +196,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 	// close that a caller copy must read the clock again (callercopy.go).
 	now := time.Now()
 	deadline := e.deadlineAt(opts, now)
-	g := e.newGroup(len(reqs))
+	g := e.newGroup(b, len(reqs))
 	g.b, g.op, g.seg, g.ent = b, op, seg, ent
 	g.deadline, g.fileLo, g.lastSubmitted = deadline, ^uint64(0), -1
 	g.nearDeadline = deadline.Sub(now) < deadlineSlack
@@ -478,49 +486,122 @@ func (g *group) recyclable() bool {
 }
 
 // detachGroupsLocked empties the task and group lists of a batch that
-// Free just freed with no group active, and returns them; recycle them
-// after b.mu is released. REQUIRES: b.mu.
+// Free just freed with no group active, and returns them with the rest of
+// its free list; recycle them after b.mu is released. REQUIRES: b.mu.
 func (b *Batch) detachGroupsLocked() batchLists {
-	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups}
+	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups, all: b.mu.recyclable == len(b.mu.groups)}
 	b.mu.groups, b.mu.tasks = nil, nil
+	// Claim what no submission took: one that claims after this finds
+	// the list empty (freeClosed is past any length).
+	if next := b.freeNext.Swap(freeClosed); next < int64(len(b.free)) {
+		l.free = b.free[next:]
+	}
 	return l
 }
 
+// freeClosed is freeNext once Free claimed the rest of the free list.
+const freeClosed = math.MaxInt64 / 2
+
 // batchLists are a batch's task and group lists, which a freed batch
-// hands back for reuse with its groups.
+// hands back for reuse with its groups, and a free list: recyclable
+// groups for the next batch that takes the lists.
 type batchLists struct {
 	tasks  []task
 	groups []*group
+	free   []*group
+	all    bool // every group in groups is recyclable
 }
 
 // recycle hands the recyclable groups of a freed batch, and its lists,
-// to the pools. REQUIRES: l came from detachGroupsLocked of a batch not
-// quarantined.
+// to the pools. The groups ride with the lists as the next batch's free
+// list when the lists are pooled: a batch of 4096 caller copies put its
+// groups into the engine's sync.Pool one by one, all on the processor
+// that ran Free, and every other processor then stole them back one by
+// one (sync.Pool was 7 % of the engine's CPU at 32 jobs at QD 1 on 16
+// cores, docs/performance.md). REQUIRES: l came from
+// detachGroupsLocked of a batch not quarantined.
 func (e *Engine) recycle(l batchLists) {
+	if cap(l.tasks) < minPooledList {
+		for _, g := range l.groups {
+			if g.recyclable() {
+				e.groups.Put(g)
+			}
+		}
+		e.putGroups(l.free)
+		return
+	}
+	if l.all && len(l.free) == 0 && len(l.groups) <= maxFreeList {
+		// Every group is recyclable and the old free list was used up
+		// (a batch of caller copies): the group list itself becomes the
+		// free list, with no look at each group, whose lines went cold
+		// thousands of requests ago (Free, with the pool's Puts, was 3 %
+		// of the CPU at 32 jobs at QD 1, docs/performance.md). The next
+		// batch gets a new group list (takeLists).
+		clear(l.tasks)
+		e.lists.Put(&batchLists{tasks: l.tasks[:0], free: l.groups})
+		return
+	}
+	// A new slice: the old free list may still see a late nil from a
+	// submission that took its group before Free (takeFree).
+	free := make([]*group, 0, min(len(l.free)+len(l.groups), maxFreeList))
 	for _, g := range l.groups {
-		if g.recyclable() {
-			e.groups.Put(g)
+		if g.recyclable() && len(free) < maxFreeList {
+			free = append(free, g)
 		}
 	}
-	if cap(l.tasks) >= minPooledList {
-		clear(l.tasks) // no group stays reachable through a pooled list
-		clear(l.groups)
-		e.lists.Put(&batchLists{tasks: l.tasks[:0], groups: l.groups[:0]})
+	spill := min(len(l.free), maxFreeList-len(free))
+	free = append(free, l.free[:spill]...)
+	e.putGroups(l.free[spill:])
+	clear(l.free)  // Free owns these entries: nothing stays reachable
+	clear(l.tasks) // no group stays reachable through a pooled list
+	clear(l.groups)
+	e.lists.Put(&batchLists{tasks: l.tasks[:0], groups: l.groups[:0], free: free})
+}
+
+// putGroups puts groups into the engine's pool.
+func (e *Engine) putGroups(gs []*group) {
+	for _, g := range gs {
+		e.groups.Put(g)
 	}
 }
 
 // minPooledList: shorter lists cost less to grow than to pool.
 const minPooledList = 64
 
-// listsForLocked gives a batch's first submission its task and group lists: a
-// freed batch's, as long as the new batch may fill them, else none
-// (append makes them). REQUIRES: b.mu; b has no task yet.
+// maxFreeList bounds a free list (the largest batch is 4096 tasks by
+// default): groups beyond it go to the engine's pool.
+const maxFreeList = 4096
+
+// takeLists gives a new batch a freed batch's task and group lists and
+// its free list, as long as the new batch may fill them, and returns
+// them (to be pooled again should the allocation fail). REQUIRES: b not
+// yet shared.
+func (b *Batch) takeLists() *batchLists {
+	if b.capacity < minPooledList {
+		return nil
+	}
+	l, ok := b.e.lists.Get().(*batchLists)
+	if !ok {
+		return nil
+	}
+	b.mu.tasks, b.mu.groups, b.free = l.tasks, l.groups, l.free
+	if l.groups == nil && l.tasks != nil {
+		b.mu.groups = make([]*group, 0, min(cap(l.tasks), b.capacity)) // the old one is a free list now
+	}
+	return l
+}
+
+// listsForLocked gives a batch's first submission its task and group
+// lists when its allocation found none pooled (takeLists); the free list
+// that came with them goes to the engine's pool, since a live batch's
+// free list never changes. REQUIRES: b.mu; b has no task yet.
 func (b *Batch) listsForLocked() {
 	if b.capacity < minPooledList {
 		return
 	}
 	if l, ok := b.e.lists.Get().(*batchLists); ok {
 		b.mu.tasks, b.mu.groups = l.tasks, l.groups
+		b.e.putGroups(l.free)
 	}
 }
 
@@ -569,6 +650,9 @@ func (g *group) finishLocked(drained bool) {
 	g.unquiesced = !drained
 	if !drained {
 		b.mu.unquiesced = true
+	}
+	if g.recyclable() {
+		b.mu.recyclable++
 	}
 	b.mu.active--
 	defer b.settleDeferredLocked() // deferfree.go

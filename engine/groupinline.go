@@ -11,9 +11,10 @@
 //     long as it; append beyond the inline capacity moves to the heap
 //     (a vector request with several ranges), which is always safe.
 //   - Groups of more than one request allocate as before.
-//   - A one-request group may come from the engine's pool of recycled
-//     groups (group.go states when a group is recycled); it is zeroed
-//     before it is handed out, so it carries nothing of its last use.
+//   - A one-request group may come from its batch's free list or the
+//     engine's pool of recycled groups (group.go states when a group is
+//     recycled); it is zeroed before it is handed out, so it carries
+//     nothing of its last use. A free list entry is handed out once.
 
 package engine
 
@@ -28,18 +29,45 @@ type groupInline struct {
 	final  Report
 }
 
-// newGroup returns a group with its per-request slices sized for n
-// requests, inline when n is 1. A one-request group is recycled when the
-// pool has one: 4 KiB clients allocated an 864-byte group per request,
-// 10-22 % of their CPU in the allocator and the first touch.
-func (e *Engine) newGroup(n int) *group {
+// newGroup returns a group for b with its per-request slices sized for
+// n requests, inline when n is 1. A one-request group is recycled when
+// b's free list (group.go, recycle) or else the engine's pool has one:
+// 4 KiB clients allocated an 864-byte group per request, 10-22 % of
+// their CPU in the allocator and the first touch.
+func (e *Engine) newGroup(b *Batch, n int) *group {
 	if n == 1 {
-		if g, ok := e.groups.Get().(*group); ok {
+		g := b.takeFree()
+		if g == nil {
+			g, _ = e.groups.Get().(*group)
+		}
+		if g != nil {
 			*g = group{}
 			return g.init(1)
 		}
 	}
 	return newGroup(n)
+}
+
+// takeFree takes the next group of b's free list, or nil. Each index is
+// claimed by one atomic add, so concurrent submissions never share a
+// group; Free claims the rest at once (detachGroupsLocked). The taker
+// clears its entry, so the list keeps no group it handed out; that
+// write may land after Free, which is why recycle never reuses a free
+// list's array.
+func (b *Batch) takeFree() *group {
+	if len(b.free) == 0 {
+		return nil
+	}
+	i := b.freeNext.Add(1) - 1
+	if i >= int64(len(b.free)) {
+		return nil
+	}
+	g := b.free[i]
+	b.free[i] = nil
+	if h := b.e.groupTaken; h != nil {
+		h(g) // tests: the submission holds its group here
+	}
+	return g
 }
 
 // newGroup allocates a group for n requests.

@@ -11,3 +11,21 @@ func (b *Batch) GroupIdentities() []any {
 	}
 	return out
 }
+
+// FreeList returns the groups of the batch's free list not yet handed
+// out, in order, each as GroupIdentities does. Call it while no
+// submission or Free of the batch runs.
+func (b *Batch) FreeList() []any {
+	var out []any
+	for i := b.freeNext.Load(); i < int64(len(b.free)); i++ {
+		out = append(out, b.free[i])
+	}
+	return out
+}
+
+// HoldGroupTaken runs f, with the group as an opaque identity, on every
+// submission that takes a group from its batch's free list, right after
+// it took it. Set before the engine is used concurrently.
+func (e *Engine) HoldGroupTaken(f func(g any)) {
+	e.groupTaken = func(g *group) { f(g) }
+}
