@@ -24,8 +24,10 @@
 //     touches the group only to wake its submitter.
 //   - Entries and finishes are applied under b.mu exactly as the direct
 //     path applies them (enterLocked, finishCopyLocked), in the order
-//     they were pushed (FIFO per submitter: a goroutine's next push
-//     follows its previous one's application).
+//     they were pushed. A submitter that finds b.mu free applies its own
+//     entry or finish directly (a batch with one submitter never
+//     combines); a finish it left on the list may then be applied after
+//     its next entry, as if it had finished a moment later.
 //   - No push is stranded: a pusher that fails to take combMu leaves its
 //     node to the holder, and the holder looks at the list again after
 //     it lets combMu go, so either the pusher's TryLock or the holder's
@@ -93,9 +95,15 @@ func (c *combiner) push(g *group) {
 	}
 }
 
-// enterCombined is enterLocked for caller copy g through the combiner;
-// it returns once g's entry is decided.
+// enterCombined is enterLocked for caller copy g, directly when b.mu is
+// free and through the combiner when it is not; it returns once g's
+// entry is decided.
 func (b *Batch) enterCombined(g *group, reqs []Request) entry {
+	if b.mu.TryLock() { // nobody to combine with: one submitter per batch
+		en := b.enterLocked(g, reqs, true)
+		b.mu.Unlock()
+		return en
+	}
 	c := &b.comb
 	g.comb.finish = false
 	g.comb.reqs = reqs
@@ -136,9 +144,15 @@ func (b *Batch) awaitEntry(g *group) {
 }
 
 // finishCombined publishes the outcome of caller copy g, which moved
-// every byte, through the combiner. The submitter may return before it
-// is applied: the combiner running now applies it.
+// every byte, directly when b.mu is free and through the combiner when
+// it is not. The submitter may return before it is applied: the
+// combiner running now applies it.
 func (b *Batch) finishCombined(g *group) {
+	if b.mu.TryLock() {
+		b.finishCopyLocked(g, nil)
+		b.unlockAndDeliver(true)
+		return
+	}
 	c := &b.comb
 	g.comb.finish = true
 	c.push(g)

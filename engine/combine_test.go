@@ -11,13 +11,27 @@ import (
 	"github.com/orbitefs/orbitefs/engine"
 )
 
+// viaCombiner runs submit on a goroutine of its own while the test holds
+// b's lock, so that its entry goes through the combiner, and returns
+// once that goroutine holds the combining lock (it then waits for b's
+// lock, which is released).
+func viaCombiner(t *testing.T, b *engine.Batch, submit func()) {
+	t.Helper()
+	unlock := b.LockBatch()
+	go submit()
+	waitFor(t, "the submitter combining", b.CombinerRunning)
+	unlock()
+}
+
 // TestCombinerFinishNotStranded: a finish pushed while the combiner
 // holds its lock after taking the list (its TryLock fails, and its
 // submitter returns) is applied once that combiner lets the lock go:
 // the combiner looks at the list again. The combiner here is another
-// submitter's entry, held there until the first submitter has pushed
-// its finish and returned; the check runs before the combiner's own
-// copy and finish, which would otherwise apply the node too.
+// submitter's entry (sent through the combiner by holding the batch's
+// lock at its start), held after applying its list, with the batch's
+// lock, until the first submitter has pushed its finish and returned;
+// the check runs before the combiner's own copy and finish, which would
+// otherwise apply the node too.
 func TestCombinerFinishNotStranded(t *testing.T) {
 	shm := tmpfsDir(t)
 	e := newEngine(t, nil)
@@ -71,7 +85,9 @@ func TestCombinerFinishNotStranded(t *testing.T) {
 	}()
 	<-copiedB
 	armed.Store(true)
-	if err := submit(1); err != nil { // A
+	errA := make(chan error, 1)
+	viaCombiner(t, b, func() { errA <- submit(1) }) // A
+	if err := <-errA; err != nil {
 		t.Fatal(err)
 	}
 	if err := <-errB; err != nil {
@@ -136,7 +152,7 @@ func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine
 		err error
 	}
 	first, second := make(chan result, 1), make(chan result, 1)
-	go func() { tr, err := submit(0); first <- result{tr, err} }()
+	viaCombiner(t, b, func() { tr, err := submit(0); first <- result{tr, err} })
 	<-held
 	go func() { tr, err := submit(1); second <- result{tr, err} }()
 	waitFor(t, "the second submitter waiting for its entry", func() bool { return ready(b) })

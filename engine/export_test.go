@@ -74,3 +74,19 @@ func (b *Batch) CombineWaiterPending() bool {
 	g := b.comb.head.Load()
 	return g != nil && !g.comb.finish && g.comb.state.Load() == combPending
 }
+
+// LockBatch takes b's lock and returns its release: a submitter that
+// meanwhile enters a caller copy goes through the combiner.
+func (b *Batch) LockBatch() func() {
+	b.mu.Lock()
+	return b.mu.Unlock
+}
+
+// CombinerRunning reports whether a goroutine holds b's combining lock.
+func (b *Batch) CombinerRunning() bool {
+	if b.comb.mu.TryLock() {
+		b.comb.mu.Unlock()
+		return false
+	}
+	return true
+}
