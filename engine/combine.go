@@ -24,9 +24,9 @@
 //     touches the group only to wake its submitter.
 //   - Entries and finishes are applied under b.mu exactly as the direct
 //     path applies them (enterLocked, finishCopyLocked), in the order
-//     they were pushed. A submitter that finds b.mu free applies its own
-//     entry or finish directly (a batch with one submitter never
-//     combines); a finish it left on the list may then be applied after
+//     they were pushed. A submitter that finds the list empty and b.mu
+//     free applies its own entry or finish directly (a batch with one
+//     submitter never combines); a finish it left on the list may then be applied after
 //     its next entry, as if it had finished a moment later.
 //   - No push is stranded: a pusher that fails to take combMu leaves its
 //     node to the holder, and the holder looks at the list again after
@@ -95,16 +95,17 @@ func (c *combiner) push(g *group) {
 	}
 }
 
-// enterCombined is enterLocked for caller copy g, directly when b.mu is
-// free and through the combiner when it is not; it returns once g's
-// entry is decided.
+// enterCombined is enterLocked for caller copy g, directly when nothing
+// waits on the combining list and b.mu is free, through the combiner
+// otherwise (a submitter does not pass the ones already waiting); it
+// returns once g's entry is decided.
 func (b *Batch) enterCombined(g *group, reqs []Request) entry {
-	if b.mu.TryLock() { // nobody to combine with: one submitter per batch
+	c := &b.comb
+	if c.head.Load() == nil && b.mu.TryLock() { // nobody waiting: one submitter per batch
 		en := b.enterLocked(g, reqs, true)
 		b.mu.Unlock()
 		return en
 	}
-	c := &b.comb
 	g.comb.finish = false
 	g.comb.reqs = reqs
 	g.comb.state.Store(combPending)
@@ -144,16 +145,16 @@ func (b *Batch) awaitEntry(g *group) {
 }
 
 // finishCombined publishes the outcome of caller copy g, which moved
-// every byte, directly when b.mu is free and through the combiner when
-// it is not. The submitter may return before it is applied: the
+// every byte, directly when nothing waits on the combining list and
+// b.mu is free, through the combiner otherwise. The submitter may return before it is applied: the
 // combiner running now applies it.
 func (b *Batch) finishCombined(g *group) {
-	if b.mu.TryLock() {
+	c := &b.comb
+	if c.head.Load() == nil && b.mu.TryLock() {
 		b.finishCopyLocked(g, nil)
 		b.unlockAndDeliver(true)
 		return
 	}
-	c := &b.comb
 	g.comb.finish = true
 	c.push(g)
 	if c.mu.TryLock() {
