@@ -257,6 +257,9 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 	var en entry
 	if g.callerCopyEligible() { // callercopy.go; needs no lock
 		en = b.enterCombined(g, reqs) // combine.go
+		// An entry that combined left others' reports: deliver them once
+		// this submission is done with g.
+		defer b.deliver()
 	} else {
 		b.mu.Lock()
 		en = b.enterLocked(g, reqs, false)

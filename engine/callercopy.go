@@ -127,6 +127,13 @@ func (b *Batch) callerCopy(g *group) {
 	if h := b.e.callerCopyHeld; h != nil && !g.lane {
 		h() // tests: the submitter holds its copy here
 	}
+	// Its entry checked the deadline; an entry applied by the combiner
+	// may start its copy later. Only a deadline that was then less than
+	// deadlineSlack away needs another clock read.
+	if !g.lane && g.nearDeadline && time.Now().After(g.deadline) {
+		b.expireCopy(g)
+		return
+	}
 	var one [1]int32
 	res := one[:0]
 	full := true
@@ -156,7 +163,7 @@ func (b *Batch) callerCopy(g *group) {
 	}
 	b.mu.Lock()
 	b.finishCopyLocked(g, res)
-	b.unlockAndDeliver(true)
+	b.unlockAndDeliver(true, true)
 }
 
 // finishCopyLocked publishes the outcomes of caller copy g: res[i] is
@@ -179,16 +186,16 @@ func (b *Batch) finishCopyLocked(g *group, res []int32) {
 
 // unlockAndDeliver publishes a change made under b.mu, releases b.mu,
 // pokes the worker when finished (a worker sleeping on in-flight work
-// may exit or go on) and delivers finished groups' reports. It takes the
-// reports in the same hold of b.mu: one acquisition fewer per request,
-// which 32 submitters on one batch otherwise queue for. REQUIRES: b.mu,
-// which it releases.
-func (b *Batch) unlockAndDeliver(finished bool) {
+// may exit or go on) and, with deliver, delivers finished groups'
+// reports. It takes the reports in the same hold of b.mu: one
+// acquisition fewer per request, which 32 submitters on one batch
+// otherwise queue for. REQUIRES: b.mu, which it releases.
+func (b *Batch) unlockAndDeliver(finished, deliver bool) {
 	b.changedLocked()
 	w := b.mu.w
 	var reps []Report
 	var fn func(Report)
-	deliver := b.deliverMu.TryLock()
+	deliver = deliver && b.deliverMu.TryLock()
 	if deliver {
 		reps, fn, deliver = b.takeReportsLocked()
 	}

@@ -413,3 +413,39 @@ func TestCallerCopySettlesBeforeFinish(t *testing.T) {
 		t.Fatal("memory does not hold the later group's bytes")
 	}
 }
+
+// TestCallerCopyExpiresBeforeLateCopy: a caller copy dispatched in time
+// whose copy then starts past its deadline (held here before the copy,
+// as a combining submitter may be) fails with ErrTimeout and moves
+// nothing: a WRITE leaves the file as it was.
+func TestCallerCopyExpiresBeforeLateCopy(t *testing.T) {
+	shm := tmpfsDir(t)
+	e := newEngine(t, nil)
+	path, orig := randomFile(t, shm, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermReadWrite)
+	defer e.CloseFileSegment(seg, ioTimeout)
+	r := register(t, e, 4096)
+	if _, err := r.WriteAt(bytes.Repeat([]byte{0x5a}, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	const timeout = 50 * time.Millisecond
+	e.HoldCallerCopies(func() { time.Sleep(2 * timeout) })
+	b, err := e.AllocateBatch(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, timeout); err != nil {
+		t.Fatal(err)
+	}
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateFailed {
+		t.Fatalf("state %v, %v; want failed", st, err)
+	}
+	if rep := b.Submissions()[0]; !errors.Is(rep.Err, engine.ErrTimeout) {
+		t.Fatalf("report error %v; want ErrTimeout", rep.Err)
+	}
+	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
+		t.Fatal("a WRITE whose copy started past its deadline changed the file")
+	}
+}

@@ -34,6 +34,13 @@
 //     second look sees the node.
 //   - Nothing runs a report hook while holding combMu: a hook may
 //     Submit, and its entry would wait on the combiner it is running on.
+//     An entering submitter that combines runs no hook at all: its group
+//     is dispatched by then, and its copy must not wait behind other
+//     groups' hooks (a hook that resubmits would hold it indefinitely);
+//     it delivers after its copy (SubmitWith). Its combining still lasts
+//     as long as others keep pushing while it applies: nothing bounds
+//     that yet, and a copy that then starts past a deadline within
+//     deadlineSlack of its submission fails unstarted (callerCopy).
 //   - A finish left on the list keeps its group active (b.mu.active), so
 //     Close, Free and Wait see the batch busy until it is applied, as
 //     they saw the submitter waiting for b.mu before.
@@ -111,7 +118,10 @@ func (b *Batch) enterCombined(g *group, reqs []Request) entry {
 	g.comb.state.Store(combPending)
 	c.push(g)
 	if c.mu.TryLock() {
-		b.combine()
+		// Without the reports: g is dispatched once its entry is applied
+		// and its copy must not wait for other groups' hooks (which may
+		// resubmit, and so on); SubmitWith delivers after the copy.
+		b.combine(false)
 	}
 	if g.comb.state.Load() != combDecided {
 		b.awaitEntry(g)
@@ -152,19 +162,20 @@ func (b *Batch) finishCombined(g *group) {
 	c := &b.comb
 	if c.head.Load() == nil && b.mu.TryLock() {
 		b.finishCopyLocked(g, nil)
-		b.unlockAndDeliver(true)
+		b.unlockAndDeliver(true, true)
 		return
 	}
 	g.comb.finish = true
 	c.push(g)
 	if c.mu.TryLock() {
-		b.combine()
+		b.combine(true)
 	}
 }
 
-// combine applies the list until it stays empty. REQUIRES: b.comb.mu,
+// combine applies the list until it stays empty, delivering the reports
+// of the groups it finished when deliver is set. REQUIRES: b.comb.mu,
 // which it releases.
-func (b *Batch) combine() {
+func (b *Batch) combine(deliver bool) {
 	c := &b.comb
 	for {
 		head := c.head.Swap(nil)
@@ -185,6 +196,9 @@ func (b *Batch) combine() {
 			g = next
 		}
 		finished := false
+		if h := b.e.combineTook; h != nil {
+			h(b) // tests: the combiner has taken the list
+		}
 		b.mu.Lock()
 		for g := fifo; g != nil; {
 			next := g.comb.next
@@ -205,7 +219,7 @@ func (b *Batch) combine() {
 		}
 		// Reports may run hooks that Submit: not under c.mu.
 		c.mu.Unlock()
-		b.unlockAndDeliver(finished)
+		b.unlockAndDeliver(finished, deliver)
 		if c.head.Load() == nil || !c.mu.TryLock() {
 			return
 		}

@@ -13,14 +13,28 @@ import (
 
 // viaCombiner runs submit on a goroutine of its own while the test holds
 // b's lock, so that its entry goes through the combiner, and returns
-// once that goroutine holds the combining lock (it then waits for b's
-// lock, which is released).
-func viaCombiner(t *testing.T, b *engine.Batch, submit func()) {
+// once that goroutine has taken the combining list (it then waits for
+// b's lock, which is released).
+func viaCombiner(t *testing.T, e *engine.Engine, b *engine.Batch, submit func()) {
 	t.Helper()
 	unlock := b.LockBatch()
+	defer unlock()
+	viaCombinerLocked(t, e, submit)
+}
+
+// viaCombinerLocked is viaCombiner for a test that holds the batch's
+// lock already, and keeps it.
+func viaCombinerLocked(t *testing.T, e *engine.Engine, submit func()) {
+	t.Helper()
+	took := make(chan struct{})
+	var once sync.Once
+	e.NotifyCombinerTakes(func() { once.Do(func() { close(took) }) })
 	go submit()
-	waitFor(t, "the submitter combining", b.CombinerRunning)
-	unlock()
+	select {
+	case <-took:
+	case <-time.After(ioTimeout):
+		t.Fatal("the submitter never combined")
+	}
 }
 
 // TestCombinerFinishNotStranded: a finish pushed while the combiner
@@ -86,7 +100,7 @@ func TestCombinerFinishNotStranded(t *testing.T) {
 	<-copiedB
 	armed.Store(true)
 	errA := make(chan error, 1)
-	viaCombiner(t, b, func() { errA <- submit(1) }) // A
+	viaCombiner(t, e, b, func() { errA <- submit(1) }) // A
 	if err := <-errA; err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +166,7 @@ func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine
 		err error
 	}
 	first, second := make(chan result, 1), make(chan result, 1)
-	viaCombiner(t, b, func() { tr, err := submit(0); first <- result{tr, err} })
+	viaCombiner(t, e, b, func() { tr, err := submit(0); first <- result{tr, err} })
 	<-held
 	go func() { tr, err := submit(1); second <- result{tr, err} }()
 	waitFor(t, "the second submitter waiting for its entry", func() bool { return ready(b) })
@@ -257,4 +271,168 @@ func TestCombinerManySubmitters(t *testing.T) {
 	if got := after.CallerCopies - before.CallerCopies; got != slots*per {
 		t.Fatalf("%d caller copies, want %d", got, slots*per)
 	}
+}
+
+// TestCombinerEntryDeliversNoReports: a submitter whose entry makes it
+// the combiner, and which then applies another group's finish (pushed
+// while it held the combining lock), runs no report hook before its own
+// copy: its group is dispatched by then, and a hook (which may resubmit,
+// again and again) would hold its copy back. It delivers the report
+// after its copy.
+func TestCombinerEntryDeliversNoReports(t *testing.T) {
+	shm := tmpfsDir(t)
+	e := newEngine(t, nil)
+	e.SetCombineSpin(0)
+	path, orig := randomFile(t, shm, "f", 1<<20)
+	seg := openSeg(t, e, path, engine.PermRead)
+	defer e.CloseFileSegment(seg, ioTimeout)
+	r := register(t, e, 8192)
+	b, err := e.AllocateBatch(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	copiedB, releaseB := make(chan struct{}), make(chan struct{})
+	var copies, starts atomic.Int32
+	var sStarted atomic.Bool
+	e.HoldCopiedCallerCopies(func() {
+		if copies.Add(1) == 1 { // B
+			close(copiedB)
+			<-releaseB
+		}
+	})
+	e.HoldCallerCopies(func() {
+		if starts.Add(1) == 2 { // S, the second copy to start
+			sStarted.Store(true)
+		}
+	})
+	early := make(chan bool, 2)
+	b.OnGroupDone(func(rep engine.Report) {
+		if rep.Tasks.First == 0 {
+			early <- !sStarted.Load()
+		}
+	})
+	submit := func(i uint64) error {
+		_, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout)
+		return err
+	}
+	errB, errS := make(chan error, 1), make(chan error, 1)
+	go func() { errB <- submit(0) }() // B
+	<-copiedB
+	unlock := b.LockBatch()
+	viaCombinerLocked(t, e, func() { errS <- submit(1) }) // S, holding the combining lock
+	close(releaseB)                                       // B pushes its finish: S holds the list's lock, the test b.mu
+	if err := <-errB; err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if err := <-errS; err != nil {
+		t.Fatal(err)
+	}
+	b.Seal()
+	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("batch %v, %v", st, err)
+	}
+	select {
+	case wasEarly := <-early:
+		if wasEarly {
+			t.Fatal("B's report hook ran before the combining submitter's own copy started")
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("B's report was never delivered")
+	}
+	if got := regionBytes(t, r); !bytes.Equal(got, orig[:8192]) {
+		t.Fatal("memory does not hold the file's bytes")
+	}
+}
+
+// TestCombinerRecycleStress: several workers each allocate a batch,
+// submit one-request caller copies into it from several goroutines (so
+// entries and finishes go through the combiner), with a hook that
+// resubmits, then seal, wait and free it, over and over: freed batches'
+// groups come back through free lists to other batches whose combiners
+// run at the same time. The race detector catches a group touched after
+// it was recycled.
+func TestCombinerRecycleStress(t *testing.T) {
+	for _, spin := range []time.Duration{0, 50 * time.Microsecond} {
+		t.Run(spin.String(), func(t *testing.T) { combinerRecycleStress(t, spin) })
+	}
+}
+
+func combinerRecycleStress(t *testing.T, spin time.Duration) {
+	shm := tmpfsDir(t)
+	e := newEngine(t, nil)
+	e.SetCombineSpin(spin)
+	const size = 1 << 20
+	path, _ := randomFile(t, shm, "f", size)
+	seg := openSeg(t, e, path, engine.PermRead)
+	defer e.CloseFileSegment(seg, ioTimeout)
+	const workers, subs, per, rounds = 4, 12, 40, 20
+	r := register(t, e, workers*subs*4096*2)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for round := range rounds {
+				capacity := subs*per*2 + 8
+				b, err := e.AllocateBatch(capacity)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				var hooked atomic.Int64
+				var reports atomic.Int64
+				b.OnGroupDone(func(rep engine.Report) {
+					reports.Add(1)
+					if rep.Err != nil {
+						t.Errorf("report %+v", rep)
+					}
+					// Resubmit from the hook, up to subs*per times.
+					if k := hooked.Add(1); k <= int64(per) {
+						slot := uint64(w*subs*2+subs) + uint64(k)%uint64(subs)
+						if _, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + slot*4096, TargetOffset: uint64(k) * 4096, Length: 4096}}, nil, ioTimeout); err != nil && engine.KindOf(err) != engine.KindExhausted {
+							t.Errorf("hook submit: %v", err)
+						}
+					}
+				})
+				var sg sync.WaitGroup
+				for s := range subs {
+					sg.Go(func() {
+						slot := uint64((w*subs*2 + s) * 4096)
+						for k := range per {
+							off := uint64((round*per+k+s*7)*4096) % size
+							for {
+								_, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + slot, TargetOffset: off, Length: 4096}}, nil, ioTimeout)
+								if err != nil && engine.KindOf(err) == engine.KindExhausted {
+									time.Sleep(100 * time.Microsecond)
+									continue
+								}
+								if err != nil {
+									t.Error(err)
+									return
+								}
+								break
+							}
+						}
+					})
+				}
+				sg.Wait()
+				b.Seal()
+				if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+					t.Errorf("worker %d round %d: %v %v", w, round, st, err)
+					return
+				}
+				for _, ts := range b.TaskStatuses() {
+					if ts.State != engine.TaskCompleted || ts.Transferred != 4096 {
+						t.Errorf("task %d: %v %d", ts.Index, ts.State, ts.Transferred)
+						return
+					}
+				}
+				if err := b.Free(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -85,6 +85,9 @@ type Engine struct {
 	// combSpin is how long a caller copy's entry spins for its
 	// combiner's decision before it sleeps (combine.go).
 	combSpin time.Duration
+	// combineTook, nil outside tests, runs on a batch's combiner that
+	// has taken its list, before it takes b.mu (combine.go).
+	combineTook func(b *Batch)
 	// combineHeld, nil outside tests, runs on a batch's combiner that
 	// applied the list it took, under b.mu, just before it lets the
 	// combining lock go (combine.go).

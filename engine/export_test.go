@@ -82,11 +82,6 @@ func (b *Batch) LockBatch() func() {
 	return b.mu.Unlock
 }
 
-// CombinerRunning reports whether a goroutine holds b's combining lock.
-func (b *Batch) CombinerRunning() bool {
-	if b.comb.mu.TryLock() {
-		b.comb.mu.Unlock()
-		return false
-	}
-	return true
-}
+// NotifyCombinerTakes runs f on a batch's combiner each time it has
+// taken its list, before it takes the batch's lock (combine.go).
+func (e *Engine) NotifyCombinerTakes(f func()) { e.combineTook = func(*Batch) { f() } }

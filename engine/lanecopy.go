@@ -83,16 +83,25 @@ func (b *Batch) laneCopy(g *group) {
 		h() // tests: the lane holds the copy here
 	}
 	if time.Now().After(g.deadline) {
-		b.mu.Lock()
-		b.mu.laneCopies--
-		for i := 0; i < g.n; i++ {
-			b.finishTaskLocked(g, i, outcome{drained: true, err: errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was copied", i)})
-		}
-		b.changedLocked()
-		b.mu.Unlock()
-		b.deliver()
+		b.expireCopy(g)
 		return
 	}
 	b.e.st.laneCopies.Add(1)
 	b.callerCopy(g) // and delivers
+}
+
+// expireCopy fails caller or lane copy g, dispatched but not copied,
+// whose deadline passed: its tasks fail KindTimeout with nothing moved.
+// REQUIRES: not b.mu.
+func (b *Batch) expireCopy(g *group) {
+	b.mu.Lock()
+	if g.lane {
+		b.mu.laneCopies--
+	} else {
+		b.mu.callerCopying--
+	}
+	for i := 0; i < g.n; i++ {
+		b.finishTaskLocked(g, i, outcome{drained: true, err: errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was copied", i)})
+	}
+	b.unlockAndDeliver(true, true)
 }
