@@ -26,13 +26,14 @@
 //     path applies them (enterLocked, finishCopyLocked), in the order
 //     they were pushed. A submitter that finds the list empty and b.mu
 //     free applies its own entry or finish directly (a batch with one
-//     submitter never combines); a finish it left on the list may then be applied after
-//     its next entry, as if it had finished a moment later.
-//   - No push is stranded: a pusher that fails to take combMu leaves its
-//     node to the holder, and the holder looks at the list again after
-//     it lets combMu go, so either the pusher's TryLock or the holder's
-//     second look sees the node.
-//   - Nothing runs a report hook while holding combMu: a hook may
+//     submitter never combines); a finish it left on the list may then
+//     be applied after its next entry, as if it had finished a moment
+//     later.
+//   - No push is stranded: a pusher that fails to take the combining
+//     lock (b.comb.mu) leaves its node to the holder, and the holder
+//     looks at the list again after it lets the lock go, so either the
+//     pusher's TryLock or the holder's second look sees the node.
+//   - Nothing runs a report hook while holding b.comb.mu: a hook may
 //     Submit, and its entry would wait on the combiner it is running on.
 //     An entering submitter that combines runs no hook at all: its group
 //     is dispatched by then, and its copy must not wait behind other
