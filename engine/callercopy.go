@@ -170,17 +170,23 @@ func (b *Batch) callerCopy(g *group) {
 // op i's result, or res is nil when every op moved all its bytes.
 // REQUIRES: b.mu; g's copy has ended.
 func (b *Batch) finishCopyLocked(g *group, res []int32) {
-	if g.lane {
-		b.mu.laneCopies--
-	} else {
-		b.mu.callerCopying--
-	}
+	b.copyEndedLocked(g)
 	for i := range g.ops {
 		r := int32(opBytes(&g.ops[i]))
 		if res != nil {
 			r = res[i]
 		}
 		b.completeLocked(Completion{Token: g.ops[i].Token, Res: r})
+	}
+}
+
+// copyEndedLocked takes caller copy g off the batch's count of copies
+// running on submitters or on the lanes (lanecopy.go). REQUIRES: b.mu.
+func (b *Batch) copyEndedLocked(g *group) {
+	if g.lane {
+		b.mu.laneCopies--
+	} else {
+		b.mu.callerCopying--
 	}
 }
 

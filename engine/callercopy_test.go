@@ -245,16 +245,7 @@ func TestCallerCopyHonoursDeadline(t *testing.T) {
 	if _, err := b.SubmitWith(engine.OpWrite, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, past); err != nil {
 		t.Fatal(err)
 	}
-	b.Seal()
-	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateFailed {
-		t.Fatalf("state %v, %v; want failed", st, err)
-	}
-	if rep := b.Submissions()[0]; !errors.Is(rep.Err, engine.ErrTimeout) {
-		t.Fatalf("report error %v; want ErrTimeout", rep.Err)
-	}
-	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
-		t.Fatal("a WRITE past its deadline changed the file")
-	}
+	wantTimedOutWrite(t, b, path, orig, "a WRITE past its deadline")
 }
 
 // TestOversizedGroupCountsNothing: a group larger than the whole
@@ -438,6 +429,14 @@ func TestCallerCopyExpiresBeforeLateCopy(t *testing.T) {
 	if _, err := b.Submit(engine.OpWrite, seg, []engine.Request{{Address: r.BaseAddress(), Length: 4096}}, nil, timeout); err != nil {
 		t.Fatal(err)
 	}
+	wantTimedOutWrite(t, b, path, orig, "a WRITE whose copy started past its deadline")
+}
+
+// wantTimedOutWrite seals b, whose one WRITE group on path must fail
+// with ErrTimeout, and checks that the file still holds orig; what names
+// the WRITE in the failure.
+func wantTimedOutWrite(t *testing.T, b *engine.Batch, path string, orig []byte, what string) {
+	t.Helper()
 	b.Seal()
 	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateFailed {
 		t.Fatalf("state %v, %v; want failed", st, err)
@@ -446,6 +445,6 @@ func TestCallerCopyExpiresBeforeLateCopy(t *testing.T) {
 		t.Fatalf("report error %v; want ErrTimeout", rep.Err)
 	}
 	if file, _ := os.ReadFile(path); !bytes.Equal(file, orig) {
-		t.Fatal("a WRITE whose copy started past its deadline changed the file")
+		t.Fatalf("%s changed the file", what)
 	}
 }

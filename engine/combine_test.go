@@ -37,6 +37,50 @@ func viaCombinerLocked(t *testing.T, e *engine.Engine, submit func()) {
 	}
 }
 
+// twoCopies is a batch of two task slots on a 1 MiB tmpfs file, for
+// tests of two caller copies: submit(i) reads the file's 4 KiB block i
+// into the region's block i.
+type twoCopies struct {
+	e    *engine.Engine
+	b    *engine.Batch
+	seg  *engine.Segment
+	r    *engine.Region
+	orig []byte
+}
+
+func newTwoCopies(t *testing.T) *twoCopies {
+	t.Helper()
+	f := &twoCopies{e: newEngine(t, nil)}
+	var path string
+	path, f.orig = randomFile(t, tmpfsDir(t), "f", 1<<20)
+	f.seg = openSeg(t, f.e, path, engine.PermRead)
+	t.Cleanup(func() { f.e.CloseFileSegment(f.seg, ioTimeout) })
+	f.r = register(t, f.e, 8192)
+	var err error
+	if f.b, err = f.e.AllocateBatch(2); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.b.Free() })
+	return f
+}
+
+func (f *twoCopies) submit(i uint64) (engine.TaskRange, error) {
+	return f.b.Submit(engine.OpRead, f.seg, []engine.Request{{Address: f.r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout)
+}
+
+// wantCompleted seals the batch and checks that it completed with the
+// file's first two blocks in the region.
+func (f *twoCopies) wantCompleted(t *testing.T) {
+	t.Helper()
+	f.b.Seal()
+	if st, err := f.b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
+		t.Fatalf("batch %v, %v", st, err)
+	}
+	if got := regionBytes(t, f.r); !bytes.Equal(got, f.orig[:8192]) {
+		t.Fatal("memory does not hold the file's bytes")
+	}
+}
+
 // TestCombinerFinishNotStranded: a finish pushed while the combiner
 // holds its lock after taking the list (its TryLock fails, and its
 // submitter returns) is applied once that combiner lets the lock go:
@@ -47,17 +91,8 @@ func viaCombinerLocked(t *testing.T, e *engine.Engine, submit func()) {
 // the check runs before the combiner's own copy and finish, which would
 // otherwise apply the node too.
 func TestCombinerFinishNotStranded(t *testing.T) {
-	shm := tmpfsDir(t)
-	e := newEngine(t, nil)
-	path, orig := randomFile(t, shm, "f", 1<<20)
-	seg := openSeg(t, e, path, engine.PermRead)
-	defer e.CloseFileSegment(seg, ioTimeout)
-	r := register(t, e, 8192)
-	b, err := e.AllocateBatch(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Free()
+	f := newTwoCopies(t)
+	e, b := f.e, f.b
 
 	copiedB, releaseB, returnedB := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var copies, helds atomic.Int32
@@ -89,7 +124,7 @@ func TestCombinerFinishNotStranded(t *testing.T) {
 		checked <- nil
 	})
 	submit := func(i uint64) error {
-		_, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout)
+		_, err := f.submit(i)
 		return err
 	}
 	errB := make(chan error, 1)
@@ -110,13 +145,7 @@ func TestCombinerFinishNotStranded(t *testing.T) {
 	if err := <-checked; err != nil {
 		t.Fatal(err) // the stranded finish then holds the batch and segment open
 	}
-	b.Seal()
-	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-		t.Fatalf("batch %v, %v", st, err)
-	}
-	if got := regionBytes(t, r); !bytes.Equal(got, orig[:8192]) {
-		t.Fatal("memory does not hold the file's bytes")
-	}
+	f.wantCompleted(t)
 }
 
 // TestCombinerEntryWaits: a submitter whose entry waits behind a
@@ -138,18 +167,9 @@ func TestCombinerEntryWaits(t *testing.T) {
 }
 
 func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine.Batch) bool) {
-	shm := tmpfsDir(t)
-	e := newEngine(t, nil)
+	f := newTwoCopies(t)
+	e, b := f.e, f.b
 	e.SetCombineSpin(spin)
-	path, orig := randomFile(t, shm, "f", 1<<20)
-	seg := openSeg(t, e, path, engine.PermRead)
-	defer e.CloseFileSegment(seg, ioTimeout)
-	r := register(t, e, 8192)
-	b, err := e.AllocateBatch(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Free()
 	held, release := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
 	e.HoldCombiners(func() {
@@ -158,9 +178,7 @@ func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine
 			<-release
 		}
 	})
-	submit := func(i uint64) (engine.TaskRange, error) {
-		return b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout)
-	}
+	submit := f.submit
 	type result struct {
 		tr  engine.TaskRange
 		err error
@@ -181,13 +199,7 @@ func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine
 			t.Fatalf("submitter %d never returned", i)
 		}
 	}
-	b.Seal()
-	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-		t.Fatalf("batch %v, %v", st, err)
-	}
-	if got := regionBytes(t, r); !bytes.Equal(got, orig[:8192]) {
-		t.Fatal("memory does not hold the file's bytes")
-	}
+	f.wantCompleted(t)
 }
 
 // TestCombinerManySubmitters: 16 goroutines submit 4 KiB caller copies
@@ -280,18 +292,9 @@ func TestCombinerManySubmitters(t *testing.T) {
 // again and again) would hold its copy back. It delivers the report
 // after its copy.
 func TestCombinerEntryDeliversNoReports(t *testing.T) {
-	shm := tmpfsDir(t)
-	e := newEngine(t, nil)
+	f := newTwoCopies(t)
+	e, b := f.e, f.b
 	e.SetCombineSpin(0)
-	path, orig := randomFile(t, shm, "f", 1<<20)
-	seg := openSeg(t, e, path, engine.PermRead)
-	defer e.CloseFileSegment(seg, ioTimeout)
-	r := register(t, e, 8192)
-	b, err := e.AllocateBatch(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Free()
 	copiedB, releaseB := make(chan struct{}), make(chan struct{})
 	var copies, starts atomic.Int32
 	var sStarted atomic.Bool
@@ -313,7 +316,7 @@ func TestCombinerEntryDeliversNoReports(t *testing.T) {
 		}
 	})
 	submit := func(i uint64) error {
-		_, err := b.Submit(engine.OpRead, seg, []engine.Request{{Address: r.BaseAddress() + i*4096, TargetOffset: i * 4096, Length: 4096}}, nil, ioTimeout)
+		_, err := f.submit(i)
 		return err
 	}
 	errB, errS := make(chan error, 1), make(chan error, 1)
@@ -329,10 +332,7 @@ func TestCombinerEntryDeliversNoReports(t *testing.T) {
 	if err := <-errS; err != nil {
 		t.Fatal(err)
 	}
-	b.Seal()
-	if st, err := b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
-		t.Fatalf("batch %v, %v", st, err)
-	}
+	f.wantCompleted(t)
 	select {
 	case wasEarly := <-early:
 		if wasEarly {
@@ -340,9 +340,6 @@ func TestCombinerEntryDeliversNoReports(t *testing.T) {
 		}
 	case <-time.After(ioTimeout):
 		t.Fatal("B's report was never delivered")
-	}
-	if got := regionBytes(t, r); !bytes.Equal(got, orig[:8192]) {
-		t.Fatal("memory does not hold the file's bytes")
 	}
 }
 

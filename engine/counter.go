@@ -7,11 +7,11 @@
 // pread loop, docs/performance.md). A counter spreads its adds over
 // padded shards and sums them when read. The shard is picked by the
 // adding goroutine's stack address (internal/affinity: the engine does
-// not import unsafe), so one goroutine keeps adding to one shard: its cache line stays on the core the goroutine runs on. A
-// random shard per add (the runtime's per-thread generator) moved
-// every shard's line between the cores that added, and the generator
-// itself cost a quarter of each add (32 jobs at QD 1 on dev, 2026-12-02,
-// docs/performance.md).
+// not import unsafe), so one goroutine keeps adding to one shard, whose
+// cache line stays on the core the goroutine runs on. A random shard
+// per add (the runtime's per-thread generator) moved every shard's line
+// between the cores that added, and the generator itself cost a quarter
+// of each add (32 jobs at QD 1 on dev, 2026-12-02, docs/performance.md).
 //
 // Invariants: Load is the exact sum of every Add that happened before it;
 // concurrent adds may or may not be included.

@@ -20,8 +20,9 @@
 //   - Reuse: a group object is recycled (Engine.groups, or the free list
 //     that a freed batch's pooled lists carry to the batch that takes
 //     them next, recycle) only when nothing can reach it any more, which
-//     is when its batch is freed by Free with no group active (never deferred, never quarantined), and only when
-//     it is a finished, drained one-request caller copy (callercopy.go).
+//     is when its batch is freed by Free with no group active (never
+//     deferred, never quarantined), and only when it is a finished,
+//     drained one-request caller copy (callercopy.go).
 //     Until its batch is freed every task of the group points to it, so
 //     status and report readers of a live batch always read their own
 //     group. A caller copy is touched only by its submitter (or a host
@@ -31,9 +32,9 @@
 //     on the combining list is the submitter's last touch, and the
 //     combiner reads nothing of the group after applying it); Free takes
 //     b.mu after that, so it sees every write to the group and no
-//     goroutine holds it. Free empties the
-//     batch's task and group lists before it recycles, so a reader of the
-//     freed batch finds nothing rather than another batch's group.
+//     goroutine holds it. Free empties the batch's task and group lists
+//     before it recycles, so a reader of the freed batch finds nothing
+//     rather than another batch's group.
 //     Groups of the ring, the off-ring executors, memory and remote
 //     targets are never recycled: their executors may touch them after
 //     they finish. The emptied task and group lists are pooled too,
@@ -42,8 +43,9 @@
 //     handed out once (an atomic index, takeFree), and Free claims the
 //     entries not handed out. A free list's array is never reused: a
 //     submission that took its entry before Free may clear it after. A
-//     freed batch whose groups are all recyclable (b.mu.recyclable, counted
-//     at each finish) passes its group list on as the free list whole.
+//     freed batch whose groups are all recyclable (b.mu.recyclable,
+//     counted at each finish) passes its group list on as the free list
+//     whole.
 
 package engine
 

@@ -95,11 +95,7 @@ func (b *Batch) laneCopy(g *group) {
 // REQUIRES: not b.mu.
 func (b *Batch) expireCopy(g *group) {
 	b.mu.Lock()
-	if g.lane {
-		b.mu.laneCopies--
-	} else {
-		b.mu.callerCopying--
-	}
+	b.copyEndedLocked(g)
 	for i := 0; i < g.n; i++ {
 		b.finishTaskLocked(g, i, outcome{drained: true, err: errorf(KindTimeout, g.op.String(), b.name(), "deadline passed before requests[%d] was copied", i)})
 	}
