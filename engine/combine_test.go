@@ -149,27 +149,11 @@ func TestCombinerFinishNotStranded(t *testing.T) {
 }
 
 // TestCombinerEntryWaits: a submitter whose entry waits behind a
-// combiner that holds the lock gets its decision either while it spins
-// (spins: a spin longer than the test) or after it slept (sleeps: no
-// spin, the engine's choice with fewer than 4 processors); the combiner
+// combiner that holds the lock sleeps for its decision; the combiner
 // that applies its entry wakes it, and its group runs.
 func TestCombinerEntryWaits(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		spin  time.Duration
-		ready func(*engine.Batch) bool
-	}{
-		{"sleeps", 0, (*engine.Batch).CombineWaiterAsleep},
-		{"spins", time.Hour, (*engine.Batch).CombineWaiterPending},
-	} {
-		t.Run(c.name, func(t *testing.T) { testCombinerEntryWaits(t, c.spin, c.ready) })
-	}
-}
-
-func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine.Batch) bool) {
 	f := newTwoCopies(t)
 	e, b := f.e, f.b
-	e.SetCombineSpin(spin)
 	held, release := make(chan struct{}), make(chan struct{})
 	var once atomic.Bool
 	e.HoldCombiners(func() {
@@ -187,7 +171,7 @@ func testCombinerEntryWaits(t *testing.T, spin time.Duration, ready func(*engine
 	viaCombiner(t, e, b, func() { tr, err := submit(0); first <- result{tr, err} })
 	<-held
 	go func() { tr, err := submit(1); second <- result{tr, err} }()
-	waitFor(t, "the second submitter waiting for its entry", func() bool { return ready(b) })
+	waitFor(t, "the second submitter asleep for its entry", b.CombineWaiterAsleep)
 	close(release)
 	for i, ch := range []chan result{first, second} {
 		select {
@@ -294,7 +278,6 @@ func TestCombinerManySubmitters(t *testing.T) {
 func TestCombinerEntryDeliversNoReports(t *testing.T) {
 	f := newTwoCopies(t)
 	e, b := f.e, f.b
-	e.SetCombineSpin(0)
 	copiedB, releaseB := make(chan struct{}), make(chan struct{})
 	var copies, starts atomic.Int32
 	var sStarted atomic.Bool
@@ -351,15 +334,8 @@ func TestCombinerEntryDeliversNoReports(t *testing.T) {
 // run at the same time. The race detector catches a group touched after
 // it was recycled.
 func TestCombinerRecycleStress(t *testing.T) {
-	for _, spin := range []time.Duration{0, 50 * time.Microsecond} {
-		t.Run(spin.String(), func(t *testing.T) { combinerRecycleStress(t, spin) })
-	}
-}
-
-func combinerRecycleStress(t *testing.T, spin time.Duration) {
 	shm := tmpfsDir(t)
 	e := newEngine(t, nil)
-	e.SetCombineSpin(spin)
 	const size = 1 << 20
 	path, _ := randomFile(t, shm, "f", size)
 	seg := openSeg(t, e, path, engine.PermRead)

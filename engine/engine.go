@@ -27,7 +27,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,9 +81,6 @@ type Engine struct {
 	// callerCopyCopied, nil outside tests, runs on a submitter after its
 	// caller copy moved its bytes and before its finish takes b.mu.
 	callerCopyCopied func()
-	// combSpin is how long a caller copy's entry spins for its
-	// combiner's decision before it sleeps (combine.go).
-	combSpin time.Duration
 	// combineTook, nil outside tests, runs on a batch's combiner that
 	// has taken its list, before it takes b.mu (combine.go).
 	combineTook func(b *Batch)
@@ -180,7 +176,7 @@ func New(cfg config.Engine, backends ...Backend) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, wrap(KindInvalid, "new", "engine", err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends, regLimit: cfg.RegisteredLimit(), combSpin: combSpinFor(runtime.GOMAXPROCS(0))}
+	e := &Engine{cfg: cfg, log: cfg.Logger, backends: backends, regLimit: cfg.RegisteredLimit()}
 	if e.log == nil {
 		e.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -3,8 +3,6 @@ package engine
 // export_test.go exposes internals that tests must wait on without
 // changing them.
 
-import "time"
-
 // ParkedAttempts is how many failed attempts await a failover decision
 // (failover.go). It is not a poll: it decides nothing.
 func (b *Batch) ParkedAttempts() int {
@@ -61,18 +59,6 @@ func (e *Engine) HoldCombiners(f func()) { e.combineHeld = func(*Batch) { f() } 
 func (b *Batch) CombineWaiterAsleep() bool {
 	g := b.comb.head.Load()
 	return g != nil && !g.comb.finish && g.comb.state.Load() == combSleeping
-}
-
-// SetCombineSpin sets how long a caller copy's entry spins for its
-// combiner's decision before it sleeps. Set before the engine is used
-// concurrently.
-func (e *Engine) SetCombineSpin(d time.Duration) { e.combSpin = d }
-
-// CombineWaiterPending reports whether the newest node on b's combining
-// list is an entry not yet decided whose submitter has not slept.
-func (b *Batch) CombineWaiterPending() bool {
-	g := b.comb.head.Load()
-	return g != nil && !g.comb.finish && g.comb.state.Load() == combPending
 }
 
 // LockBatch takes b's lock and returns its release: a submitter that
