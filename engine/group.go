@@ -52,7 +52,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
@@ -264,45 +263,21 @@ func (e *Engine) admitCharge(verb string, g *group, pol *QoSPolicy) error {
 	// The group and byte charges are taken one after the other: a group
 	// refused for bytes holds a group slot for that instant, which can
 	// make a concurrent submission at exactly max_inflight_batches fail.
-	if !tryAdd(&e.inflightGroups, 1, int64(e.cfg.MaxInflightBatches)) {
-		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.inflightGroups.Load(), e.cfg.MaxInflightBatches)
+	if !e.inflightGroups.take(1) {
+		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.inflightGroups.inUse(), e.cfg.MaxInflightBatches)
 	}
 	deferBytes := e.adm.defersBytes(pol)
 	if !deferBytes && !e.tryChargeBytes(g.charge) {
-		e.inflightGroups.Add(-1)
-		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.inflightBytes.Load(), uint64(e.cfg.MaxInflightBytes))
+		e.inflightGroups.give(1)
+		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.inflightBytes.inUse(), uint64(e.cfg.MaxInflightBytes))
 	}
 	g.adm.bytesDeferred = deferBytes
 	return nil
 }
 
-// tryAdd adds d to v unless the sum would exceed limit.
-func tryAdd(v *atomic.Int64, d, limit int64) bool {
-	for {
-		cur := v.Load()
-		if cur+d > limit {
-			return false
-		}
-		if v.CompareAndSwap(cur, cur+d) {
-			return true
-		}
-	}
-}
-
 // tryChargeBytes adds n to the bytes in flight unless that would exceed
 // max_inflight_bytes.
-func (e *Engine) tryChargeBytes(n uint64) bool {
-	limit := uint64(e.cfg.MaxInflightBytes)
-	for {
-		cur := e.inflightBytes.Load()
-		if cur+n > limit {
-			return false
-		}
-		if e.inflightBytes.CompareAndSwap(cur, cur+n) {
-			return true
-		}
-	}
-}
+func (e *Engine) tryChargeBytes(n uint64) bool { return e.inflightBytes.take(n) }
 
 // build validates request i and prepares its file op.
 func (g *group) build(e *Engine, i int, r *Request, size *sizeCheck) error {
@@ -633,9 +608,9 @@ func (g *group) release() {
 // mappings, but no segment user (for a group the segment refused).
 func (g *group) unadmit() {
 	e := g.b.e
-	e.inflightGroups.Add(-1)
+	e.inflightGroups.give(1)
 	if !g.adm.bytesDeferred || g.adm.bytesHeld {
-		e.inflightBytes.Add(-g.charge)
+		e.inflightBytes.give(g.charge)
 	}
 	e.adm.release(g)
 	g.unmapScratch()

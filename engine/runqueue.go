@@ -235,7 +235,7 @@ func (w *worker) admissionGate(g *group, now time.Time) (bool, error) {
 			kind = waitBytes
 		}
 		n := need{slot: needSlot, bytes: needBytes}
-		if in, limit := e.inflightBytes.Load(), uint64(e.cfg.MaxInflightBytes); in < limit {
+		if in, limit := e.inflightBytes.inUse(), uint64(e.cfg.MaxInflightBytes); in < limit {
 			n.free = limit - in
 		}
 		fits := (!needSlot || a.fits(c, g.adm.owners, g.adm.bytes)) &&

@@ -83,13 +83,13 @@ type segEntry struct {
 
 	closeOnce sync.Once
 
-	// users counts admitted groups (admit/done) in its low bits, with
-	// entClosing set while mu.draining or mu.gone is: a submission takes
-	// no lock of the entry, which every client of the file shares (on
-	// 16 cores the entry's mutex, twice per 4 KiB request, was the
-	// busiest lock of the engine). Changed with compare-and-swap; set or
-	// cleared entClosing only under mu, with mu.idle made first.
-	users atomic.Int64
+	// users counts admitted groups (admit/done; users.go), closing set
+	// while mu.draining or mu.gone is: a submission takes no lock of the
+	// entry, which every client of the file shares (on 16 cores the
+	// entry's mutex, twice per 4 KiB request, was the busiest lock of
+	// the engine). closing is set or cleared only under mu, with mu.idle
+	// made first.
+	users users
 
 	mu struct {
 		sync.Mutex
@@ -692,30 +692,29 @@ func checkFileRange(s *Segment, op Op, offset, length, size uint64) error {
 	return nil
 }
 
-// entClosing marks segEntry.users while the entry is draining or gone.
-const entClosing = int64(1) << 62
-
 // admit counts a group as a user of the entry; it fails while draining.
 func (ent *segEntry) admit() bool {
-	for {
-		v := ent.users.Load()
-		if v&entClosing != 0 {
-			return false
-		}
-		if ent.users.CompareAndSwap(v, v+1) {
-			return true
-		}
+	if ent.users.enter() {
+		return true
 	}
+	ent.wakeIfIdle() // its add was counted for an instant
+	return false
 }
 
 // done drops a user taken by admit; the last one of a draining entry
 // wakes its close.
 func (ent *segEntry) done() {
-	if ent.users.Add(-1) != entClosing {
-		return
+	if ent.users.leave() {
+		ent.wakeIfIdle()
 	}
+}
+
+// wakeIfIdle wakes a close waiting for the entry's users once none is
+// left. It counts under mu: a close that began after this goroutine's
+// leave (with users of its own) must not be woken by it.
+func (ent *segEntry) wakeIfIdle() {
 	ent.mu.Lock()
-	if ent.mu.idle != nil {
+	if ent.mu.idle != nil && ent.users.count() == 0 {
 		close(ent.mu.idle)
 		ent.mu.idle = nil
 	}
@@ -723,16 +722,17 @@ func (ent *segEntry) done() {
 }
 
 // userCount is the number of admitted groups.
-func (ent *segEntry) userCount() int { return int(ent.users.Load() &^ entClosing) }
+func (ent *segEntry) userCount() int { return int(ent.users.count()) }
 
 // closeLocked closes the entry to new users and returns how many it has;
 // with some, mu.idle is closed when the last one is done.
 // REQUIRES: ent.mu.
 func (ent *segEntry) closeLocked() int {
 	if ent.mu.idle == nil {
-		ent.mu.idle = make(chan struct{}) // before entClosing: see done
+		ent.mu.idle = make(chan struct{}) // before closing: see done
 	}
-	n := int(ent.users.Or(entClosing) &^ entClosing)
+	ent.users.closing.Store(true)
+	n := int(ent.users.count())
 	if n == 0 {
 		close(ent.mu.idle)
 		ent.mu.idle = nil
@@ -790,10 +790,10 @@ func (e *Engine) CloseFileSegment(s *Segment, timeout time.Duration) error {
 		// A concurrent close of another alias may have reopened the
 		// entry (cleared the bit) after this close drained it: no
 		// submission that passed its handle check may be admitted now.
-		ent.users.Or(entClosing)
+		ent.users.closing.Store(true)
 	} else if ent.mu.closers == 0 && !ent.mu.timedOut && !ent.mu.gone {
 		ent.mu.draining = false // the remaining aliases reopen to work
-		ent.users.And(^entClosing)
+		ent.users.closing.Store(false)
 	}
 	ent.mu.Unlock()
 	if !first {

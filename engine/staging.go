@@ -111,7 +111,7 @@ func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, e
 		return out, nil
 	}
 	if !e.tryChargeBytes(p.size) {
-		n := e.inflightBytes.Load()
+		n := e.inflightBytes.inUse()
 		return nil, errorf(KindExhausted, "staging", "pool", "all %d staging chunks are leased and a %d-byte pageable buffer would exceed max_inflight_bytes (%d in flight)", e.cfg.StagingChunkCount, p.size, n)
 	}
 	m, err := hostmem.Anonymous(p.size)
@@ -144,7 +144,7 @@ func (e *Engine) putChunks(p *stagingPool, cs []*chunk) {
 }
 
 func (e *Engine) uncharge(n uint64) {
-	e.inflightBytes.Add(-n)
+	e.inflightBytes.give(n)
 	e.adm.bytesFreed()
 }
 

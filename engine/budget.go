@@ -1,0 +1,147 @@
+// budget.go owns budget: an engine-wide in-flight count with a limit
+// (max_inflight_batches counts groups, max_inflight_bytes bytes), which
+// every submission takes from and every finished group gives back.
+//
+// Why: one atomic word per limit, changed with compare-and-swap by every
+// request on every core, was a cache line that all cores fought over: on
+// 16 cores, 32 jobs of 4 KiB caller copies spent 13 % of their CPU on
+// the two admission words and the segment's user count (docs/
+// performance.md, "Admission without shared cache lines"). A budget
+// keeps a spare of already-taken room on padded shards: a take is served
+// from the taking goroutine's shard when it holds enough, and a give
+// goes back to the giving goroutine's shard, so most requests touch only
+// a line their own core wrote last. The shard is picked by the
+// goroutine's stack address (internal/affinity), as for counter.
+//
+// Invariants:
+//   - taken is what groups hold plus every shard's spare; it never
+//     exceeds limit (it only grows by compare-and-swap within it), so
+//     what groups hold never does either.
+//   - A spare never exceeds 2*quantum after a give, and quantum is at
+//     most limit/(8*budgetShards): the spares together hold at most a
+//     quarter of the limit. A take that the global room refuses first
+//     takes every spare back (reclaim) and tries again, so a take fails
+//     only when what groups hold, plus spares that other goroutines took
+//     in that instant, leaves no room: exact when nothing else runs.
+//   - inUse is taken less the spares: what groups hold, read without a
+//     lock (a concurrent take or give may or may not be in it).
+
+package engine
+
+import (
+	"sync/atomic"
+
+	"github.com/orbitefs/orbitefs/internal/affinity"
+)
+
+const (
+	budgetShardBits = 4
+	budgetShards    = 1 << budgetShardBits
+	// The most a shard keeps of the engine's budgets: 8 groups, 1 MiB
+	// (256 requests of 4 KiB between two takes from the global room).
+	groupQuantum = 8
+	byteQuantum  = 1 << 20
+)
+
+type budget struct {
+	limit   uint64
+	quantum uint64 // 0: no spares, every take and give is global
+	_       [48]byte
+	taken   atomic.Uint64
+	_       [56]byte
+	shards  [budgetShards]struct {
+		spare atomic.Uint64
+		_     [56]byte
+	}
+}
+
+// newBudget returns a budget of limit whose spares hold at most maxQuantum
+// each (and a small share of the limit).
+func newBudget(limit, maxQuantum uint64) *budget {
+	return &budget{limit: limit, quantum: min(maxQuantum, limit/(8*budgetShards))}
+}
+
+func (b *budget) shard() *atomic.Uint64 {
+	return &b.shards[affinity.Hint()>>(64-budgetShardBits)].spare
+}
+
+// take takes n of the budget, or nothing and reports false when n does
+// not fit.
+func (b *budget) take(n uint64) bool {
+	s := b.shard()
+	for v := s.Load(); v >= n; v = s.Load() {
+		if s.CompareAndSwap(v, v-n) {
+			return true
+		}
+	}
+	if b.quantum > 0 && b.takeGlobal(n+b.quantum) {
+		s.Add(b.quantum)
+		return true
+	}
+	if b.takeGlobal(n) {
+		return true
+	}
+	if b.quantum == 0 || !b.reclaim() {
+		return false
+	}
+	return b.takeGlobal(n)
+}
+
+// takeGlobal adds n to taken unless that would pass the limit.
+func (b *budget) takeGlobal(n uint64) bool {
+	for {
+		cur := b.taken.Load()
+		if cur+n > b.limit {
+			return false
+		}
+		if b.taken.CompareAndSwap(cur, cur+n) {
+			return true
+		}
+	}
+}
+
+// reclaim moves every spare back to the global room and reports whether
+// there were any.
+func (b *budget) reclaim() bool {
+	var got uint64
+	for i := range b.shards {
+		got += b.shards[i].spare.Swap(0)
+	}
+	if got == 0 {
+		return false
+	}
+	b.taken.Add(-got)
+	return true
+}
+
+// give returns n taken earlier (by any goroutine).
+func (b *budget) give(n uint64) {
+	if b.quantum == 0 {
+		b.taken.Add(-n)
+		return
+	}
+	s := b.shard()
+	if s.Add(n) <= 2*b.quantum {
+		return
+	}
+	// Keep one quantum; the rest goes back to the global room.
+	for v := s.Load(); v > b.quantum; v = s.Load() {
+		if s.CompareAndSwap(v, b.quantum) {
+			b.taken.Add(-(v - b.quantum))
+			return
+		}
+	}
+}
+
+// inUse is what groups hold: taken less the spares.
+func (b *budget) inUse() uint64 {
+	var spare uint64
+	for i := range b.shards {
+		spare += b.shards[i].spare.Load()
+	}
+	taken := b.taken.Load()
+	if spare > taken { // read at different instants
+		return 0
+	}
+	return taken - spare
+}
