@@ -116,6 +116,9 @@ type groupAdm struct {
 	// at the batch head (a delay contract), bytesHeld once it is. Set
 	// before the group is shared, or under Batch.mu and Engine.mu.
 	bytesDeferred, bytesHeld bool
+	// shard is the submitting goroutine's (budget.go): the group's
+	// budget and segment-user charges are taken and given back there.
+	shard shard
 }
 
 type admission struct {

@@ -35,8 +35,8 @@ import (
 )
 
 const (
-	budgetShardBits = 4
-	budgetShards    = 1 << budgetShardBits
+	shardBits    = 4
+	budgetShards = 1 << shardBits
 	// The most a shard keeps of the engine's budgets: 8 groups, 1 MiB
 	// (256 requests of 4 KiB between two takes from the global room).
 	groupQuantum = 8
@@ -61,14 +61,19 @@ func newBudget(limit, maxQuantum uint64) *budget {
 	return &budget{limit: limit, quantum: min(maxQuantum, limit/(8*budgetShards))}
 }
 
-func (b *budget) shard() *atomic.Uint64 {
-	return &b.shards[affinity.Hint()>>(64-budgetShardBits)].spare
-}
+// shard picks a shard of a budget or of a segment's users (users.go).
+// A group keeps the one of the goroutine that submitted it
+// (groupAdm.shard) and gives back there what it took, so a goroutine
+// that submits and finishes its own groups keeps writing one line.
+type shard uint8
+
+// shardHere is the calling goroutine's shard (internal/affinity).
+func shardHere() shard { return shard(affinity.Hint() >> (64 - shardBits)) }
 
 // take takes n of the budget, or nothing and reports false when n does
-// not fit.
-func (b *budget) take(n uint64) bool {
-	s := b.shard()
+// not fit; at names the shard that serves it first.
+func (b *budget) take(at shard, n uint64) bool {
+	s := &b.shards[at].spare
 	for v := s.Load(); v >= n; v = s.Load() {
 		if s.CompareAndSwap(v, v-n) {
 			return true
@@ -114,13 +119,13 @@ func (b *budget) reclaim() bool {
 	return true
 }
 
-// give returns n taken earlier (by any goroutine).
-func (b *budget) give(n uint64) {
+// give returns n taken earlier (by any goroutine) to shard at.
+func (b *budget) give(at shard, n uint64) {
 	if b.quantum == 0 {
 		b.taken.Add(-n)
 		return
 	}
-	s := b.shard()
+	s := &b.shards[at].spare
 	if s.Add(n) <= 2*b.quantum {
 		return
 	}

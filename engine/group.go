@@ -230,7 +230,7 @@ func (e *Engine) prepare(b *Batch, op Op, target Target, reqs []Request, note *N
 // it returns what it took and frees the group's scratch mappings, so a
 // refused group leaves no trace. Every kind of group (file, memory,
 // remote) is admitted here.
-func (e *Engine) admitGroup(verb string, g *group, pol *QoSPolicy, segAdmit func() bool, uri string) error {
+func (e *Engine) admitGroup(verb string, g *group, pol *QoSPolicy, segAdmit func(shard) bool, uri string) error {
 	if err := e.admitCharge(verb, g, pol); err != nil {
 		g.unmapScratch()
 		return err
@@ -239,7 +239,7 @@ func (e *Engine) admitGroup(verb string, g *group, pol *QoSPolicy, segAdmit func
 		g.unadmit()
 		return err
 	}
-	if !segAdmit() {
+	if !segAdmit(g.adm.shard) {
 		g.unadmit()
 		return errorf(KindBusy, verb, g.b.name(), "segment %s is closing", uri)
 	}
@@ -263,21 +263,22 @@ func (e *Engine) admitCharge(verb string, g *group, pol *QoSPolicy) error {
 	// The group and byte charges are taken one after the other: a group
 	// refused for bytes holds a group slot for that instant, which can
 	// make a concurrent submission at exactly max_inflight_batches fail.
-	if !e.inflightGroups.take(1) {
+	g.adm.shard = shardHere()
+	if !e.inflightGroups.take(g.adm.shard, 1) {
 		return errorf(KindExhausted, verb, b.name(), "%d submissions in flight reach max_inflight_batches (%d)", e.inflightGroups.inUse(), e.cfg.MaxInflightBatches)
 	}
 	deferBytes := e.adm.defersBytes(pol)
-	if !deferBytes && !e.tryChargeBytes(g.charge) {
-		e.inflightGroups.give(1)
+	if !deferBytes && !e.tryChargeBytes(g.adm.shard, g.charge) {
+		e.inflightGroups.give(g.adm.shard, 1)
 		return errorf(KindExhausted, verb, b.name(), "%d bytes + %d in flight exceed max_inflight_bytes (%d)", g.charge, e.inflightBytes.inUse(), uint64(e.cfg.MaxInflightBytes))
 	}
 	g.adm.bytesDeferred = deferBytes
 	return nil
 }
 
-// tryChargeBytes adds n to the bytes in flight unless that would exceed
-// max_inflight_bytes.
-func (e *Engine) tryChargeBytes(n uint64) bool { return e.inflightBytes.take(n) }
+// tryChargeBytes adds n to the bytes in flight, on shard at, unless that
+// would exceed max_inflight_bytes.
+func (e *Engine) tryChargeBytes(at shard, n uint64) bool { return e.inflightBytes.take(at, n) }
 
 // build validates request i and prepares its file op.
 func (g *group) build(e *Engine, i int, r *Request, size *sizeCheck) error {
@@ -599,7 +600,7 @@ func (g *group) release() {
 		g.endRemote()
 		g.remote.seg.done()
 	default:
-		g.ent.done()
+		g.ent.done(g.adm.shard)
 	}
 	g.unadmit()
 }
@@ -608,9 +609,9 @@ func (g *group) release() {
 // mappings, but no segment user (for a group the segment refused).
 func (g *group) unadmit() {
 	e := g.b.e
-	e.inflightGroups.give(1)
+	e.inflightGroups.give(g.adm.shard, 1)
 	if !g.adm.bytesDeferred || g.adm.bytesHeld {
-		e.inflightBytes.give(g.charge)
+		e.inflightBytes.give(g.adm.shard, g.charge)
 	}
 	e.adm.release(g)
 	g.unmapScratch()
@@ -644,7 +645,7 @@ func (g *group) finishLocked(drained bool) {
 	}
 	switch {
 	case drained && g.settled:
-		g.ent.done()
+		g.ent.done(g.adm.shard)
 	case drained:
 		if g.dispatched {
 			releaseLoans(g, -1)

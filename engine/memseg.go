@@ -110,7 +110,7 @@ func (e *Engine) CloseMemorySegment(m *MemSegment, timeout time.Duration) error 
 	}
 }
 
-func (m *MemSegment) admit() bool {
+func (m *MemSegment) admit(shard) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mu.closed {

@@ -181,7 +181,7 @@ func (e *Engine) CloseRemoteSegment(s *RemoteSegment, timeout time.Duration) err
 	return nil
 }
 
-func (s *RemoteSegment) admit() bool {
+func (s *RemoteSegment) admit(shard) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.mu.closed {

@@ -244,7 +244,7 @@ func (w *worker) admissionGate(g *group, now time.Time) (bool, error) {
 		// The bytes are charged atomically (no engine-wide lock): a
 		// concurrent charge may have taken the room since the check.
 		if fits && needBytes {
-			fits = e.tryChargeBytes(g.charge)
+			fits = e.tryChargeBytes(g.adm.shard, g.charge)
 			g.adm.bytesHeld = fits
 		}
 		if !fits {

@@ -693,8 +693,8 @@ func checkFileRange(s *Segment, op Op, offset, length, size uint64) error {
 }
 
 // admit counts a group as a user of the entry; it fails while draining.
-func (ent *segEntry) admit() bool {
-	if ent.users.enter() {
+func (ent *segEntry) admit(at shard) bool {
+	if ent.users.enter(at) {
 		return true
 	}
 	ent.wakeIfIdle() // its add was counted for an instant
@@ -703,8 +703,8 @@ func (ent *segEntry) admit() bool {
 
 // done drops a user taken by admit; the last one of a draining entry
 // wakes its close.
-func (ent *segEntry) done() {
-	if ent.users.leave() {
+func (ent *segEntry) done(at shard) {
+	if ent.users.leave(at) {
 		ent.wakeIfIdle()
 	}
 }

@@ -110,7 +110,7 @@ func (e *Engine) getChunks(p *stagingPool, want int, fallback bool) ([]*chunk, e
 	if len(out) > 0 || !fallback {
 		return out, nil
 	}
-	if !e.tryChargeBytes(p.size) {
+	if !e.tryChargeBytes(shardHere(), p.size) {
 		n := e.inflightBytes.inUse()
 		return nil, errorf(KindExhausted, "staging", "pool", "all %d staging chunks are leased and a %d-byte pageable buffer would exceed max_inflight_bytes (%d in flight)", e.cfg.StagingChunkCount, p.size, n)
 	}
@@ -144,7 +144,7 @@ func (e *Engine) putChunks(p *stagingPool, cs []*chunk) {
 }
 
 func (e *Engine) uncharge(n uint64) {
-	e.inflightBytes.give(n)
+	e.inflightBytes.give(shardHere(), n)
 	e.adm.bytesFreed()
 }
 

@@ -5,10 +5,9 @@
 // written twice per request by every core, was one of the shared cache
 // lines that held 32 jobs of 4 KiB caller copies on 16 cores below the
 // pread loop (docs/performance.md, "Admission without shared cache
-// lines"). The count is spread over padded shards, picked by the
-// goroutine's stack address (internal/affinity), with one flag that a
-// close sets; a shard alone may go negative (a group may leave from
-// another goroutine or call depth than it entered), only the sum counts.
+// lines"). The count is spread over padded shards (a group's shard,
+// budget.go), with one flag that a close sets; a shard alone may go
+// negative, only the sum counts.
 //
 // Invariants (every operation is a sequentially consistent atomic):
 //   - enter adds to its shard, then reads closing; if set, it takes its
@@ -23,32 +22,22 @@
 
 package engine
 
-import (
-	"sync/atomic"
-
-	"github.com/orbitefs/orbitefs/internal/affinity"
-)
-
-const usersShardBits = 4
+import "sync/atomic"
 
 type users struct {
 	closing atomic.Bool
 	_       [63]byte
-	shards  [1 << usersShardBits]struct {
+	shards  [1 << shardBits]struct {
 		n atomic.Int64
 		_ [56]byte
 	}
 }
 
-func (u *users) shard() *atomic.Int64 {
-	return &u.shards[affinity.Hint()>>(64-usersShardBits)].n
-}
-
-// enter counts one user unless closing is set. After a false return the
-// caller must call leftWhileClosing's check (segEntry.wakeIfIdle): its
-// add was visible for an instant.
-func (u *users) enter() bool {
-	s := u.shard()
+// enter counts one user on shard at (budget.go) unless closing is set.
+// After a false return the caller must look whether a close waits
+// (segEntry.wakeIfIdle): its add was visible for an instant.
+func (u *users) enter(at shard) bool {
+	s := &u.shards[at].n
 	s.Add(1)
 	if !u.closing.Load() {
 		return true
@@ -59,8 +48,8 @@ func (u *users) enter() bool {
 
 // leave drops one user and reports whether closing was set, when the
 // caller must look whether it was the last.
-func (u *users) leave() bool {
-	u.shard().Add(-1)
+func (u *users) leave(at shard) bool {
+	u.shards[at].n.Add(-1)
 	return u.closing.Load()
 }
 
