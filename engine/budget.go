@@ -4,7 +4,7 @@
 //
 // Why: one atomic word per limit, changed with compare-and-swap by every
 // request on every core, was a cache line that all cores fought over: on
-// 16 cores, 32 jobs of 4 KiB caller copies spent 13 % of their CPU on
+// 16 cores, 32 jobs of 4 KiB caller copies spent 18 % of their CPU on
 // the two admission words and the segment's user count (docs/
 // performance.md, "Admission without shared cache lines"). A budget
 // keeps a spare of already-taken room on padded shards: a take is served

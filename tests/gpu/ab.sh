@@ -2,7 +2,8 @@
 # ab.sh: two orbitefs binaries side by side on the GPU machine, alternating
 # A and B (B first every other round), on the workloads an engine change
 # usually moves: 4 KiB random reads from a tmpfs file by one batch at queue
-# depth 32 and by 32 jobs at queue depth 1 (with the pread loop), and KV
+# depth 32 and by 32 jobs at queue depth 1 (each with the pread loop of
+# the same shape: 32 goroutines on one file, 32 jobs of one), and KV
 # swap (`bench kvswap`, the perf.sh shape) from ext4 (O_DIRECT) and tmpfs
 # into DRAM and cuda:0. Every run's JSON goes to OUT/ab.jsonl tagged with
 # its side, workload and round; `python3 perfsummary.py --ab OUT` is not
@@ -47,6 +48,7 @@ if [[ $STEPS == *" file "* ]]; then
 			run "$s" j32 "$r" "$(bin "$s")" bench file --file "$f" --op read --pattern rand --bs 4KiB --qd 1 --jobs 32 --runtime "${RT}s" --seed "$r"
 		done
 		run pread qd32 "$r" "$A" bench file --impl pread --file "$f" --op read --pattern rand --bs 4KiB --qd 32 --jobs 1 --runtime "${RT}s" --seed "$r"
+		run pread j32 "$r" "$A" bench file --impl pread --file "$f" --op read --pattern rand --bs 4KiB --qd 1 --jobs 32 --runtime "${RT}s" --seed "$r"
 	done
 	if [ "${AB_PROFILE:-}" = 1 ]; then
 		"$B" bench file --file "$f" --op read --pattern rand --bs 4KiB --qd 32 --jobs 1 --runtime "${RT}s" \

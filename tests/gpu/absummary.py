@@ -27,16 +27,17 @@ def main(path):
     by_w = defaultdict(list)
     for (w, r), sides in sorted(runs.items()):
         by_w[w].append(sides)
-    print("| workload | A | B | B/A per round | B/A (median) | pread | A extra | B extra |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| workload | A | B | B/A per round | B/A (median) | pread | B/pread per round | A extra | B extra |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for w, rounds in by_w.items():
         col = lambda s: [x[s][0] for x in rounds if s in x]
         ext = lambda s: [x[s][2] for x in rounds if s in x]
         unit = next(x[s][1] for x in rounds for s in x)
         ratios = [x["B"][0] / x["A"][0] for x in rounds if "A" in x and "B" in x and x["A"][0]]
+        vsp = [x["B"][0] / x["pread"][0] for x in rounds if "B" in x and "pread" in x and x["pread"][0]]
         med = lambda v: f"{statistics.median(v):.2f}" if v else "-"
         print(f"| {w} ({unit}) | {' '.join(f'{v:.2f}' for v in col('A'))} | {' '.join(f'{v:.2f}' for v in col('B'))} | "
-              f"{' '.join(f'{v:.2f}' for v in ratios)} | {med(ratios)} | {med(col('pread'))} | {med(ext('A'))} | {med(ext('B'))} |")
+              f"{' '.join(f'{v:.2f}' for v in ratios)} | {med(ratios)} | {med(col('pread'))} | {' '.join(f'{v:.2f}' for v in vsp)} | {med(ext('A'))} | {med(ext('B'))} |")
 
 
 if __name__ == "__main__":
