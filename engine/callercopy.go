@@ -197,6 +197,15 @@ func (b *Batch) copyEndedLocked(g *group) {
 // acquisition fewer per request, which 32 submitters on one batch
 // otherwise queue for. REQUIRES: b.mu, which it releases.
 func (b *Batch) unlockAndDeliver(finished, deliver bool) {
+	if reps, fn, ok := b.unlockTakingReports(finished, deliver); ok {
+		b.runReports(reps, fn)
+	}
+}
+
+// unlockTakingReports is unlockAndDeliver up to the delivery: it returns
+// the reports taken, if any, for runReports, which the caller must then
+// run. REQUIRES: b.mu, which it releases.
+func (b *Batch) unlockTakingReports(finished, deliver bool) ([]Report, func(Report), bool) {
 	b.changedLocked()
 	w := b.mu.w
 	var reps []Report
@@ -209,9 +218,7 @@ func (b *Batch) unlockAndDeliver(finished, deliver bool) {
 	if finished && w != nil {
 		w.poke()
 	}
-	if deliver {
-		b.runReports(reps, fn)
-	}
+	return reps, fn, deliver
 }
 
 // copyOp runs one op with preadv/pwritev and returns what its CQE would

@@ -22,7 +22,8 @@
 //     combiner reads a node's next link before it applies the node;
 //     after it applies a finish it never touches the group again (a
 //     freed batch may recycle it), and after it decides an entry it
-//     touches the group only to wake its submitter.
+//     touches the group only to wake its submitter, through the wake
+//     channel it read while it held b.mu.
 //   - Entries and finishes are applied under b.mu exactly as the direct
 //     path applies them (enterLocked, finishCopyLocked), in the order
 //     they were pushed. A submitter that finds the list empty and b.mu
@@ -173,6 +174,12 @@ func (b *Batch) combine(deliver bool) {
 			g = next
 		}
 		finished := false
+		// The sleeping submitters whose entries this pass decides are
+		// woken once b.mu and the combining lock are let go: a wake-up
+		// (the scheduler readying a parked goroutine) inside the
+		// critical section lengthened it for every submitter behind it.
+		var wakeBuf [32]chan struct{}
+		wakes := wakeBuf[:0]
 		if h := b.e.combineTook; h != nil {
 			h(b) // tests: the combiner has taken the list
 		}
@@ -186,7 +193,7 @@ func (b *Batch) combine(deliver bool) {
 				g.comb.entry = b.enterLocked(g, g.comb.reqs, true)
 				g.comb.reqs = nil
 				if g.comb.state.Swap(combDecided) == combSleeping {
-					g.comb.wake <- struct{}{}
+					wakes = append(wakes, g.comb.wake)
 				}
 			}
 			g = next
@@ -196,7 +203,13 @@ func (b *Batch) combine(deliver bool) {
 		}
 		// Reports may run hooks that Submit: not under c.mu.
 		c.mu.Unlock()
-		b.unlockAndDeliver(finished, deliver)
+		reps, fn, ok := b.unlockTakingReports(finished, deliver)
+		for _, w := range wakes {
+			w <- struct{}{}
+		}
+		if ok {
+			b.runReports(reps, fn)
+		}
 		if c.head.Load() == nil || !c.mu.TryLock() {
 			return
 		}
