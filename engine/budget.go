@@ -17,18 +17,28 @@
 //   - taken is what groups hold plus every shard's spare; it never
 //     exceeds limit (it only grows by compare-and-swap within it), so
 //     what groups hold never does either.
-//   - A spare never exceeds 2*quantum after a give, and quantum is at
-//     most limit/(8*budgetShards): the spares together hold at most a
-//     quarter of the limit. A take that the global room refuses first
-//     takes every spare back (reclaim) and tries again, so a take fails
-//     only when what groups hold, plus spares that other goroutines took
-//     in that instant, leaves no room: exact when nothing else runs.
-//   - inUse is taken less the spares: what groups hold, read without a
-//     lock (a concurrent take or give may or may not be in it).
+//   - Lock-free steps keep taken == held + spares at every instant: a
+//     take from a spare (the spare falls as what is held rises), a give
+//     to a spare, and a take or give of a quantum or more straight on
+//     taken. The steps that move room between a spare and taken (a
+//     refill, the return of a spare's excess, a reclaim) pass through a
+//     state where the room is in neither; they run under moveMu, and so
+//     does inUse, which therefore never counts that room as held. (A
+//     waiter at a batch head that read too little free room in such a
+//     state slept while the room was free: nothing returned it, so
+//     nothing woke the waiter.)
+//   - A spare is refilled only when a take finds it short of a request
+//     under a quantum, to at most twice a quantum, and gives keep at most
+//     one quantum past two; quantum is at most limit/(8*budgetShards),
+//     so the spares together hold at most a quarter of the limit.
+//   - A take that taken refuses takes every spare back (reclaim) and
+//     tries again under moveMu: it fails only when what groups hold,
+//     less what gives return meanwhile, leaves no room.
 
 package engine
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/orbitefs/orbitefs/internal/affinity"
@@ -48,6 +58,8 @@ type budget struct {
 	quantum uint64 // 0: no spares, every take and give is global
 	_       [48]byte
 	taken   atomic.Uint64
+	_       [56]byte
+	moveMu  sync.Mutex // refills, excess returns, reclaims, inUse
 	_       [56]byte
 	shards  [budgetShards]struct {
 		spare atomic.Uint64
@@ -79,14 +91,21 @@ func (b *budget) take(at shard, n uint64) bool {
 			return true
 		}
 	}
-	if b.quantum > 0 && b.takeGlobal(n+b.quantum) {
-		s.Add(b.quantum)
+	if n >= b.quantum && b.takeGlobal(n) { // one step: nothing to refill
 		return true
 	}
-	if b.takeGlobal(n) {
-		return true
+	b.moveMu.Lock()
+	defer b.moveMu.Unlock()
+	if n < b.quantum {
+		if b.takeGlobal(n + b.quantum) {
+			s.Add(b.quantum)
+			return true
+		}
+		if b.takeGlobal(n) {
+			return true
+		}
 	}
-	if b.quantum == 0 || !b.reclaim() {
+	if !b.reclaimLocked() {
 		return false
 	}
 	return b.takeGlobal(n)
@@ -105,9 +124,9 @@ func (b *budget) takeGlobal(n uint64) bool {
 	}
 }
 
-// reclaim moves every spare back to the global room and reports whether
-// there were any.
-func (b *budget) reclaim() bool {
+// reclaimLocked moves every spare back to taken's room and reports
+// whether there were any. REQUIRES: moveMu.
+func (b *budget) reclaimLocked() bool {
 	var got uint64
 	for i := range b.shards {
 		got += b.shards[i].spare.Swap(0)
@@ -121,7 +140,7 @@ func (b *budget) reclaim() bool {
 
 // give returns n taken earlier (by any goroutine) to shard at.
 func (b *budget) give(at shard, n uint64) {
-	if b.quantum == 0 {
+	if n >= b.quantum { // one step (and with no quantum, always)
 		b.taken.Add(-n)
 		return
 	}
@@ -129,7 +148,9 @@ func (b *budget) give(at shard, n uint64) {
 	if s.Add(n) <= 2*b.quantum {
 		return
 	}
-	// Keep one quantum; the rest goes back to the global room.
+	// Keep one quantum; the rest goes back to taken's room.
+	b.moveMu.Lock()
+	defer b.moveMu.Unlock()
 	for v := s.Load(); v > b.quantum; v = s.Load() {
 		if s.CompareAndSwap(v, b.quantum) {
 			b.taken.Add(-(v - b.quantum))
@@ -138,8 +159,12 @@ func (b *budget) give(at shard, n uint64) {
 	}
 }
 
-// inUse is what groups hold: taken less the spares.
+// inUse is what groups hold: taken less the spares. It reads them under
+// moveMu, so no room on its way between a spare and taken is counted;
+// a lock-free take or give running meanwhile may or may not be in it.
 func (b *budget) inUse() uint64 {
+	b.moveMu.Lock()
+	defer b.moveMu.Unlock()
 	var spare uint64
 	for i := range b.shards {
 		spare += b.shards[i].spare.Load()

@@ -4,6 +4,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // TestBudgetExact: one goroutine, then another, can take exactly the
@@ -88,7 +89,9 @@ func TestBudgetNeverOver(t *testing.T) {
 	if n := b.inUse(); n != 0 {
 		t.Fatalf("inUse %d after every give", n)
 	}
-	b.reclaim()
+	b.moveMu.Lock()
+	b.reclaimLocked()
+	b.moveMu.Unlock()
 	if n := b.taken.Load(); n != 0 {
 		t.Fatalf("taken %d after every give and a reclaim", n)
 	}
@@ -205,5 +208,66 @@ func TestUsersStaleWakeKeepsNextClose(t *testing.T) {
 	case <-idle:
 	default:
 		t.Fatal("the last user's leave did not wake the second close")
+	}
+}
+
+// TestBudgetInUseSkipsMovingRoom: while a reclaim is half done (the
+// spares swapped out, taken not yet lowered), inUse waits for it rather
+// than count the room in between as held; a waiter for bytes at a batch
+// head that read such a figure slept while the bytes were free.
+func TestBudgetInUseSkipsMovingRoom(t *testing.T) {
+	b := newBudget(16<<10, 1<<20) // quantum 128
+	if !b.take(1, 100) {          // refills shard 1: a spare of 128
+		t.Fatal("take")
+	}
+	if got := b.inUse(); got != 100 {
+		t.Fatalf("inUse %d, want 100", got)
+	}
+	b.moveMu.Lock() // a reclaim, stepped by hand: its first half
+	var got uint64
+	for i := range b.shards {
+		got += b.shards[i].spare.Swap(0)
+	}
+	read := make(chan uint64)
+	go func() { read <- b.inUse() }()
+	select {
+	case v := <-read:
+		t.Fatalf("inUse read %d in the middle of a reclaim", v)
+	case <-time.After(50 * time.Millisecond):
+	}
+	b.taken.Add(-got) // its second half
+	b.moveMu.Unlock()
+	if v := <-read; v != 100 {
+		t.Fatalf("inUse %d after the reclaim, want 100", v)
+	}
+}
+
+// TestBudgetSpareBound: takes of a quantum or more never refill a spare,
+// and small ones keep each spare under two quanta, so the spares hold at
+// most a quarter of the limit whatever the mix of sizes.
+func TestBudgetSpareBound(t *testing.T) {
+	b := newBudget(4<<30, byteQuantum)
+	for at := shard(0); at < budgetShards; at++ {
+		for i := 0; i < 15; i++ {
+			if !b.take(at, 16<<20) {
+				t.Fatalf("take %d on shard %d", i, at)
+			}
+			for j := 0; j < 3; j++ {
+				if !b.take(at, 4<<10) {
+					t.Fatal("small take")
+				}
+			}
+		}
+	}
+	var spare uint64
+	for i := range b.shards {
+		v := b.shards[i].spare.Load()
+		if v > 2*b.quantum {
+			t.Fatalf("shard %d keeps %d, over two quanta (%d)", i, v, 2*b.quantum)
+		}
+		spare += v
+	}
+	if spare > b.limit/4 {
+		t.Fatalf("spares hold %d of a %d limit", spare, b.limit)
 	}
 }
