@@ -14,9 +14,10 @@
 // goroutine's stack address (internal/affinity), as for counter.
 //
 // Invariants:
-//   - taken is what groups hold plus every shard's spare; it never
-//     exceeds limit (it only grows by compare-and-swap within it), so
-//     what groups hold never does either.
+//   - taken is what groups hold plus every shard's spare, and more only
+//     while room moves between them (below); it never exceeds limit (it
+//     only grows by compare-and-swap within it), so what groups hold
+//     never does either.
 //   - Lock-free steps keep taken == held + spares at every instant: a
 //     take from a spare (the spare falls as what is held rises), a give
 //     to a spare, and a take or give of a quantum or more straight on
@@ -27,10 +28,11 @@
 //     waiter at a batch head that read too little free room in such a
 //     state slept while the room was free: nothing returned it, so
 //     nothing woke the waiter.)
-//   - A spare is refilled only when a take finds it short of a request
-//     under a quantum, to at most twice a quantum, and gives keep at most
-//     one quantum past two; quantum is at most limit/(8*budgetShards),
-//     so the spares together hold at most a quarter of the limit.
+//   - A spare is refilled, by one quantum, only when a take finds it
+//     short of a request under a quantum (so it stays under two), and a
+//     give that takes it past two quanta returns it to one; quantum is at
+//     most limit/(8*budgetShards), so the spares together hold at most a
+//     quarter of the limit (plus the gives under way).
 //   - A take that taken refuses takes every spare back (reclaim) and
 //     tries again under moveMu: it fails only when what groups hold,
 //     less what gives return meanwhile, leaves no room.
