@@ -134,8 +134,8 @@ func (b *Batch) awaitEntry(g *group) {
 
 // finishCombined publishes the outcome of caller copy g, which moved
 // every byte, directly when nothing waits on the combining list and
-// b.mu is free, through the combiner otherwise. The submitter may return before it is applied: the
-// combiner running now applies it.
+// b.mu is free, through the combiner otherwise. The submitter may
+// return before it is applied: the combiner running now applies it.
 func (b *Batch) finishCombined(g *group) {
 	c := &b.comb
 	if c.head.Load() == nil && b.mu.TryLock() {
