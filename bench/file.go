@@ -265,8 +265,9 @@ type slot struct {
 	ops   uint64        // measured ops and bytes: the slot's own, merged by run
 	bytes uint64
 	hist  *histShard
-	cell  cell     // every task's cell when the driver has only this slot
-	_     [64]byte // slots are written by their own goroutines only
+	rep   engine.Report // the report Submit returns (SubmitOptions.Inline)
+	cell  cell          // every task's cell when the driver has only this slot
+	_     [64]byte      // slots are written by their own goroutines only
 }
 
 // histShard is a latency histogram some slots share (one each up to
@@ -429,11 +430,22 @@ func (d *driver) slotLoop(i int) {
 		if h := d.o.submitting; h != nil {
 			h()
 		}
-		tr, err := lv.b.Submit(d.o.Op, d.seg, s.req[:], nil, 0)
+		var opts engine.SubmitOptions
+		if !d.o.HookReports {
+			s.rep = engine.Report{}
+			opts.Inline = &s.rep
+		}
+		tr, err := lv.b.SubmitWith(d.o.Op, d.seg, s.req[:], nil, opts)
 		if err != nil {
 			d.fail(err)
 			d.settle(lv)
 			return
+		}
+		if s.rep.Done {
+			// Submit returned the report: no hook runs for it.
+			d.record(s, d.finishOf(lv, s.rep))
+			d.settle(lv)
+			continue
 		}
 		c := d.cellOf(lv, tr.First)
 		if h := d.o.meet; h != nil {
@@ -451,17 +463,32 @@ func (d *driver) slotLoop(i int) {
 		if lv.cells == nil {
 			c.state.Store(0) // the slot's own cell: ready for its next task
 		}
-		if f.err != nil {
-			d.fail(f.err)
-		} else if f.at.UnixNano() <= d.cutoff.Load() {
-			s.hist.mu.Lock()
-			s.hist.h.Record(f.at.Sub(s.start))
-			s.hist.mu.Unlock()
-			s.ops++
-			s.bytes += f.bytes
-		}
+		d.record(s, f)
 		d.settle(lv)
 	}
+}
+
+// record counts slot s's finished request, or fails the run with its
+// error.
+func (d *driver) record(s *slot, f finish) {
+	if f.err != nil {
+		d.fail(f.err)
+	} else if f.at.UnixNano() <= d.cutoff.Load() {
+		s.hist.mu.Lock()
+		s.hist.h.Record(f.at.Sub(s.start))
+		s.hist.mu.Unlock()
+		s.ops++
+		s.bytes += f.bytes
+	}
+}
+
+// finishOf is the outcome of report r of batch lv, read now.
+func (d *driver) finishOf(lv *live, r engine.Report) finish {
+	f := finish{at: time.Now(), bytes: r.CompletedBytes}
+	if r.CompletedRequests != 1 {
+		f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
+	}
+	return f
 }
 
 // reserve takes a task slot in the current batch for one request,
@@ -540,10 +567,7 @@ func (d *driver) settle(lv *live) {
 func (d *driver) onDone(lv *live) func(engine.Report) {
 	return func(r engine.Report) {
 		c := d.cellOf(lv, r.Tasks.First)
-		c.f = finish{at: time.Now(), bytes: r.CompletedBytes}
-		if r.CompletedRequests != 1 {
-			c.f.err = fmt.Errorf("batch %d task %d (%s of %d bytes): %w", lv.b.ID(), r.Tasks.First, d.o.Op, d.o.BlockSize, r.Err)
-		}
+		c.f = d.finishOf(lv, r)
 		if h := d.o.meet; h != nil {
 			h(lv.b.ID(), r.Tasks.First, true, false)
 		}

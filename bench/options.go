@@ -115,6 +115,11 @@ type Options struct {
 	// (fio's numjobs): each engine job its own batches and QueueDepth
 	// requests, the pread baseline QueueDepth goroutines per job. 0 is 1.
 	Jobs int
+	// HookReports takes every report from the batch's completion hook.
+	// By default a request asks for its report back from Submit
+	// (engine.SubmitOptions.Inline), as a client that waits for each of
+	// its requests would, and only the others reach the hook.
+	HookReports bool
 
 	// submitting, nil outside tests, runs on a slot's goroutine just
 	// before each engine Submit (file.go): a test holds slots there.

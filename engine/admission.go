@@ -74,6 +74,15 @@ type SubmitOptions struct {
 	// such as a shell script through the mount, where the fstat costs
 	// nothing next to the rest of the submission.
 	SizeNow bool
+	// Inline, when set, asks for the group's report from Submit itself.
+	// When the group finished before Submit returned, Submit stores its
+	// report in *Inline (Done is true) and the batch's OnGroupDone hook
+	// does not receive it. Otherwise *Inline is left as it was and the
+	// report reaches the hook, Submissions and status as for any group.
+	// Today a read of one request of at most caller_fast_path_bytes from
+	// an in-memory file into host memory can finish this way (a claimed
+	// copy: it enters the batch without taking its lock).
+	Inline *Report
 }
 
 // deadline is a submission's absolute deadline: timeout from now, or

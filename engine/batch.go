@@ -116,7 +116,12 @@ type Batch struct {
 	free     []*group
 	freeNext atomic.Int64
 
-	comb      combiner   // caller copies' entries and finishes (combine.go)
+	comb combiner // caller copies' entries and finishes (combine.go)
+	// claims is the word of claimed copies and claimed their finished
+	// groups by first task slot, until fold applies them (claim.go).
+	// claimed is set under b.mu before the word first opens.
+	claims    atomic.Uint64
+	claimed   []atomic.Pointer[group]
 	deliverMu sync.Mutex // one goroutine at a time runs onDone
 	spare     []Report   // guarded by deliverMu: the emptied notify slice, reused
 	// reports is len(mu.notify) > 0, written under b.mu at each change
@@ -254,6 +259,12 @@ func (b *Batch) SubmitWith(op Op, target Target, reqs []Request, note *Notificat
 		b.e.st.groupsRejected.Add(1)
 		return TaskRange{}, err
 	}
+	if opts.Inline != nil && g.claimable() {
+		g.inlineAsked = true
+		if tr, ok := b.claimCopy(g, opts.Inline); ok { // claim.go
+			return tr, nil
+		}
+	}
 	var en entry
 	if g.callerCopyEligible() { // callercopy.go; needs no lock
 		en = b.enterCombined(g, reqs) // combine.go
@@ -303,6 +314,7 @@ type entry struct {
 // and decides how it runs (entry). reqs are its requests; copyOK is
 // g.callerCopyEligible(). REQUIRES: b.mu.
 func (b *Batch) enterLocked(g *group, reqs []Request, copyOK bool) entry {
+	b.foldLocked() // claim.go: the lists whole, and no claim passes this entry
 	if err := b.acceptLocked(len(reqs)); err != nil {
 		return entry{err: err}
 	}
@@ -322,6 +334,9 @@ func (b *Batch) enterLocked(g *group, reqs []Request, copyOK bool) entry {
 		en.copy = true
 		en.lane = b.laneCopyLocked(g) // lanecopy.go
 		b.changedLocked()
+		if g.inlineAsked && !en.lane {
+			b.openClaimsLocked() // claim.go: the next such copies claim
+		}
 		return en
 	}
 	b.mu.queue = append(b.mu.queue, g)
@@ -368,6 +383,13 @@ func (b *Batch) acceptLocked(n int) error {
 	return nil
 }
 
+// lockFolded takes b.mu with the batch's lists whole: every claimed copy
+// applied, and no claim while it is held (claim.go).
+func (b *Batch) lockFolded() {
+	b.mu.Lock()
+	b.foldLocked()
+}
+
 func (b *Batch) checkLocked(op string) error {
 	if b.mu.freed {
 		return errorf(KindNotFound, op, b.name(), "batch was freed")
@@ -404,7 +426,7 @@ func (b *Batch) terminalStateLocked() State {
 
 // Seal stops appends. Sealing twice is harmless.
 func (b *Batch) Seal() error {
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("seal"); err != nil {
 		return err
@@ -499,7 +521,7 @@ func (b *Batch) runReports(reps []Report, fn func(Report)) {
 // (a task finishing, a group queued or finished, seal, cancel, free).
 // Callers re-read state after it fires and call Changed again.
 func (b *Batch) Changed() <-chan struct{} {
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	return b.changedChanLocked()
 }
@@ -524,7 +546,7 @@ func (b *Batch) Sealed() bool {
 // every group has finished.
 func (b *Batch) Status() State {
 	defer b.deliver()
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	b.pollLocked()
 	return b.mu.state
@@ -533,7 +555,7 @@ func (b *Batch) Status() State {
 // TaskStatus returns task i's published state.
 func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 	defer b.deliver()
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("status"); err != nil {
 		return TaskStatus{}, err
@@ -548,7 +570,7 @@ func (b *Batch) TaskStatus(i int) (TaskStatus, error) {
 // TaskStatuses returns every task's state, in index order.
 func (b *Batch) TaskStatuses() []TaskStatus {
 	defer b.deliver()
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	b.pollLocked()
 	out := make([]TaskStatus, len(b.mu.tasks))
@@ -560,7 +582,7 @@ func (b *Batch) TaskStatuses() []TaskStatus {
 
 // TaskCount is the number of tasks appended so far.
 func (b *Batch) TaskCount() int {
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	return len(b.mu.tasks)
 }
@@ -568,7 +590,7 @@ func (b *Batch) TaskCount() int {
 // Submissions returns one report per accepted group, in order.
 func (b *Batch) Submissions() []Report {
 	defer b.deliver()
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	b.pollLocked()
 	out := make([]Report, len(b.mu.groups))
@@ -595,7 +617,7 @@ func (b *Batch) Wait(timeout time.Duration) (State, error) {
 // wrapped, changing nothing.
 func (b *Batch) WaitContext(ctx context.Context) (State, error) {
 	for {
-		b.mu.Lock()
+		b.lockFolded()
 		if err := b.checkLocked("wait"); err != nil {
 			b.mu.Unlock()
 			return StateOpen, err
@@ -623,7 +645,7 @@ func (b *Batch) WaitContext(ctx context.Context) (State, error) {
 // drain waits until no group is queued or running (sealed or not).
 func (b *Batch) drain(ctx context.Context) error {
 	for {
-		b.mu.Lock()
+		b.lockFolded()
 		active, ch := b.mu.active, b.changedChanLocked()
 		b.mu.Unlock()
 		if active == 0 {
@@ -644,7 +666,7 @@ func (b *Batch) drain(ctx context.Context) error {
 // does nothing.
 func (b *Batch) Cancel(i int) error {
 	defer b.deliver()
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("cancel"); err != nil {
 		return err
@@ -686,7 +708,7 @@ func (b *Batch) CancelAll() error { return b.cancelAll(true) }
 // (freed) batches too.
 func (b *Batch) cancelAll(live bool) error {
 	defer b.deliver()
-	b.mu.Lock()
+	b.lockFolded()
 	defer b.mu.Unlock()
 	if err := b.checkLocked("cancel"); err != nil && live {
 		return err
@@ -728,7 +750,7 @@ var (
 // reserved and it still counts against max_allocated_batches
 // (Stats.QuarantinedBatches). After Free every method returns ErrNotFound.
 func (b *Batch) Free() error {
-	b.mu.Lock()
+	b.lockFolded()
 	if err := b.checkLocked("free"); err != nil {
 		b.mu.Unlock()
 		return err

@@ -78,6 +78,9 @@ type Engine struct {
 	// callerCopyHeld, nil outside tests, runs on a submitter before its
 	// caller copy (callercopy.go): a test holds one copy running there.
 	callerCopyHeld func()
+	// claimHeld, nil outside tests, runs on a claimed copy's submitter
+	// while it is counted in flight, before its copy (claim.go).
+	claimHeld func()
 	// callerCopyCopied, nil outside tests, runs on a submitter after its
 	// caller copy moved its bytes and before its finish takes b.mu.
 	callerCopyCopied func()

@@ -35,6 +35,10 @@ func (e *Engine) HoldProgress(f func()) { e.progressHeld = f }
 // HoldCallerCopies runs f on the submitter before each caller copy.
 func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }
 
+// HoldClaims runs f on each claimed copy's submitter while it is counted
+// in flight, before its copy.
+func (e *Engine) HoldClaims(f func()) { e.claimHeld = f }
+
 // HoldCopiedCallerCopies runs f on the submitter after each caller copy
 // moved its bytes, before its finish takes the batch's lock.
 func (e *Engine) HoldCopiedCallerCopies(f func()) { e.callerCopyCopied = f }

@@ -116,6 +116,11 @@ type group struct {
 	// clock again.
 	nearDeadline bool
 
+	// inlineAsked: its submitter asked for the report back from Submit
+	// (SubmitOptions.Inline); claim: its part in a claim (claim.go).
+	inlineAsked bool
+	claim       claimState
+
 	inline groupInline // storage of a one-request group (groupinline.go)
 	comb   combNode    // its link in the batch's combining list (combine.go)
 }

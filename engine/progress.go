@@ -20,7 +20,7 @@ import (
 // transport attempt) and returns the batch state. A freed batch returns
 // ErrNotFound.
 func (b *Batch) Progress() (State, error) {
-	b.mu.Lock()
+	b.lockFolded()
 	if err := b.checkLocked("progress"); err != nil {
 		b.mu.Unlock()
 		return StateOpen, err

@@ -112,6 +112,7 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	direct := fs.Bool("direct", false, "O_DIRECT on every request, failing if the file has none (default: page cache)")
 	impl := fs.String("impl", "engine", "engine (orbitefs engine) or pread (naive goroutine baseline)")
 	seed := fs.Uint64("seed", 1, "seed of random offsets")
+	hooks := fs.Bool("hook-reports", false, "take every request's report from the batch's completion hook, never back from Submit (engine)")
 	fs.BoolVar(&a.json, "json", false, "print one JSON object")
 	fs.BoolVar(&a.create, "create", false, "create the file, or extend it to --size, with random data before the run")
 	fs.StringVar(&a.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
@@ -123,7 +124,7 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
-	o := bench.Options{File: *file, QueueDepth: *qd, Jobs: *jobs, Runtime: *runtime, Direct: *direct, Seed: *seed}
+	o := bench.Options{File: *file, QueueDepth: *qd, Jobs: *jobs, Runtime: *runtime, Direct: *direct, Seed: *seed, HookReports: *hooks}
 	var err error
 	if o.Op, err = bench.ParseOp(*op); err != nil {
 		errs = append(errs, err)
