@@ -149,8 +149,8 @@ func (b *Batch) openClaimsLocked() {
 			return
 		}
 	}
-	if b.claimed == nil {
-		b.claimed = make([]atomic.Pointer[group], b.capacity)
+	if len(b.claimed) < b.capacity {
+		b.claimed = make([]atomic.Pointer[group], b.capacity) // pooled with the lists (group.go)
 	}
 	b.claims.Store(claimOpen | uint64(len(b.mu.tasks)))
 }

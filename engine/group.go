@@ -52,6 +52,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
@@ -472,8 +473,9 @@ func (g *group) recyclable() bool {
 // Free just freed with no group active, and returns them with the rest of
 // its free list; recycle them after b.mu is released. REQUIRES: b.mu.
 func (b *Batch) detachGroupsLocked() batchLists {
-	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups, all: b.mu.recyclable == len(b.mu.groups)}
+	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups, claimed: b.claimed, all: b.mu.recyclable == len(b.mu.groups)}
 	b.mu.groups, b.mu.tasks = nil, nil
+	b.claimed = nil // Free folded: every entry is nil, and no claim reads it again
 	// Claim what no submission took: one that claims after this finds
 	// the list empty (freeClosed is past any length).
 	if next := b.freeNext.Swap(freeClosed); next < int64(len(b.free)) {
@@ -489,10 +491,11 @@ const freeClosed = math.MaxInt64 / 2
 // hands back for reuse with its groups, and a free list: recyclable
 // groups for the next batch that takes the lists.
 type batchLists struct {
-	tasks  []task
-	groups []*group
-	free   []*group
-	all    bool // every group in groups is recyclable
+	tasks   []task
+	groups  []*group
+	free    []*group
+	claimed []atomic.Pointer[group] // every entry nil (claim.go)
+	all     bool                    // every group in groups is recyclable
 }
 
 // recycle hands the recyclable groups of a freed batch, and its lists,
@@ -521,7 +524,7 @@ func (e *Engine) recycle(l batchLists) {
 		// of the CPU at 32 jobs at QD 1, docs/performance.md). The next
 		// batch gets a new group list (takeLists).
 		clear(l.tasks)
-		e.lists.Put(&batchLists{tasks: l.tasks[:0], free: l.groups})
+		e.lists.Put(&batchLists{tasks: l.tasks[:0], free: l.groups, claimed: l.claimed})
 		return
 	}
 	// A new slice: the old free list may still see a late nil from a
@@ -538,7 +541,7 @@ func (e *Engine) recycle(l batchLists) {
 	clear(l.free)  // Free owns these entries: nothing stays reachable
 	clear(l.tasks) // no group stays reachable through a pooled list
 	clear(l.groups)
-	e.lists.Put(&batchLists{tasks: l.tasks[:0], groups: l.groups[:0], free: free})
+	e.lists.Put(&batchLists{tasks: l.tasks[:0], groups: l.groups[:0], free: free, claimed: l.claimed})
 }
 
 // putGroups puts groups into the engine's pool.
@@ -567,7 +570,7 @@ func (b *Batch) takeLists() *batchLists {
 	if !ok {
 		return nil
 	}
-	b.mu.tasks, b.mu.groups, b.free = l.tasks, l.groups, l.free
+	b.mu.tasks, b.mu.groups, b.free, b.claimed = l.tasks, l.groups, l.free, l.claimed
 	if l.groups == nil && l.tasks != nil {
 		b.mu.groups = make([]*group, 0, min(cap(l.tasks), b.capacity)) // the old one is a free list now
 	}
@@ -584,6 +587,9 @@ func (b *Batch) listsForLocked() {
 	}
 	if l, ok := b.e.lists.Get().(*batchLists); ok {
 		b.mu.tasks, b.mu.groups = l.tasks, l.groups
+		if b.claimed == nil {
+			b.claimed = l.claimed
+		}
 		b.e.putGroups(l.free)
 	}
 }
