@@ -11,10 +11,14 @@
 // in-memory files), each slot copies on its own core. A first version
 // submitted from one goroutine under a submit lock, resubmitting from the
 // completion hook: a caller copy finishes inside Submit, so a QD 32 stream
-// ran one request at a time (docs/performance.md). Completions arrive on
-// Batch.OnGroupDone; a slot whose request finished inside its own Submit
-// (or before Submit returned) finds the outcome waiting and goes on
-// without a wake-up; otherwise the hook wakes it.
+// ran one request at a time (docs/performance.md). A slot asks for its
+// request's report back from Submit (engine.SubmitOptions.Inline): a
+// claimed copy returns it there, and the slot records it and goes on
+// with nothing else involved. Other completions arrive on
+// Batch.OnGroupDone (every one with Options.HookReports); a slot whose
+// request finished inside its own Submit (or before Submit returned)
+// finds the outcome waiting and goes on without a wake-up; otherwise
+// the hook wakes it.
 //
 // The steady state takes no lock of the driver: a slot reserves a task
 // slot with two atomic adds, the hook and the slot meet on the task's
