@@ -111,17 +111,28 @@ type Batch struct {
 	capacity int
 
 	// free: recycled one-request groups, handed out before the engine's
-	// pool (groupinline.go). Set at allocation and never changed;
-	// freeNext is the next index to take.
+	// pool (groupinline.go). Set at allocation and never changed; it is
+	// cut into one part per shard, and freeNext[k] is the next index to
+	// take in part k.
 	free     []*group
-	freeNext atomic.Int64
+	freeNext [1 << shardBits]struct {
+		atomic.Int64
+		_ [56]byte
+	}
 
 	comb combiner // caller copies' entries and finishes (combine.go)
-	// claims is the word of claimed copies and claimed their finished
-	// groups by first task slot, until fold applies them (claim.go).
-	// claimed is set under b.mu before the word first opens.
-	claims    atomic.Uint64
-	claimed   []atomic.Pointer[group]
+	// Claimed copies (claim.go): those in flight (closing is set while
+	// claims are closed), the next task slot, and those finished, on the
+	// stack of their submitter's shard, until a fold applies them.
+	claiming  users
+	claimNext struct {
+		atomic.Int64
+		_ [56]byte
+	}
+	claimDone [1 << shardBits]struct {
+		head atomic.Pointer[group]
+		_    [56]byte
+	}
 	deliverMu sync.Mutex // one goroutine at a time runs onDone
 	spare     []Report   // guarded by deliverMu: the emptied notify slice, reused
 	// reports is len(mu.notify) > 0, written under b.mu at each change
@@ -168,7 +179,12 @@ type Batch struct {
 		// unquiesced is set when a group ends unquiesced; Free then
 		// quarantines the batch instead of returning its reservation.
 		unquiesced bool
+		// claimsOpen: claims were opened since the last fold (claim.go).
+		claimsOpen bool
 	}
+	// claimed is a fold's scratch: claimed copies by task slot. Guarded
+	// by mu; pooled with the lists.
+	claimed []*group
 }
 
 // ID is the engine-scoped, increasing batch ID.
@@ -188,7 +204,8 @@ func (e *Engine) AllocateBatch(capacity int) (*Batch, error) {
 		return nil, errorf(KindInvalid, op, "batches", "capacity %d: must be in [1, max_batch_requests (%d)]", capacity, e.cfg.MaxBatchRequests)
 	}
 	b := &Batch{e: e, capacity: capacity}
-	l := b.takeLists() // group.go; before b is shared
+	b.claiming.closing.Store(true) // claim.go: closed until a locked entry opens them
+	l := b.takeLists()             // group.go; before b is shared
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	fail := func(err error) (*Batch, error) {

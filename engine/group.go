@@ -52,7 +52,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 
 	"github.com/orbitefs/orbitefs/internal/hostmem"
@@ -475,11 +474,17 @@ func (g *group) recyclable() bool {
 func (b *Batch) detachGroupsLocked() batchLists {
 	l := batchLists{tasks: b.mu.tasks, groups: b.mu.groups, claimed: b.claimed, all: b.mu.recyclable == len(b.mu.groups)}
 	b.mu.groups, b.mu.tasks = nil, nil
-	b.claimed = nil // Free folded: every entry is nil, and no claim reads it again
+	b.claimed = nil // every entry is nil after a fold
 	// Claim what no submission took: one that claims after this finds
 	// the list empty (freeClosed is past any length).
-	if next := b.freeNext.Swap(freeClosed); next < int64(len(b.free)) {
-		l.free = b.free[next:]
+	for k := range b.freeNext {
+		lo, hi := b.freePart(k)
+		if next := b.freeNext[k].Swap(freeClosed); next < int64(hi-lo) {
+			if l.free == nil {
+				l.free = make([]*group, 0, len(b.free)-lo-int(next))
+			}
+			l.free = append(l.free, b.free[lo+int(next):hi]...)
+		}
 	}
 	return l
 }
@@ -494,8 +499,8 @@ type batchLists struct {
 	tasks   []task
 	groups  []*group
 	free    []*group
-	claimed []atomic.Pointer[group] // every entry nil (claim.go)
-	all     bool                    // every group in groups is recyclable
+	claimed []*group // a fold's scratch, every entry nil (claim.go)
+	all     bool     // every group in groups is recyclable
 }
 
 // recycle hands the recyclable groups of a freed batch, and its lists,

@@ -13,12 +13,15 @@ func (b *Batch) GroupIdentities() []any {
 }
 
 // FreeList returns the groups of the batch's free list not yet handed
-// out, in order, each as GroupIdentities does. Call it while no
+// out, in order (part by part), each as GroupIdentities does. Call it while no
 // submission or Free of the batch runs.
 func (b *Batch) FreeList() []any {
 	var out []any
-	for i := b.freeNext.Load(); i < int64(len(b.free)); i++ {
-		out = append(out, b.free[i])
+	for k := range b.freeNext {
+		lo, hi := b.freePart(k)
+		for i := lo + int(b.freeNext[k].Load()); i < hi; i++ {
+			out = append(out, b.free[i])
+		}
 	}
 	return out
 }

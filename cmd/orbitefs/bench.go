@@ -87,6 +87,7 @@ type benchArgs struct {
 	json         bool
 	create       bool
 	cpuprofile   string
+	trace        string
 	mutexprofile string
 }
 
@@ -116,6 +117,7 @@ func parseBenchArgs(args []string, out io.Writer) (benchArgs, error) {
 	fs.BoolVar(&a.json, "json", false, "print one JSON object")
 	fs.BoolVar(&a.create, "create", false, "create the file, or extend it to --size, with random data before the run")
 	fs.StringVar(&a.cpuprofile, "cpuprofile", "", "write a CPU profile of the measured run to `FILE` (go tool pprof)")
+	fs.StringVar(&a.trace, "trace", "", "write an execution trace of the measured run to `FILE` (go tool trace)")
 	fs.StringVar(&a.mutexprofile, "mutexprofile", "", "write a profile of mutex contention during the run to `FILE` (go tool pprof; every contention event is sampled)")
 	if err := fs.Parse(args); err != nil {
 		return a, err
@@ -227,7 +229,7 @@ func runBench(a benchArgs) (res bench.Result, err error) {
 			}
 		}()
 	}
-	stopProfiles, err := startProfiles(a.cpuprofile, "")
+	stopProfiles, err := startProfiles(a.cpuprofile, a.trace)
 	if err != nil {
 		return res, err
 	}
