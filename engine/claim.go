@@ -24,8 +24,8 @@
 // Invariants:
 //   - Claims are open only while the batch holds nothing a read must
 //     wait for: not sealed or freed, nothing queued or parked, no lane
-//     copy, no group in flight but caller copies that read, and nobody
-//     waiting on Changed (openClaimsLocked checks each under b.mu). Every
+//     copy, and no group in flight but caller copies that read
+//     (openClaimsLocked checks each under b.mu). Every
 //     path that could change one of these, and every reader of the
 //     batch's lists, folds first (foldLocked): it closes claims, waits
 //     for the claimed copies in flight (which never take b.mu before
@@ -34,6 +34,10 @@
 //     an inline report opens claims again, at the slots it counted. So
 //     while claims are open the lists lag by the claimed copies alone,
 //     and whoever looks at them sees them whole.
+//   - Claimed copies close no Changed channel, and none is missed: a
+//     goroutine takes one only by folding (Changed, Wait, drain), which
+//     closes claims, and the entry that opens them again closes every
+//     channel taken before (changedLocked) just before it does.
 //   - A claim counts itself in flight before it reads whether claims are
 //     open, and a fold closes them before it sums the copies in flight
 //     (both sequentially consistent): either the fold sees the claim and
@@ -94,6 +98,9 @@ func (b *Batch) claimCopy(g *group, out *Report) (TaskRange, bool) {
 		b.claiming.leave(at)
 		return TaskRange{}, false // the locked path fences or reports it
 	}
+	if h := b.e.claimLoaned; h != nil {
+		h() // tests: loans held, no task slot yet
+	}
 	first := int(b.claimNext.Add(1) - 1)
 	if first >= b.capacity {
 		releaseLoans(g, -1)
@@ -137,6 +144,9 @@ func (b *Batch) claimCopy(g *group, out *Report) (TaskRange, bool) {
 		}
 	}
 	b.claiming.leave(at)
+	if h := e.claimLeft; h != nil {
+		h() // tests: counted out; g may be another submission's now
+	}
 	if short {
 		// g may be gone once it left: read nothing of it.
 		b.mu.Lock()
@@ -153,7 +163,7 @@ func (b *Batch) claimCopy(g *group, out *Report) (TaskRange, bool) {
 // REQUIRES: b.mu; foldLocked ran in this hold; g entered.
 func (b *Batch) openClaimsLocked() {
 	if b.mu.sealed || b.mu.freed || len(b.mu.queue) > 0 || len(b.mu.parked) > 0 || b.mu.hazards > 0 ||
-		b.mu.laneCopies > 0 || b.mu.changed != nil || b.mu.deferred {
+		b.mu.laneCopies > 0 || b.mu.deferred {
 		return
 	}
 	for _, f := range b.mu.inflight {

@@ -81,6 +81,10 @@ type Engine struct {
 	// claimHeld, nil outside tests, runs on a claimed copy's submitter
 	// while it is counted in flight, before its copy (claim.go).
 	claimHeld func()
+	// claimLoaned, nil outside tests, runs on a claim's submitter after
+	// it took its loans, before its task slot; claimLeft right after it
+	// is counted out of the claims in flight (claim.go).
+	claimLoaned, claimLeft func()
 	// callerCopyCopied, nil outside tests, runs on a submitter after its
 	// caller copy moved its bytes and before its finish takes b.mu.
 	callerCopyCopied func()

@@ -39,6 +39,14 @@ func (e *Engine) HoldCallerCopies(f func()) { e.callerCopyHeld = f }
 // in flight, before its copy.
 func (e *Engine) HoldClaims(f func()) { e.claimHeld = f }
 
+// HoldLoanedClaims runs f on a claim's submitter after it took its
+// loans and before it takes its task slot.
+func (e *Engine) HoldLoanedClaims(f func()) { e.claimLoaned = f }
+
+// HoldLeftClaims runs f on a claim's submitter right after it is
+// counted out of the claims in flight.
+func (e *Engine) HoldLeftClaims(f func()) { e.claimLeft = f }
+
 // HoldCopiedCallerCopies runs f on the submitter after each caller copy
 // moved its bytes, before its finish takes the batch's lock.
 func (e *Engine) HoldCopiedCallerCopies(f func()) { e.callerCopyCopied = f }
