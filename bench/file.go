@@ -384,7 +384,8 @@ func (d *driver) run(ctx context.Context) error {
 			d.cond.Broadcast() // slots waiting to roll over
 			continue
 		}
-		if d.spare == nil && !d.noSpare && d.err == nil && !d.stopped.Load() {
+		if cur := d.cur.Load(); d.spare == nil && !d.noSpare && d.err == nil && !d.stopped.Load() &&
+			cur != nil && cur.used.Load() >= d.spareAt() {
 			d.spareLocked()
 			continue
 		}
@@ -549,6 +550,11 @@ func (d *driver) reserve() *live {
 			lv.pending.Add(1) // before the reservation: see live
 			u := lv.used.Add(1)
 			if u <= int64(d.capacity) {
+				if u == d.spareAt() {
+					d.mu.Lock()
+					d.cond.Broadcast() // run allocates the spare now
+					d.mu.Unlock()
+				}
 				return lv
 			}
 			d.settle(lv)
@@ -625,6 +631,13 @@ func (d *driver) newLiveLocked() (*live, error) {
 	b.OnGroupDone(d.onDone(lv))
 	return lv, nil
 }
+
+// spareAt is the reservation in the current batch that has run
+// allocate the next one: late enough that the batches retired meanwhile
+// have handed their lists and groups back for it to take (a spare
+// allocated at once held a batch's worth more of them, which a job at
+// queue depth 1 then allocated afresh), early enough that it is ready.
+func (d *driver) spareAt() int64 { return int64(d.capacity) * 3 / 4 }
 
 // spareLocked allocates the next batch ahead of the roll-over that
 // needs it, with d.mu let go meanwhile (slots roll over without it).
