@@ -133,8 +133,9 @@ func TestBudgetInUseSkipsMovingRoom(t *testing.T) {
 // most a quarter of the limit whatever the mix of sizes.
 func TestBudgetSpareBound(t *testing.T) {
 	b := newBudget(4<<30, byteQuantum)
+	perShard := int(b.limit/budgetShards/(16<<20)) - 1 // leaves room for the small takes
 	for at := shard(0); at < budgetShards; at++ {
-		for i := 0; i < 15; i++ {
+		for i := 0; i < perShard; i++ {
 			if !b.take(at, 16<<20) {
 				t.Fatalf("take %d on shard %d", i, at)
 			}
