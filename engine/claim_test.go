@@ -93,6 +93,41 @@ func (f *claimFixture) holdClaims() (in chan struct{}, release chan struct{}) {
 	return in, release
 }
 
+// duringClaim submits read(i), holds its claim where hold installs the
+// hook (HoldClaims: before its copy; HoldLoanedClaims: with its loans
+// and no task slot), runs act meanwhile, fails if act returns within 50
+// ms, then lets the claim go. It returns the claim's report and act's
+// error.
+func (f *claimFixture) duringClaim(t *testing.T, hold func(func()), i int, what string, act func() error) (engine.Report, error) {
+	t.Helper()
+	in, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	hold(func() { once.Do(func() { in <- struct{}{}; <-release }) })
+	type result struct {
+		rep engine.Report
+		err error
+	}
+	claimed := make(chan result, 1)
+	go func() {
+		rep, err := f.read(i)
+		claimed <- result{rep, err}
+	}()
+	<-in
+	done := make(chan error, 1)
+	go func() { done <- act() }()
+	select {
+	case err := <-done:
+		t.Fatalf("%s returned (%v) while a claim was held", what, err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	r := <-claimed
+	if r.err != nil {
+		t.Fatalf("read %d: %v", i, r.err)
+	}
+	return r.rep, <-done
+}
+
 // TestClaimedCopies: a read that asks for its report inline enters by
 // the batch's lock first, which opens claims; every later one is claimed
 // and returns its report from Submit, with no hook call. The batch's
@@ -217,29 +252,12 @@ func TestClaimFoldWaitsForCopiesInFlight(t *testing.T) {
 			if rep, err := f.read(0); err != nil || rep.Done {
 				t.Fatalf("first read: %+v, %v (want it by the lock)", rep, err)
 			}
-			in, release := f.holdClaims()
-			claimed := make(chan error, 1)
-			go func() {
-				rep, err := f.read(1)
-				if err == nil && !rep.Done {
-					err = fmt.Errorf("read 1 was not claimed: %+v", rep)
-				}
-				claimed <- err
-			}()
-			<-in // the claim is in flight, before its copy
-			done := make(chan error, 1)
-			go func() { done <- c.after(f) }()
-			select {
-			case err := <-done:
-				t.Fatalf("returned (%v) while a claimed copy was in flight", err)
-			case <-time.After(50 * time.Millisecond):
-			}
-			close(release)
-			if err := <-claimed; err != nil {
+			rep, err := f.duringClaim(t, f.e.HoldClaims, 1, c.name, func() error { return c.after(f) })
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := <-done; err != nil {
-				t.Fatal(err)
+			if !rep.Done {
+				t.Fatalf("read 1 was not claimed: %+v", rep)
 			}
 			if c.name != closes {
 				f.checkBlocks(t, 2)
@@ -261,33 +279,13 @@ func TestClaimFencesLaterWrite(t *testing.T) {
 	if _, err := f.r.WriteAt(newData, 1<<20); err != nil {
 		t.Fatal(err)
 	}
-	in, release := f.holdClaims()
-	claimed := make(chan error, 1)
-	go func() {
-		rep, err := f.read(1)
-		if err == nil && !rep.Done {
-			err = fmt.Errorf("read 1 was not claimed: %+v", rep)
-		}
-		claimed <- err
-	}()
-	<-in
-	wrote := make(chan error, 1)
-	go func() {
+	rep, err := f.duringClaim(t, f.e.HoldClaims, 1, "a write of the claimed bytes", func() error {
 		req := engine.Request{Address: f.r.BaseAddress() + 1<<20, TargetOffset: 4096, Length: 4096}
 		_, err := f.b.Submit(engine.OpWrite, f.seg, []engine.Request{req}, nil, ioTimeout)
-		wrote <- err
-	}()
-	select {
-	case err := <-wrote:
-		t.Fatalf("the write was accepted (%v) while a claimed read of its bytes was in flight", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(release)
-	if err := <-claimed; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-wrote; err != nil {
-		t.Fatal(err)
+		return err
+	})
+	if err != nil || !rep.Done {
+		t.Fatalf("claimed read %+v, write %v", rep, err)
 	}
 	f.checkBlocks(t, 2) // the claimed read saw the file before the write
 	f.b.Seal()
@@ -446,37 +444,17 @@ func TestClaimLoanedClaimFencesLaterGroup(t *testing.T) {
 	if rep, err := f.read(0); err != nil || rep.Done {
 		t.Fatalf("first read: %+v, %v (want it by the lock)", rep, err)
 	}
-	in, release := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	f.e.HoldLoanedClaims(func() { once.Do(func() { in <- struct{}{}; <-release }) })
-	claimed := make(chan engine.Report, 1)
-	go func() {
-		rep, err := f.read(1) // file block 1 into region block 1
-		if err != nil {
-			t.Error(err)
-		}
-		claimed <- rep
-	}()
-	<-in // the claim holds region block 1's loan, no slot yet
-	// B: file block 5 into the same region block.
-	req := engine.Request{Address: f.r.BaseAddress() + 4096, TargetOffset: 5 * 4096, Length: 4096}
-	entered := make(chan engine.TaskRange, 1)
-	go func() {
-		tr, err := f.b.Submit(engine.OpRead, f.seg, []engine.Request{req}, nil, ioTimeout)
-		if err != nil {
-			t.Error(err)
-		}
-		entered <- tr
-	}()
-	select {
-	case tr := <-entered:
-		t.Fatalf("B entered (tasks %+v) while a claim of its memory was in flight", tr)
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(release)
-	rep, tr := <-claimed, <-entered
-	if !rep.Done || rep.Tasks.First != 1 || tr.First != 2 {
-		t.Fatalf("claim %+v, B at %+v: want the claim task 1, done, and B task 2", rep, tr)
+	// The claim: file block 1 into region block 1, held with its loan
+	// and no slot; B: file block 5 into the same region block.
+	var tr engine.TaskRange
+	rep, err := f.duringClaim(t, f.e.HoldLoanedClaims, 1, "B over the claim's memory", func() error {
+		req := engine.Request{Address: f.r.BaseAddress() + 4096, TargetOffset: 5 * 4096, Length: 4096}
+		var err error
+		tr, err = f.b.Submit(engine.OpRead, f.seg, []engine.Request{req}, nil, ioTimeout)
+		return err
+	})
+	if err != nil || !rep.Done || rep.Tasks.First != 1 || tr.First != 2 {
+		t.Fatalf("claim %+v, B at %+v (%v): want the claim task 1, done, and B task 2", rep, tr, err)
 	}
 	f.b.Seal()
 	if st, err := f.b.Wait(ioTimeout); err != nil || st != engine.StateCompleted {
@@ -501,24 +479,7 @@ func TestClaimLoanedClaimCloseFreesRegion(t *testing.T) {
 	if rep, err := f.read(0); err != nil || rep.Done {
 		t.Fatalf("first read: %+v, %v (want it by the lock)", rep, err)
 	}
-	in, release := make(chan struct{}, 1), make(chan struct{})
-	var once sync.Once
-	f.e.HoldLoanedClaims(func() { once.Do(func() { in <- struct{}{}; <-release }) })
-	claimed := make(chan error, 1)
-	go func() { _, err := f.read(1); claimed <- err }()
-	<-in
-	closed := make(chan error, 1)
-	go func() { closed <- f.e.Close(ioTimeout) }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while a claim held loans", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(release)
-	if err := <-claimed; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-closed; err != nil {
+	if _, err := f.duringClaim(t, f.e.HoldLoanedClaims, 1, "Close", func() error { return f.e.Close(ioTimeout) }); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
 	maps, err := os.ReadFile("/proc/self/maps")
