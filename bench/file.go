@@ -315,6 +315,7 @@ type driver struct {
 	// cleared cell arrays of retired batches, for the next ones.
 	spare   *live
 	noSpare bool
+	broken  []*live // retired with an error: cleanup frees them
 	cells   [][]cell
 	batches int
 	err     error
@@ -376,10 +377,14 @@ func (d *driver) run(ctx context.Context) error {
 			err := d.retire(lv)
 			d.mu.Lock()
 			d.retiring = append(d.retiring[:k], d.retiring[k+1:]...)
-			if lv.cells != nil && err == nil {
+			switch {
+			case err != nil:
+				d.broken = append(d.broken, lv) // cleanup frees it
+			case lv.cells != nil:
 				clear(lv.cells)
 				d.cells = append(d.cells, lv.cells)
 			}
+			d.noSpare = false // the room it held is back
 			d.failLocked(err)
 			d.cond.Broadcast() // slots waiting to roll over
 			continue
@@ -588,7 +593,7 @@ func (d *driver) rollOverLocked() error {
 		if cur != nil && cur.used.Load() < int64(d.capacity) {
 			return nil
 		}
-		if cur != nil {
+		if cur != nil && !cur.full.Load() {
 			if len(d.retiring) >= maxRetiring {
 				d.cond.Wait()
 				continue
@@ -604,6 +609,12 @@ func (d *driver) rollOverLocked() error {
 		} else {
 			var err error
 			if lv, err = d.newLiveLocked(); err != nil {
+				if errors.Is(err, engine.ErrExhausted) && len(d.retiring) > 0 {
+					// An engine limit (a smaller config than
+					// EngineConfig's): a retire gives the room back.
+					d.cond.Wait()
+					continue
+				}
 				d.cur.Store(nil)
 				return err
 			}
@@ -725,7 +736,7 @@ func (d *driver) retire(lv *live) error {
 // cleanup frees whatever batches an error left behind: it cancels what
 // has not started and waits for the rest.
 func (d *driver) cleanup() {
-	for _, lv := range append(d.retiring, d.cur.Load(), d.spare) {
+	for _, lv := range append(append(d.retiring, d.broken...), d.cur.Load(), d.spare) {
 		if lv == nil {
 			continue
 		}
@@ -734,6 +745,6 @@ func (d *driver) cleanup() {
 		lv.b.Wait(closeTimeout(d.e))
 		lv.b.Free()
 	}
-	d.retiring, d.spare = nil, nil
+	d.retiring, d.broken, d.spare = nil, nil, nil
 	d.cur.Store(nil)
 }

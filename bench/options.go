@@ -190,8 +190,9 @@ func (o *Options) bufferBytes() uint64 {
 // o at full depth: io_uring.direct_io follows o.Direct (false forces the
 // page cache), and the ring depth, batch capacity (at least 4*QueueDepth, so a batch
 // lasts several rounds of every slot and the old one has drained long
-// before the new one fills) and in-flight byte limits are raised where
-// they are too small.
+// before the new one fills), the batches and requests allocated at once
+// (each job's current, spare and retiring batches) and in-flight byte
+// limits are raised where they are too small.
 func (o *Options) EngineConfig(base config.Engine) config.Engine {
 	c := base
 	c.IOUring.DirectIO = o.Direct
@@ -199,7 +200,11 @@ func (o *Options) EngineConfig(base config.Engine) config.Engine {
 	if need := 4 * o.QueueDepth; c.MaxBatchRequests < need {
 		c.MaxBatchRequests = need
 	}
-	c.MaxAllocatedRequests = max(c.MaxAllocatedRequests, 2*o.jobs()*c.MaxBatchRequests)
+	// A job holds its current batch, a spare and up to maxRetiring full
+	// ones (file.go).
+	live := (maxRetiring + 2) * o.jobs()
+	c.MaxAllocatedRequests = max(c.MaxAllocatedRequests, live*c.MaxBatchRequests)
+	c.MaxAllocatedBatches = max(c.MaxAllocatedBatches, live)
 	c.MaxInflightBatches = max(c.MaxInflightBatches, o.jobs()*o.QueueDepth)
 	if need := config.Size(o.bufferBytes()); c.MaxInflightBytes < need {
 		c.MaxInflightBytes = need

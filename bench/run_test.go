@@ -37,7 +37,13 @@ func needIOUring(t *testing.T) {
 // fails the test if anything leaked.
 func newEngine(t *testing.T, o *Options, base config.Engine) *engine.Engine {
 	t.Helper()
-	cfg := o.EngineConfig(base)
+	return newEngineFrom(t, o.EngineConfig(base))
+}
+
+// newEngineFrom builds an engine from cfg as is, checked for leaks and
+// closed at cleanup.
+func newEngineFrom(t *testing.T, cfg config.Engine) *engine.Engine {
+	t.Helper()
 	e, err := engine.New(cfg, iouring.New(cfg.IOUring))
 	if err != nil {
 		t.Fatal(err)
@@ -444,5 +450,49 @@ func TestRunCallerCopyQD1Jobs(t *testing.T) {
 	st := e.Stats()
 	if st.CallerCopies == 0 || st.TasksCompleted != st.GroupsSubmitted {
 		t.Errorf("stats after the run: %d caller copies, %d tasks completed of %d groups", st.CallerCopies, st.TasksCompleted, st.GroupsSubmitted)
+	}
+}
+
+// TestRunRetiringWithinEngineLimits: a batch that cannot drain (its
+// first request held) while the next ones fill must not fail the run on
+// the engine's max_allocated_requests: the driver holds a spare and up
+// to maxRetiring full batches, EngineConfig raises the limit for them,
+// and a roll-over that still meets the limit waits for a retire.
+// (EngineConfig once allowed two batches per job while the driver kept
+// five: the run failed "exhausted".)
+func TestRunRetiringWithinEngineLimits(t *testing.T) {
+	needIOUring(t)
+	for _, tc := range []struct {
+		name  string
+		limit int // max_allocated_requests before EngineConfig
+		tight bool
+	}{
+		{"EngineConfig's limit", 8, false},
+		{"a tighter limit than EngineConfig's", 16, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := Options{File: tempFile(t, "", 1<<20), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096,
+				QueueDepth: 2, Size: 1 << 20, Runtime: time.Second, Seed: 3}
+			base := config.DefaultEngine()
+			base.MaxBatchRequests = 8
+			base.MaxAllocatedRequests = tc.limit
+			var n atomic.Int64
+			release := make(chan struct{})
+			time.AfterFunc(300*time.Millisecond, func() { close(release) })
+			o.submitting = func() {
+				if n.Add(1) == 1 {
+					<-release // the first request is slow: its batch cannot drain
+				}
+			}
+			cfg := o.EngineConfig(base)
+			if tc.tight {
+				cfg.MaxAllocatedRequests = tc.limit // two batches of 8
+			}
+			r, err := Run(context.Background(), newEngineFrom(t, cfg), o)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			checkResult(t, r, o, "engine")
+		})
 	}
 }

@@ -22,10 +22,13 @@
 // per second on 16 cores (docs/performance.md).
 //
 // Invariants:
-//   - Claims are open only while the batch holds nothing a read must
-//     wait for: not sealed or freed, nothing queued or parked, no lane
-//     copy, and no group in flight but caller copies that read
-//     (openClaimsLocked checks each under b.mu). Every
+//   - Claims open only while the batch holds nothing a read must wait
+//     for: not sealed or freed, nothing queued or parked, no lane copy,
+//     and no group in flight but caller copies that read
+//     (openClaimsLocked checks each under b.mu). One of those copies may
+//     still fail while claims are open and park its attempt for
+//     failover, which may then retry it on another route: that is a
+//     read too, and its loans keep every claim off its memory. Every
 //     path that could change one of these, and every reader of the
 //     batch's lists, folds first (foldLocked): it closes claims, waits
 //     for the claimed copies in flight (which never take b.mu before
