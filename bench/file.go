@@ -416,7 +416,7 @@ func (d *driver) run(ctx context.Context) error {
 		}
 		d.retiring = d.retiring[1:]
 	}
-	if err := d.retire(d.cur.Load()); err != nil {
+	if err := d.retire(d.current()); err != nil {
 		return err
 	}
 	d.cur.Store(nil)
@@ -424,6 +424,16 @@ func (d *driver) run(ctx context.Context) error {
 		return err
 	}
 	d.spare = nil
+	return nil
+}
+
+// current is the current batch unless it is full: a full one went to
+// d.retiring, whose own retire (or cleanup) frees it, and may be freed
+// already while d.cur still points to it (a roll-over waiting for room).
+func (d *driver) current() *live {
+	if lv := d.cur.Load(); lv != nil && !lv.full.Load() {
+		return lv
+	}
 	return nil
 }
 
@@ -736,7 +746,7 @@ func (d *driver) retire(lv *live) error {
 // cleanup frees whatever batches an error left behind: it cancels what
 // has not started and waits for the rest.
 func (d *driver) cleanup() {
-	for _, lv := range append(append(d.retiring, d.broken...), d.cur.Load(), d.spare) {
+	for _, lv := range append(append(d.retiring, d.broken...), d.current(), d.spare) {
 		if lv == nil {
 			continue
 		}

@@ -496,3 +496,38 @@ func TestRunRetiringWithinEngineLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestRunStopsWhileRollOverWaits: the measurement ends while a
+// roll-over waits for the engine's limit, its full batch already among
+// the retiring ones and still current. Run must free each batch once:
+// the full current batch is retired with the others, not again as the
+// current one. Two requests are held (one in each of the two batches
+// the limit allows) until after the end, so the roll-over is waiting
+// when the clock runs out. (It was retired twice: "seal batches/N: not
+// found: batch was freed".)
+func TestRunStopsWhileRollOverWaits(t *testing.T) {
+	needIOUring(t)
+	o := Options{File: tempFile(t, "", 1<<20), Op: engine.OpRead, Pattern: Rand, BlockSize: 4096,
+		QueueDepth: 3, Size: 1 << 20, Runtime: 200 * time.Millisecond, Seed: 3}
+	base := config.DefaultEngine()
+	base.MaxBatchRequests = 8
+	cfg := o.EngineConfig(base)
+	cfg.MaxAllocatedRequests = 2 * cfg.MaxBatchRequests // two batches: the roll-over of the second waits
+	release := make(chan struct{})
+	time.AfterFunc(500*time.Millisecond, func() { close(release) }) // well after the end
+	var n atomic.Int64
+	o.submitting = func() {
+		// The first request is in the first batch; with three slots, the
+		// twelfth reserved at least the tenth task slot: the second batch.
+		if k := n.Add(1); k == 1 || k == 12 {
+			<-release
+		}
+	}
+	r, err := Run(context.Background(), newEngineFrom(t, cfg), o)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.Ops == 0 {
+		t.Fatal("no request finished")
+	}
+}
