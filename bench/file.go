@@ -380,9 +380,9 @@ func (d *driver) run(ctx context.Context) error {
 			switch {
 			case err != nil:
 				d.broken = append(d.broken, lv) // cleanup frees it
-			case lv.cells != nil:
+			default:
 				clear(lv.cells)
-				d.cells = append(d.cells, lv.cells)
+				d.putCellsLocked(lv.cells)
 			}
 			d.noSpare = false // the room it held is back
 			d.failLocked(err)
@@ -617,8 +617,10 @@ func (d *driver) rollOverLocked() error {
 			d.spare = nil
 			d.cond.Broadcast() // run allocates the next one
 		} else {
+			cells := d.takeCellsLocked()
 			var err error
-			if lv, err = d.newLiveLocked(); err != nil {
+			if lv, err = d.newLive(cells); err != nil {
+				d.putCellsLocked(cells)
 				if errors.Is(err, engine.ErrExhausted) && len(d.retiring) > 0 {
 					// An engine limit (a smaller config than
 					// EngineConfig's): a retire gives the room back.
@@ -635,22 +637,38 @@ func (d *driver) rollOverLocked() error {
 	}
 }
 
-// newLiveLocked allocates a batch with its hook and cells. REQUIRES: d.mu.
-func (d *driver) newLiveLocked() (*live, error) {
+// newLive allocates a batch with its hook, and cells when the driver
+// has several slots (those given, a retired batch's, or new ones).
+// Callable with or without d.mu.
+func (d *driver) newLive(cells []cell) (*live, error) {
 	b, err := d.e.AllocateBatch(d.capacity)
 	if err != nil {
 		return nil, err
 	}
-	lv := &live{b: b}
-	if len(d.slots) > 1 {
-		if k := len(d.cells); k > 0 {
-			lv.cells, d.cells = d.cells[k-1], d.cells[:k-1]
-		} else {
-			lv.cells = make([]cell, d.capacity)
-		}
+	lv := &live{b: b, cells: cells}
+	if len(d.slots) > 1 && cells == nil {
+		lv.cells = make([]cell, d.capacity)
 	}
 	b.OnGroupDone(d.onDone(lv))
 	return lv, nil
+}
+
+// takeCellsLocked takes the cleared cells of a retired batch, or nil;
+// putCellsLocked gives cells back. REQUIRES: d.mu.
+func (d *driver) takeCellsLocked() []cell {
+	k := len(d.cells)
+	if k == 0 {
+		return nil
+	}
+	cells := d.cells[k-1]
+	d.cells = d.cells[:k-1]
+	return cells
+}
+
+func (d *driver) putCellsLocked(cells []cell) {
+	if cells != nil {
+		d.cells = append(d.cells, cells)
+	}
 }
 
 // spareAt is the reservation in the current batch that has run
@@ -664,25 +682,13 @@ func (d *driver) spareAt() int64 { return int64(d.capacity) * 3 / 4 }
 // needs it, with d.mu let go meanwhile (slots roll over without it).
 // REQUIRES: d.mu.
 func (d *driver) spareLocked() {
-	var cells []cell
-	if k := len(d.cells); k > 0 {
-		cells, d.cells = d.cells[k-1], d.cells[:k-1]
-	}
+	cells := d.takeCellsLocked()
 	d.mu.Unlock()
-	b, err := d.e.AllocateBatch(d.capacity)
-	lv := &live{b: b, cells: cells}
-	if err == nil {
-		if len(d.slots) > 1 && cells == nil {
-			lv.cells = make([]cell, d.capacity)
-		}
-		b.OnGroupDone(d.onDone(lv))
-	}
+	lv, err := d.newLive(cells)
 	d.mu.Lock()
 	if err != nil {
 		d.noSpare = true // an engine limit: roll-overs allocate their own
-		if cells != nil {
-			d.cells = append(d.cells, cells)
-		}
+		d.putCellsLocked(cells)
 		return
 	}
 	d.spare = lv

@@ -1,7 +1,7 @@
 // claim.go owns claimed copies: a caller copy that reads an in-memory
 // file into host memory and asks for its report back from Submit
-// (SubmitOptions.Inline) enters its batch with one compare-and-swap
-// instead of the batch's lock, copies, and returns its report itself,
+// (SubmitOptions.Inline) enters its batch without the batch's lock,
+// copies, and returns its report itself,
 // with no hook and no other goroutine involved. The batch's lists learn
 // of it later, when someone needs them (fold).
 //
@@ -10,7 +10,7 @@
 // submitter through the one goroutine running the batch's hooks. 32
 // submitters on one batch on 16 cores were bound by those hand-offs at
 // 0.08x a parallel pread loop (docs/performance.md, "One batch at queue
-// depth 32"). A claim touches one word per batch, twice.
+// depth 32").
 //
 // State: the claimed copies in flight (Batch.claiming, a users count
 // on padded shards whose closing flag is set while claims are closed),
@@ -94,6 +94,7 @@ func (g *group) claimable() bool {
 // prepared, not entered.
 func (b *Batch) claimCopy(g *group, out *Report) (TaskRange, bool) {
 	at := g.adm.shard
+	// The first look spares a closed batch's shard the add and take-back.
 	if b.claiming.closing.Load() || !b.claiming.enter(at) {
 		return TaskRange{}, false // a fold spins on the count: no wake-up owed
 	}
@@ -152,8 +153,7 @@ func (b *Batch) claimCopy(g *group, out *Report) (TaskRange, bool) {
 	}
 	if short {
 		// g may be gone once it left: read nothing of it.
-		b.mu.Lock()
-		b.foldLocked()
+		b.lockFolded()
 		b.mu.Unlock()
 		b.deliver()
 	}

@@ -26,26 +26,28 @@
 //     Until its batch is freed every task of the group points to it, so
 //     status and report readers of a live batch always read their own
 //     group. A caller copy is touched only by its submitter (or a host
-//     copy lane), by the batch's combiner (combine.go) and under b.mu,
-//     and it is let go of at the finish, under b.mu (SubmitWith reads
-//     the group's first task under b.mu, before the copy; a finish left
-//     on the combining list is the submitter's last touch, and the
-//     combiner reads nothing of the group after applying it); Free takes
-//     b.mu after that, so it sees every write to the group and no
-//     goroutine holds it. Free empties the batch's task and group lists
-//     before it recycles, so a reader of the freed batch finds nothing
-//     rather than another batch's group.
+//     copy lane), by the batch's combiner (combine.go), by a fold
+//     (claim.go) and under b.mu, and it is let go of at the finish,
+//     under b.mu (SubmitWith reads the group's first task under b.mu,
+//     before the copy; a finish left on the combining list is the
+//     submitter's last touch, and the combiner reads nothing of the
+//     group after applying it; a claimed copy's last touch is its push
+//     on its shard's stack); Free takes b.mu after that, so it sees
+//     every write to the group and no goroutine holds it. Free empties
+//     the batch's task and group lists before it recycles, so a reader
+//     of the freed batch finds nothing rather than another batch's
+//     group.
 //     Groups of the ring, the off-ring executors, memory and remote
 //     targets are never recycled: their executors may touch them after
 //     they finish. The emptied task and group lists are pooled too,
 //     cleared, so no group stays reachable through them.
 //   - A free list is fixed when its batch is allocated; each entry is
-//     handed out once (an atomic index, takeFree), and Free claims the
-//     entries not handed out. A free list's array is never reused: a
-//     submission that took its entry before Free may clear it after. A
-//     freed batch whose groups are all recyclable (b.mu.recyclable,
-//     counted at each finish) passes its group list on as the free list
-//     whole.
+//     handed out once (an atomic index per part of the list,
+//     takeFree), and Free claims the entries not handed out. A free
+//     list's array is never reused: a submission that took its entry
+//     before Free may clear it after. A freed batch whose groups are all
+//     recyclable (b.mu.recyclable, counted at each finish) passes its
+//     group list on as the free list whole.
 
 package engine
 
