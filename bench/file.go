@@ -32,9 +32,9 @@
 //
 // A batch holds at most max_batch_requests tasks, so slots reserve task
 // slots in the current batch; a full batch is retired (it joins
-// d.retiring) and is freed once every task reserved in it was settled (its outcome
-// recorded or its Submit failed), which is after its last Submit
-// returned. At most maxRetiring full batches wait to be retired beside
+// d.retiring) and is freed once every task reserved in it was settled
+// (its outcome recorded or its Submit failed), which is after its last
+// Submit returned. At most maxRetiring full batches wait to be retired beside
 // the current one: if the current one fills before the oldest drains (a
 // stuck request), slots wait instead of allocating another. With one
 // (two batches live), 32 slots of caller copies filled a 4096-task batch
